@@ -1,0 +1,1 @@
+//! PCI topology from sysfs: devices, drivers, IOMMU groups, NUMA nodes, links and BARs.
