@@ -1,1 +1,0 @@
-//! PCI topology from sysfs: devices, drivers, IOMMU groups, NUMA nodes, links and BARs.
