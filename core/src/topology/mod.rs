@@ -15,11 +15,14 @@ mod bar;
 mod class;
 mod device;
 mod link;
+pub mod preflight;
 mod sysfs;
 mod system;
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod preflight_tests;
 #[cfg(test)]
 mod tests;
 
