@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Run a command line in the ubdirect QEMU guest and return its output and exit status.
+#
+#   scripts/vm/run.sh [options] -- <command line run by the guest's sh in /ubd>
+#
+# Options (each also settable by the environment variable shown):
+#   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1
+#                                                                   (UBD_VM_DEVICES, all five)
+#   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
+#   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
+#   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
+#                          (with 3G the 1 GiB hugepage finds no free aligned gigabyte at boot)
+#   --hugepages "ARGS"     hugepage kernel arguments                (UBD_VM_HUGEPAGES)
+#   --timeout SECONDS      deadline; the guest is killed and the run fails (UBD_VM_TIMEOUT, 900)
+#   --files DIR            copy DIR's contents into the guest's /ubd (repeatable)
+#   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
+#   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
+#   --env NAME=VALUE       exported in the guest (repeatable)
+#   --run-dir DIR          where backing files and logs go (default: a fresh
+#                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=3 are kept)
+#
+# Always in the guest: scripts/ and tests/guest/ of this repository (in /ubd), target/debug/ubdirect
+# when built (in /ubd/bin), bash, busybox, bind-vfio / bind-kernel / ubd-plan.
+# Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
+# guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1}
+UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
+UBD_VM_APPEND=${UBD_VM_APPEND:-}
+UBD_VM_MEM=${UBD_VM_MEM:-3584M}
+UBD_VM_SMP=${UBD_VM_SMP:-2}
+UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepages=768 hugepagesz=1G hugepages=1}
+UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
+UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-3}
+UBD_VM_STRIP=${UBD_VM_STRIP:-1}
+files=() bins=() test_bins=() envs=() run_dir=
+
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 2
+}
+
+while (($# > 0)); do
+    case $1 in
+    --kernel) UBD_VM_KERNEL=$2 && shift 2 ;;
+    --devices) UBD_VM_DEVICES=$2 && shift 2 ;;
+    --extra-qemu) UBD_VM_QEMU_EXTRA="$UBD_VM_QEMU_EXTRA $2" && shift 2 ;;
+    --append) UBD_VM_APPEND="$UBD_VM_APPEND $2" && shift 2 ;;
+    --mem) UBD_VM_MEM=$2 && shift 2 ;;
+    --smp) UBD_VM_SMP=$2 && shift 2 ;;
+    --hugepages) UBD_VM_HUGEPAGES=$2 && shift 2 ;;
+    --timeout) UBD_VM_TIMEOUT=$2 && shift 2 ;;
+    --files) files+=("$2") && shift 2 ;;
+    --bin) bins+=("$2") && shift 2 ;;
+    --test-bin) test_bins+=("$2") && shift 2 ;;
+    --env) envs+=("$2") && shift 2 ;;
+    --run-dir) run_dir=$2 && shift 2 ;;
+    -h | --help) usage ;;
+    --) shift && break ;;
+    *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
+    esac
+done
+(($# > 0)) || vm_die "no command: scripts/vm/run.sh [options] -- <command line> (see --help)"
+guest_cmd="$*"
+[[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
+command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
+
+t_start=$(date +%s.%N)
+kdir=$("$UBD_VM_DIR/kernel.sh" "$UBD_VM_KERNEL")
+kver=$(cat "$kdir/kver")
+base=$("$UBD_VM_DIR/initramfs.sh" "$kdir")
+images=$("$UBD_VM_DIR/images.sh")
+
+# ---- the run directory: backing files, logs ----
+runs="$UBD_VM_CACHE/runs"
+if [[ -z $run_dir ]]; then
+    mkdir -p "$runs"
+    # Keep the newest UBD_VM_KEEP_RUNS-1 old runs (each holds 256 MiB of backing files).
+    { ls -1dt "$runs"/2* 2>/dev/null || true; } | tail -n "+$UBD_VM_KEEP_RUNS" | xargs -r rm -rf
+    run_dir="$runs/$(date +%Y%m%d-%H%M%S)-$$"
+    ln -sfn "$(basename "$run_dir")" "$runs/latest"
+fi
+mkdir -p "$run_dir"
+run_dir=$(cd "$run_dir" && pwd)
+vm_log "run directory: $run_dir"
+
+for f in nvme0.img nvme1-ns1.img nvme1-ns2.img; do
+    cp --sparse=never "$images/$f" "$run_dir/$f"
+done
+rm -f "$run_dir/gpubar"
+truncate -s 64M "$run_dir/gpubar"
+
+# ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
+stage="$run_dir/initrd.d"
+rm -rf "$stage"
+mkdir -p "$stage/ubd/bin" "$stage/ubd/tests-bin" "$stage/ubd/tests"
+
+# add_elf SRC DEST: copy an executable (debug info stripped) and the libraries ldd lists.
+add_elf() {
+    local src=$1 dst="$stage$2" lib
+    mkdir -p "$(dirname "$dst")"
+    if [[ $UBD_VM_STRIP == 1 ]] && strip --strip-debug -o "$dst" "$src" 2>/dev/null; then
+        :
+    else
+        cp -L "$src" "$dst"
+    fi
+    chmod +x "$dst"
+    for lib in $(ldd "$src" 2>/dev/null | grep -o '/[^ ]*' || true); do
+        [[ -e $stage$lib ]] && continue
+        mkdir -p "$(dirname "$stage$lib")"
+        cp -L "$lib" "$stage$lib"
+    done
+}
+
+install -m 0755 "$UBD_VM_DIR/guest/init" "$stage/init"
+for h in bind-vfio bind-kernel ubd-plan; do
+    install -m 0755 "$UBD_VM_DIR/guest/$h" "$stage/ubd/bin/$h"
+done
+add_elf /bin/bash /bin/bash
+cp -a "$UBD_REPO/scripts" "$stage/ubd/scripts"
+if [[ -d $UBD_REPO/tests/guest ]]; then cp -a "$UBD_REPO/tests/guest" "$stage/ubd/tests/guest"; fi
+if [[ -x $UBD_REPO/target/debug/ubdirect ]]; then add_elf "$UBD_REPO/target/debug/ubdirect" /ubd/bin/ubdirect; fi
+for d in "${files[@]}"; do
+    [[ -d $d ]] || vm_die "--files $d: not a directory"
+    cp -a "$d/." "$stage/ubd/"
+done
+for b in "${bins[@]}"; do
+    [[ -f $b ]] || vm_die "--bin $b: no such file"
+    add_elf "$b" "/ubd/bin/$(basename "$b")"
+done
+for b in "${test_bins[@]}"; do
+    [[ -f $b ]] || vm_die "--test-bin $b: no such file"
+    add_elf "$b" "/ubd/tests-bin/$(basename "$b")"
+done
+# The host's repository path also leads to /ubd, for tests that name files by it.
+mkdir -p "$stage$(dirname "$UBD_REPO")"
+ln -sfn /ubd "$stage$UBD_REPO"
+
+printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
+{
+    echo "export UBD_RUN_DIR='$run_dir'"
+    for e in "${envs[@]}"; do
+        [[ $e == *=* ]] || vm_die "--env wants NAME=VALUE, got '$e'"
+        printf "export %s='%s'\n" "${e%%=*}" "$(printf '%s' "${e#*=}" | sed "s/'/'\\\\''/g")"
+    done
+} >"$stage/ubd/env"
+
+initrd="$run_dir/initrd.cpio"
+{
+    cat "$base"
+    (cd "$stage" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
+        cpio --null -o -H newc --owner 0:0 --quiet)
+} >"$initrd"
+rm -rf "$stage"
+
+# ---- the machine ----
+dev_args=()
+for d in $UBD_VM_DEVICES; do
+    case $d in
+    nvme0)
+        dev_args+=(-drive "file=$run_dir/nvme0.img,if=none,id=nv0,format=raw"
+            -device "nvme,id=nvme0,serial=ubd0,drive=nv0,addr=04.0") ;;
+    nvme1)
+        dev_args+=(-device "nvme,id=nvme1,serial=ubd1,mdts=2,addr=05.0"
+            -drive "file=$run_dir/nvme1-ns1.img,if=none,id=nv1n1,format=raw"
+            -device "nvme-ns,drive=nv1n1,bus=nvme1,nsid=1"
+            -drive "file=$run_dir/nvme1-ns2.img,if=none,id=nv1n2,format=raw"
+            -device "nvme-ns,drive=nv1n2,bus=nvme1,nsid=2,logical_block_size=4096,physical_block_size=4096") ;;
+    ivshmem)
+        dev_args+=(-object "memory-backend-file,id=gpubar,share=on,mem-path=$run_dir/gpubar,size=64M"
+            -device "ivshmem-plain,memdev=gpubar,addr=06.0") ;;
+    nic0 | nic1)
+        n=${d#nic}
+        dev_args+=(-netdev "hubport,id=hp$n,hubid=0"
+            -device "virtio-net-pci,netdev=hp$n,disable-legacy=on,iommu_platform=on,mac=52:54:00:00:00:0$((n + 1)),romfile=,addr=0$((7 + n)).0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1)" ;;
+    esac
+done
+
+append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 $UBD_VM_HUGEPAGES $(cat "$kdir/cmdline") $UBD_VM_APPEND"
+# shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
+qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max
+    -machine q35,kernel-irqchip=split -m "$UBD_VM_MEM" -smp "$UBD_VM_SMP"
+    -display none -vga none -serial stdio -no-reboot
+    -device intel-iommu,intremap=on,caching-mode=on
+    -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
+    "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
+printf '%q ' "${qemu[@]}" >"$run_dir/qemu.cmd"
+echo >>"$run_dir/qemu.cmd"
+
+# ---- boot; the console goes to guest.log, the guest's dmesg to dmesg.log ----
+t_boot=$(date +%s.%N)
+set +e
+timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" </dev/null 2>"$run_dir/qemu.stderr" |
+    awk -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" '
+        { sub(/\r+$/, ""); print > lf }
+        $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
+        $0 == "@@UBD-DMESG-END@@" { d = 0; next }
+        d { print > dm; next }
+        { print; fflush() }'
+statuses=("${PIPESTATUS[@]}")
+set -e
+t_end=$(date +%s.%N)
+rm -f "$initrd"
+
+qemu_rc=${statuses[0]}
+guest_rc=$(sed -n 's/^@@UBD-EXIT@@ \([0-9]*\).*/\1/p' "$run_dir/guest.log" | tail -n1)
+ready=$(sed -n 's/^@@UBD-READY@@ uptime=\([0-9.]*\)s.*/\1/p' "$run_dir/guest.log" | tail -n1)
+timing=$(awk -v a="$t_start" -v b="$t_boot" -v c="$t_end" -v r="${ready:-?}" \
+    'BEGIN { printf "prepare %.1fs, guest %.1fs (boot to /init %ss)", b - a, c - b, r }')
+echo "$timing" >"$run_dir/timing"
+# QEMU's stderr, less the expected warning about the NIC hub having no host side.
+grep -v 'hub 0 is not connected to host network' "$run_dir/qemu.stderr" | sed 's/^/vm: qemu: /' >&2 || true
+if ((qemu_rc == 124 || qemu_rc == 137)); then
+    vm_log "DEADLINE: the guest did not finish within ${UBD_VM_TIMEOUT}s and was killed ($timing); log: $run_dir/guest.log"
+    exit 124
+fi
+if [[ -z $guest_rc ]]; then
+    vm_log "FAILED: the guest stopped without reporting an exit status (qemu status $qemu_rc; kernel panic or /init died?); log: $run_dir/guest.log"
+    exit 125
+fi
+vm_log "guest exit status $guest_rc; $timing; logs and backing files: $run_dir"
+exit "$guest_rc"
