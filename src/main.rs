@@ -1,1 +1,42 @@
-fn main() {}
+//! `ubdirect`: the operator's command line (devices, doctor, and the driver tools).
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 and --help/--version exit 0 (clap's conventions).
+    let args = cli::Cli::parse();
+    init_tracing(args.verbose);
+    match args.command.run() {
+        Ok(outcome) => outcome.exit_code(),
+        Err(e) => {
+            eprintln!("ubdirect: error: {e}");
+            let mut source = e.source();
+            while let Some(s) = source {
+                eprintln!("ubdirect:   caused by: {s}");
+                source = s.source();
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Log to stderr; `RUST_LOG` wins over `-v` (warn, -v info, -vv debug, -vvv trace).
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

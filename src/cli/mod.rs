@@ -1,0 +1,112 @@
+//! The `ubdirect` subcommands.
+//!
+//! Adding a subcommand takes three lines here and one file:
+//! 1. write `src/cli/<name>.rs` with `pub struct Args` (`#[derive(clap::Args)]`, its doc comment
+//!    is the subcommand's help) and `pub fn run(args: &Args) -> CliResult`;
+//! 2. add `mod <name>;` below;
+//! 3. add one variant to [`Command`] (`Name(name::Args),`) and one arm to [`Command::run`]
+//!    (`Command::Name(a) => name::run(a),`).
+//!
+//! Errors are returned, never printed: `main` prints them as `ubdirect: error: ...` and exits 1.
+//! Return `Outcome::Findings` for "ran fine but found problems" (exit 1 without an error line).
+
+mod devices;
+mod doctor;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Userspace NVMe / NIC drivers over vfio-pci with a unified DMA buffer pool (storage- and
+/// network-to-GPU, zero copy). Run `scripts/setup.sh` first, then `ubdirect doctor`.
+#[derive(Debug, Parser)]
+#[command(name = "ubdirect", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// One variant per subcommand.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the PCI devices ubdirect cares about: address, ids, driver, IOMMU group, NUMA, link, BARs.
+    Devices(devices::Args),
+    /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
+    Doctor(doctor::Args),
+}
+
+impl Command {
+    /// Run the subcommand.
+    pub fn run(&self) -> CliResult {
+        match self {
+            Command::Devices(a) => devices::run(a),
+            Command::Doctor(a) => doctor::run(a),
+        }
+    }
+}
+
+/// What a subcommand returns: an outcome, or an error `main` prints and exits 1 on.
+pub type CliResult = Result<Outcome, Box<dyn std::error::Error + Send + Sync>>;
+
+/// How a subcommand that ran to the end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// All good: exit 0.
+    Success,
+    /// It ran but found problems (e.g. doctor errors): exit 1.
+    Findings,
+}
+
+impl Outcome {
+    /// The process exit code.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Success => ExitCode::SUCCESS,
+            Outcome::Findings => ExitCode::from(1),
+        }
+    }
+}
+
+/// The sysfs root the subcommands read: `/`, or `UBD_SYSFS_ROOT` (a fake tree, for tests).
+pub fn sysfs_root() -> ubdirect_core::topology::SysfsRoot {
+    match std::env::var_os("UBD_SYSFS_ROOT") {
+        Some(p) if !p.is_empty() => ubdirect_core::topology::SysfsRoot::new(p),
+        _ => ubdirect_core::topology::SysfsRoot::system(),
+    }
+}
+
+/// clap value parser for PCI addresses: accepts `00:04.0` and `0000:00:04.0`, yields the
+/// canonical form; a malformed one is a usage error (exit 2).
+pub fn parse_bdf(s: &str) -> Result<String, String> {
+    ubdirect_core::topology::normalize_address(s).map_err(|e| e.to_string())
+}
+
+/// Print a table: a header row and rows, columns padded to the widest cell.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
