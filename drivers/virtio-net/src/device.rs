@@ -1,0 +1,392 @@
+//! [`VirtioNet`]: bring-up of a virtio-net device over vfio-pci, its queue pairs, device
+//! information (MAC, link, MTU) and a clean shutdown.
+
+use std::sync::Arc;
+
+use ubdirect_core::pci::{PciAddress, PciDevice};
+use ubdirect_core::ub::{DmaMem, UbPool, UbRegistry};
+
+use crate::common_cfg::status;
+use crate::error::{Result, VirtioNetError};
+use crate::features::{self, Features};
+use crate::frame::{RxFrame, TxFrame};
+use crate::net_config as ncfg;
+use crate::net_header::NET_HDR_LEN;
+use crate::queue_pair::{Queue, QueuePair};
+use crate::ring::{RingLayout, SplitRing};
+use crate::stats::NetStats;
+use crate::transport::{Transport, RESET_TIMEOUT};
+
+/// PCI vendor id of virtio devices.
+pub const VIRTIO_VENDOR: u16 = 0x1af4;
+/// PCI device id of a modern (virtio 1.x only) network device.
+pub const DEVICE_ID_NET_MODERN: u16 = 0x1041;
+/// PCI device id of a transitional network device.
+pub const DEVICE_ID_NET_TRANSITIONAL: u16 = 0x1000;
+/// Default ring size when the caller does not choose one (capped by the device's maximum).
+pub const DEFAULT_QUEUE_SIZE: u16 = 256;
+
+/// Options for [`VirtioNet::open`].
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// RX/TX queue pairs to use (1 unless the device offers multiqueue).
+    pub queue_pairs: u16,
+    /// RX ring entries per pair (power of two; default: min(device max, 256)).
+    pub rx_queue_size: Option<u16>,
+    /// TX ring entries per pair (power of two; default: min(device max, 256)).
+    pub tx_queue_size: Option<u16>,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            queue_pairs: 1,
+            rx_queue_size: None,
+            tx_queue_size: None,
+        }
+    }
+}
+
+/// Static facts read from the device at bring-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct NetInfo {
+    /// PCI address.
+    #[serde(skip)]
+    pub addr: PciAddress,
+    /// MAC address (when the device offers VIRTIO_NET_F_MAC).
+    pub mac: Option<[u8; 6]>,
+    /// MTU the device reports (VIRTIO_NET_F_MTU), if offered.
+    pub mtu: Option<u16>,
+    /// Largest frame without the virtio-net header: MTU + 14, or 1514 without the MTU feature.
+    pub max_frame: usize,
+    /// Queue pairs the device supports (1 without VIRTIO_NET_F_MQ).
+    pub max_queue_pairs: u16,
+    /// Negotiated feature bits.
+    #[serde(skip)]
+    pub features: Features,
+}
+
+/// An opened, running virtio-net device with its queue pairs.
+///
+/// Dropping it resets the device (bounded wait), then returns every posted buffer to its pool
+/// and releases the ring memory: nothing is freed while the device could still use it.
+pub struct VirtioNet {
+    transport: Transport,
+    pairs: Vec<QueuePair>,
+    info: NetInfo,
+}
+
+fn pick_size(want: Option<u16>, max: u16) -> Result<u16> {
+    let size = match want {
+        Some(s) if s == 0 || !s.is_power_of_two() => {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "queue size {s} is not a power of two (use 64, 128, 256, ...)"
+            )))
+        }
+        Some(s) if s > max => {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "queue size {s} exceeds the device's maximum of {max}"
+            )))
+        }
+        Some(s) => s,
+        None => DEFAULT_QUEUE_SIZE.min(max),
+    };
+    // A device maximum need not be a power of two: round down.
+    Ok(1u16 << (15 - size.leading_zeros().min(15)))
+}
+
+impl VirtioNet {
+    /// Opens the virtio-net device at `addr` (bound to vfio-pci) in the registry's DMA domain,
+    /// negotiates features, sets up `cfg.queue_pairs` RX/TX pairs polled without interrupts,
+    /// and fills the RX rings from `rx_pool`.
+    pub fn open(
+        registry: &Arc<UbRegistry>,
+        addr: PciAddress,
+        rx_pool: Arc<UbPool>,
+        cfg: NetConfig,
+    ) -> Result<VirtioNet> {
+        let dev = PciDevice::open(registry.domain(), addr)?;
+        Self::from_device(registry, dev, rx_pool, cfg)
+    }
+
+    /// Like [`VirtioNet::open`] for an already opened PCI device.
+    pub fn from_device(
+        registry: &Arc<UbRegistry>,
+        dev: Arc<PciDevice>,
+        rx_pool: Arc<UbPool>,
+        cfg: NetConfig,
+    ) -> Result<VirtioNet> {
+        let addr = dev.address();
+        let (vendor, device) = (dev.vendor_id(), dev.device_id());
+        if vendor != VIRTIO_VENDOR
+            || (device != DEVICE_ID_NET_MODERN && device != DEVICE_ID_NET_TRANSITIONAL)
+        {
+            return Err(VirtioNetError::NotVirtioNet {
+                addr,
+                vendor,
+                device,
+            });
+        }
+        if cfg.queue_pairs == 0 {
+            return Err(VirtioNetError::InvalidConfig(
+                "queue_pairs must be at least 1".into(),
+            ));
+        }
+        let t = Transport::open(dev.clone())?;
+        dev.enable_bus_master()?;
+        t.reset(RESET_TIMEOUT)?;
+        t.add_status(status::ACKNOWLEDGE)?;
+        t.add_status(status::DRIVER)?;
+        let offered = t.device_features();
+        let accepted = match features::negotiate(offered, cfg.queue_pairs) {
+            Ok(a) => a,
+            Err(missing) => {
+                t.add_status(status::FAILED)?;
+                return Err(VirtioNetError::MissingFeatures { addr, missing });
+            }
+        };
+        t.set_features(accepted)?;
+        t.disable_config_vector();
+
+        let cfg_len = t.device_config_len();
+        let (mac, max_pairs, mtu) = t
+            .read_device_config(|m| {
+                let mac = accepted.contains(Features::NET_MAC).then(|| {
+                    let mut mac = [0u8; 6];
+                    for (i, b) in mac.iter_mut().enumerate() {
+                        *b = m.read8(ncfg::MAC + i);
+                    }
+                    mac
+                });
+                let pairs = if accepted.contains(Features::NET_MQ)
+                    && cfg_len >= ncfg::MAX_VIRTQUEUE_PAIRS + 2
+                {
+                    m.read16(ncfg::MAX_VIRTQUEUE_PAIRS)
+                } else {
+                    1
+                };
+                let mtu = (accepted.contains(Features::NET_MTU) && cfg_len >= ncfg::MTU + 2)
+                    .then(|| m.read16(ncfg::MTU));
+                (mac, pairs, mtu)
+            })?
+            .unwrap_or((None, 1, None));
+        let max_frame = mtu
+            .map(|m| m as usize + ncfg::ETH_HLEN)
+            .unwrap_or(ncfg::DEFAULT_MAX_FRAME);
+        if cfg.queue_pairs > 1 {
+            // Multiqueue needs VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET on the control queue, which this
+            // driver does not implement yet: refuse instead of silently using one pair.
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "{} queue pairs asked for; this driver drives 1 pair (the device offers {max_pairs}; multiqueue needs the control virtqueue, not implemented)",
+                cfg.queue_pairs
+            )));
+        }
+        let info = NetInfo {
+            addr,
+            mac,
+            mtu,
+            max_frame,
+            max_queue_pairs: max_pairs.max(1),
+            features: accepted,
+        };
+
+        // RX buffers: header + the largest frame in one descriptor (no MRG_RXBUF).
+        let need = NET_HDR_LEN + max_frame;
+        let block_size = rx_pool.block_size();
+        if block_size < need {
+            t.reset(RESET_TIMEOUT)?;
+            return Err(VirtioNetError::RxBlocksTooSmall {
+                block_size,
+                need,
+                max_frame,
+            });
+        }
+        let rx_buf_len = need.min(u32::MAX as usize) as u32;
+
+        let event_idx = accepted.contains(Features::EVENT_IDX);
+        let mut pairs = Vec::with_capacity(cfg.queue_pairs as usize);
+        let setup = (|| -> Result<()> {
+            for p in 0..cfg.queue_pairs {
+                let mut qs = Vec::with_capacity(2);
+                for (q, want) in [(2 * p, cfg.rx_queue_size), (2 * p + 1, cfg.tx_queue_size)] {
+                    let max = t.queue_max_size(q);
+                    if max == 0 {
+                        return Err(VirtioNetError::QueueUnavailable {
+                            addr,
+                            queue: q,
+                            num_queues: t.num_queues(),
+                        });
+                    }
+                    let size = pick_size(want, max)?;
+                    let layout = RingLayout::new(size).expect("power of two <= 32768");
+                    let mem = DmaMem::alloc(registry, layout.total)?;
+                    // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and
+                    // lives in the Queue beside the ring for as long as the ring does.
+                    let ring = unsafe { SplitRing::new(mem.as_ptr(), mem.iova(), size, event_idx) }
+                        .map_err(|source| VirtioNetError::Ring {
+                            addr,
+                            queue: q,
+                            source,
+                        })?;
+                    let doorbell = t.setup_queue(q, &ring)?;
+                    let slots = (0..size)
+                        .map(|_| None)
+                        .collect::<Vec<_>>()
+                        .into_boxed_slice();
+                    qs.push(Queue {
+                        index: q,
+                        ring,
+                        slots,
+                        doorbell,
+                        _mem: mem,
+                    });
+                }
+                let tx = qs.pop().expect("two queues");
+                let rx = qs.pop().expect("two queues");
+                pairs.push(QueuePair {
+                    addr,
+                    rx,
+                    tx,
+                    rx_pool: rx_pool.clone(),
+                    rx_buf_len,
+                    max_frame,
+                    stats: NetStats::default(),
+                });
+            }
+            let ring_total: usize = pairs.iter().map(|p| p.rx_ring_size()).sum();
+            let blocks = rx_pool.stats().block_count;
+            if blocks < ring_total {
+                return Err(VirtioNetError::RxPoolTooSmall {
+                    blocks,
+                    need: ring_total,
+                    pairs: pairs.len(),
+                    ring: pairs[0].rx_ring_size(),
+                });
+            }
+            t.add_status(status::DRIVER_OK)?;
+            t.check_health()?;
+            for p in pairs.iter_mut() {
+                p.refill_rx();
+            }
+            Ok(())
+        })();
+        let net = VirtioNet {
+            transport: t,
+            pairs,
+            info,
+        };
+        if let Err(e) = setup {
+            // Drop resets the device before the rings and buffers go.
+            drop(net);
+            return Err(e);
+        }
+        net.transport.check_health()?;
+        tracing::debug!(%addr, ?accepted, ?mac, ?mtu, "virtio-net up");
+        Ok(net)
+    }
+
+    /// Facts read at bring-up.
+    pub fn info(&self) -> &NetInfo {
+        &self.info
+    }
+
+    /// The MAC address, when the device has one.
+    pub fn mac(&self) -> Option<[u8; 6]> {
+        self.info.mac
+    }
+
+    /// The largest frame (without the virtio-net header) this device sends or receives.
+    pub fn max_frame(&self) -> usize {
+        self.info.max_frame
+    }
+
+    /// Link state: `Some(up)` with VIRTIO_NET_F_STATUS, `None` when the device does not report
+    /// it (then the link is always up). Reads the device config: not for the I/O path.
+    pub fn link_up(&self) -> Result<Option<bool>> {
+        if !self.info.features.contains(Features::NET_STATUS) {
+            return Ok(None);
+        }
+        self.transport.check_health()?;
+        let s = self
+            .transport
+            .read_device_config(|m| m.read16(ncfg::STATUS))?;
+        Ok(s.map(|s| s & ncfg::STATUS_LINK_UP != 0))
+    }
+
+    /// Errors when the device is gone or asks for a reset.
+    pub fn check_health(&self) -> Result<()> {
+        self.transport.check_health()
+    }
+
+    /// Queue pair `i`.
+    pub fn pair(&mut self, i: usize) -> Option<&mut QueuePair> {
+        self.pairs.get_mut(i)
+    }
+
+    /// All queue pairs, e.g. to hand one to each thread of a `std::thread::scope`.
+    pub fn pairs_mut(&mut self) -> &mut [QueuePair] {
+        &mut self.pairs
+    }
+
+    /// Counters summed over all pairs.
+    pub fn stats(&self) -> NetStats {
+        let mut s = NetStats::default();
+        for p in &self.pairs {
+            s += p.stats();
+        }
+        s
+    }
+
+    /// [`QueuePair::rx_burst`] on pair 0.
+    #[inline]
+    pub fn rx_burst(&mut self, out: &mut Vec<RxFrame>) -> Result<usize> {
+        self.pairs[0].rx_burst(out)
+    }
+
+    /// [`QueuePair::tx_burst`] on pair 0.
+    #[inline]
+    pub fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
+        self.pairs[0].tx_burst(frames)
+    }
+
+    /// [`QueuePair::reclaim_tx`] on pair 0.
+    #[inline]
+    pub fn reclaim_tx(&mut self) -> Result<usize> {
+        self.pairs[0].reclaim_tx()
+    }
+
+    /// Resets the device, waits for it, and returns every buffer to its pool. Also done by
+    /// drop; call it to see the error.
+    pub fn shutdown(mut self) -> Result<()> {
+        let r = self.quiesce();
+        if r.is_err() {
+            // The device may still DMA: never free its memory.
+            let pairs = std::mem::take(&mut self.pairs);
+            std::mem::forget(pairs);
+        }
+        r
+    }
+
+    fn quiesce(&mut self) -> Result<()> {
+        self.transport.reset(RESET_TIMEOUT)?;
+        for p in self.pairs.iter_mut() {
+            p.rx.drain();
+            p.tx.drain();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VirtioNet {
+    fn drop(&mut self) {
+        if self.pairs.is_empty() {
+            return;
+        }
+        if let Err(e) = self.quiesce() {
+            tracing::error!(addr = %self.info.addr, error = %e,
+                "virtio-net reset failed at shutdown: leaking ring memory and buffers rather than freeing memory the device may still write");
+            let pairs = std::mem::take(&mut self.pairs);
+            std::mem::forget(pairs);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! One RX/TX virtqueue pair: the burst API. Owned by one thread (`Send`, not `Sync`). Nothing
+//! here allocates or makes a syscall: buffers come from and go back to `UbPool`s, doorbells are
+//! MMIO writes only when the device asked for them (event index).
+
+use std::sync::Arc;
+
+use ubdirect_core::pci::PciAddress;
+use ubdirect_core::ub::{DmaMem, UbBuf, UbPool};
+
+use crate::error::{Result, VirtioNetError};
+use crate::frame::{check_len, RxFrame, TxFrame, FRAME_OFFSET};
+use crate::net_header::{VirtioNetHdr, NET_HDR_LEN};
+use crate::ring::SplitRing;
+use crate::stats::NetStats;
+use crate::transport::Doorbell;
+
+/// A ring with its DMA memory, the buffers it holds (by descriptor id) and its doorbell.
+pub(crate) struct Queue {
+    pub(crate) index: u16,
+    pub(crate) ring: SplitRing,
+    pub(crate) slots: Box<[Option<UbBuf>]>,
+    pub(crate) doorbell: Doorbell,
+    // Declared last: released after the ring and buffers (and only after a device reset,
+    // which VirtioNet::drop does before any queue is dropped).
+    pub(crate) _mem: DmaMem,
+}
+
+impl Queue {
+    /// Rings the doorbell when the device asked for one; returns whether it did.
+    #[inline]
+    fn publish_and_kick(&mut self) -> bool {
+        self.ring.publish();
+        if self.ring.kick_needed() {
+            self.doorbell.ring();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// After the device reset: every buffer back to its pool.
+    pub(crate) fn drain(&mut self) {
+        let slots = &mut self.slots;
+        self.ring.drain_after_reset(|id| {
+            slots[id as usize] = None;
+        });
+    }
+}
+
+/// One RX queue and one TX queue of a virtio-net device.
+pub struct QueuePair {
+    pub(crate) addr: PciAddress,
+    pub(crate) rx: Queue,
+    pub(crate) tx: Queue,
+    pub(crate) rx_pool: Arc<UbPool>,
+    pub(crate) rx_buf_len: u32,
+    pub(crate) max_frame: usize,
+    pub(crate) stats: NetStats,
+}
+
+impl QueuePair {
+    /// The largest frame (without header) `tx_burst` accepts and RX can deliver.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// This pair's counters.
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// RX buffers currently posted to the device.
+    pub fn rx_posted(&self) -> usize {
+        self.rx.ring.in_flight()
+    }
+
+    /// TX buffers the device has not finished with yet.
+    pub fn tx_in_flight(&self) -> usize {
+        self.tx.ring.in_flight()
+    }
+
+    /// RX ring size.
+    pub fn rx_ring_size(&self) -> usize {
+        self.rx.ring.size() as usize
+    }
+
+    /// TX ring size.
+    pub fn tx_ring_size(&self) -> usize {
+        self.tx.ring.size() as usize
+    }
+
+    fn ring_err(&self, queue: u16, source: crate::ring::RingError) -> VirtioNetError {
+        VirtioNetError::Ring {
+            addr: self.addr,
+            queue,
+            source,
+        }
+    }
+
+    /// Posts pool buffers into every free RX slot; counts a refill failure when the pool is
+    /// empty (the ring keeps running with what it has and refills on the next call). Returns
+    /// the number posted.
+    pub fn refill_rx(&mut self) -> usize {
+        let mut n = 0;
+        while self.rx.ring.free_count() > 0 {
+            let buf = match self.rx_pool.get() {
+                Ok(b) => b,
+                Err(_) => {
+                    self.stats.rx_refill_failures += 1;
+                    break;
+                }
+            };
+            let Some(id) = self.rx.ring.push(buf.iova(), self.rx_buf_len, true) else {
+                break;
+            };
+            self.rx.slots[id as usize] = Some(buf);
+            n += 1;
+        }
+        if n > 0 && self.rx.publish_and_kick() {
+            self.stats.rx_kicks += 1;
+        }
+        n
+    }
+
+    /// Receives up to the spare capacity of `out` (`out.capacity() - out.len()`): appends
+    /// frames without ever growing `out`, so with `Vec::with_capacity(batch)` made once this
+    /// allocates nothing. Then refills the RX ring from the pool. Returns frames appended.
+    ///
+    /// Errors: [`VirtioNetError::EmptyBurst`] when `out` has no spare capacity (nothing
+    /// changed); [`VirtioNetError::Ring`] when the device reports a malformed completion.
+    pub fn rx_burst(&mut self, out: &mut Vec<RxFrame>) -> Result<usize> {
+        let room = out.capacity() - out.len();
+        if room == 0 {
+            return Err(VirtioNetError::EmptyBurst(
+                "rx_burst needs spare capacity in `out`: create it with Vec::with_capacity(batch) and drain it between calls",
+            ));
+        }
+        let mut got = 0;
+        while got < room {
+            let (id, len) = match self.rx.ring.pop_used() {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(e) => return Err(self.ring_err(self.rx.index, e)),
+            };
+            let Some(buf) = self.rx.slots[id as usize].take() else {
+                // Unreachable: the ring only returns ids it handed out with a buffer.
+                self.stats.rx_drops += 1;
+                continue;
+            };
+            let len = len as usize;
+            if len < NET_HDR_LEN || len > self.rx_buf_len as usize {
+                self.stats.rx_drops += 1;
+                drop(buf);
+                continue;
+            }
+            let frame_len = len - NET_HDR_LEN;
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += frame_len as u64;
+            out.push(RxFrame::new(buf, frame_len));
+            got += 1;
+        }
+        self.rx.ring.suppress_interrupts();
+        self.refill_rx();
+        Ok(got)
+    }
+
+    /// Returns TX buffers the device has finished with to their pools. Returns how many.
+    pub fn reclaim_tx(&mut self) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            match self.tx.ring.pop_used() {
+                Ok(Some((id, _))) => {
+                    self.tx.slots[id as usize] = None;
+                    n += 1;
+                }
+                Ok(None) => break,
+                Err(e) => return Err(self.ring_err(self.tx.index, e)),
+            }
+        }
+        self.tx.ring.suppress_interrupts();
+        self.stats.tx_reclaimed += n as u64;
+        Ok(n)
+    }
+
+    /// Sends frames from the front of `frames`: as many as the TX ring has room for, after
+    /// reclaiming finished buffers. Sent frames are removed from `frames` (their buffers go
+    /// back to their pools once the device has used them); unsent ones stay, in order, for the
+    /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
+    ///
+    /// Every frame is checked first; a frame too long or too short fails the whole burst with
+    /// nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`].
+    pub fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
+        if frames.is_empty() {
+            return Err(VirtioNetError::EmptyBurst(
+                "tx_burst got no frames; call reclaim_tx() to only return finished buffers",
+            ));
+        }
+        for (i, f) in frames.iter().enumerate() {
+            check_len(i, f.len(), self.max_frame)?;
+        }
+        self.reclaim_tx()?;
+        let k = frames.len().min(self.tx.ring.free_count());
+        if k < frames.len() {
+            self.stats.tx_ring_full += 1;
+        }
+        if k == 0 {
+            return Ok(0);
+        }
+        for mut f in frames.drain(..k) {
+            let (buf, len) = f.parts_mut();
+            VirtioNetHdr::write_plain(buf.as_mut_slice());
+            let total = (FRAME_OFFSET + len) as u32;
+            let iova = buf.iova();
+            let Some(id) = self.tx.ring.push(iova, total, false) else {
+                // Unreachable: k <= free_count.
+                break;
+            };
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += len as u64;
+            self.tx.slots[id as usize] = Some(f.into_buf());
+        }
+        if self.tx.publish_and_kick() {
+            self.stats.tx_kicks += 1;
+        }
+        Ok(k)
+    }
+}

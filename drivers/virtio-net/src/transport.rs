@@ -1,0 +1,340 @@
+//! Modern virtio-pci transport (virtio 1.2 §4.1) over a vfio-pci device: capability walk, BAR
+//! windows, status handshake, feature negotiation and queue registration.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::mmio::Mmio;
+use ubdirect_core::pci::{PciAddress, PciDevice};
+
+use crate::common_cfg::{self as cc, status, NO_VECTOR};
+use crate::error::{Result, VirtioNetError};
+use crate::features::Features;
+use crate::pci_cap::{parse_layout, CapLocation, VirtioPciLayout, COMMON_CFG_MIN_LEN};
+use crate::ring::SplitRing;
+
+/// How long a device reset may take before [`VirtioNetError::ResetTimeout`].
+pub const RESET_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The BARs this device's structures live in, each mapped once.
+struct MappedBars {
+    maps: Vec<(u8, Mmio)>,
+}
+
+/// A window (sub-range) of a mapped BAR; keeps the BAR mapping alive.
+pub struct Window {
+    mmio: Mmio,
+    _bars: Arc<MappedBars>,
+}
+
+impl Window {
+    /// The window's MMIO accessors (offsets relative to the structure's start).
+    #[inline(always)]
+    pub fn mmio(&self) -> &Mmio {
+        &self.mmio
+    }
+}
+
+/// A queue's doorbell: the address in the notify structure and the value to write.
+pub struct Doorbell {
+    notify: Arc<Window>,
+    offset: usize,
+    queue: u16,
+}
+
+impl Doorbell {
+    /// Tells the device that queue `queue` has new buffers. Callers publish the ring (a
+    /// release store) first, which orders the descriptor writes before this MMIO write.
+    #[inline]
+    pub fn ring(&self) {
+        ubdirect_core::barrier::wmb();
+        self.notify.mmio().write16(self.offset, self.queue);
+    }
+}
+
+/// An opened modern virtio-pci device.
+pub struct Transport {
+    dev: Arc<PciDevice>,
+    common: Window,
+    notify: Arc<Window>,
+    notify_off_multiplier: u32,
+    device_cfg: Option<Window>,
+    _isr: Window,
+}
+
+fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Result<()> {
+    let mut i = 0;
+    while i < buf.len() {
+        let o = off + i as u16;
+        if o % 4 == 0 && buf.len() - i >= 4 {
+            buf[i..i + 4].copy_from_slice(&dev.config_read_u32(o)?.to_le_bytes());
+            i += 4;
+        } else {
+            buf[i] = dev.config_read_u8(o)?;
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+impl Transport {
+    /// Walks the device's virtio capabilities and maps the BAR windows they name.
+    pub fn open(dev: Arc<PciDevice>) -> Result<Transport> {
+        let addr = dev.address();
+        let caps: Vec<(u8, u16)> = dev
+            .capabilities()?
+            .iter()
+            .map(|c| (c.id, c.offset))
+            .collect();
+        let layout: VirtioPciLayout =
+            parse_layout(caps, |off, buf| read_config(&dev, off, buf))?
+                .map_err(|source| VirtioNetError::Capabilities { addr, source })?;
+        if layout.common.length < COMMON_CFG_MIN_LEN {
+            return Err(VirtioNetError::CapOutsideBar {
+                addr,
+                what: "common (too short)",
+                bar: layout.common.bar,
+                offset: layout.common.offset as u64,
+                length: layout.common.length as u64,
+                bar_len: COMMON_CFG_MIN_LEN as u64,
+            });
+        }
+        let mut maps: Vec<(u8, Mmio)> = Vec::new();
+        let mut locs = vec![
+            ("common", layout.common),
+            ("notify", layout.notify),
+            ("isr", layout.isr),
+        ];
+        if let Some(d) = layout.device {
+            locs.push(("device", d));
+        }
+        for (what, loc) in &locs {
+            if !maps.iter().any(|(b, _)| *b == loc.bar) {
+                maps.push((loc.bar, dev.map_bar(loc.bar)?));
+            }
+            let bar_len = maps
+                .iter()
+                .find(|(b, _)| *b == loc.bar)
+                .map(|(_, m)| m.len())
+                .unwrap_or(0) as u64;
+            let end = loc.offset as u64 + loc.length as u64;
+            if loc.length == 0 || end > bar_len {
+                return Err(VirtioNetError::CapOutsideBar {
+                    addr,
+                    what,
+                    bar: loc.bar,
+                    offset: loc.offset as u64,
+                    length: loc.length as u64,
+                    bar_len,
+                });
+            }
+        }
+        let bars = Arc::new(MappedBars { maps });
+        let window = |loc: CapLocation| -> Window {
+            let m = &bars
+                .maps
+                .iter()
+                .find(|(b, _)| *b == loc.bar)
+                .expect("mapped above")
+                .1;
+            // SAFETY: offset + length was checked against the BAR length above; the owning
+            // BAR mapping lives in `bars`, which the window keeps alive.
+            let mmio = unsafe {
+                Mmio::from_raw(
+                    NonNull::new_unchecked(m.as_ptr().add(loc.offset as usize)),
+                    loc.length as usize,
+                )
+            };
+            Window {
+                mmio,
+                _bars: bars.clone(),
+            }
+        };
+        Ok(Transport {
+            common: window(layout.common),
+            notify: Arc::new(window(layout.notify)),
+            notify_off_multiplier: layout.notify_off_multiplier,
+            device_cfg: layout.device.map(window),
+            _isr: window(layout.isr),
+            dev,
+        })
+    }
+
+    /// The PCI device.
+    pub fn device(&self) -> &Arc<PciDevice> {
+        &self.dev
+    }
+
+    /// The device's PCI address.
+    pub fn address(&self) -> PciAddress {
+        self.dev.address()
+    }
+
+    fn c(&self) -> &Mmio {
+        self.common.mmio()
+    }
+
+    /// Reads device_status; all-ones means the device is gone.
+    pub fn status(&self) -> Result<u8> {
+        let s = self.c().read8(cc::DEVICE_STATUS);
+        if s == 0xff {
+            return Err(VirtioNetError::DeviceGone {
+                addr: self.address(),
+            });
+        }
+        Ok(s)
+    }
+
+    /// Sets status bits (read-modify-write, as the spec's handshake does).
+    pub fn add_status(&self, bits: u8) -> Result<()> {
+        let s = self.status()?;
+        self.c().write8(cc::DEVICE_STATUS, s | bits);
+        Ok(())
+    }
+
+    /// Errors when the device asks for a reset or has failed.
+    pub fn check_health(&self) -> Result<()> {
+        let s = self.status()?;
+        if s & (status::DEVICE_NEEDS_RESET | status::FAILED) != 0 {
+            return Err(VirtioNetError::DeviceNeedsReset {
+                addr: self.address(),
+                status: s,
+            });
+        }
+        Ok(())
+    }
+
+    /// Resets the device and waits (bounded by `deadline`) until device_status reads 0. After
+    /// this the device no longer touches any queue memory.
+    pub fn reset(&self, deadline: Duration) -> Result<()> {
+        self.c().write8(cc::DEVICE_STATUS, 0);
+        let start = Instant::now();
+        loop {
+            let s = self.status()?;
+            if s == 0 {
+                return Ok(());
+            }
+            if start.elapsed() > deadline {
+                return Err(VirtioNetError::ResetTimeout {
+                    addr: self.address(),
+                    waited: start.elapsed(),
+                    status: s,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// The 64-bit device feature word.
+    pub fn device_features(&self) -> Features {
+        let c = self.c();
+        c.write32(cc::DEVICE_FEATURE_SELECT, 0);
+        let lo = c.read32(cc::DEVICE_FEATURE) as u64;
+        c.write32(cc::DEVICE_FEATURE_SELECT, 1);
+        let hi = c.read32(cc::DEVICE_FEATURE) as u64;
+        Features::from_bits_retain(lo | (hi << 32))
+    }
+
+    /// Writes the accepted features, sets FEATURES_OK and verifies the device kept it.
+    pub fn set_features(&self, accepted: Features) -> Result<()> {
+        let c = self.c();
+        let bits = accepted.bits();
+        c.write32(cc::DRIVER_FEATURE_SELECT, 0);
+        c.write32(cc::DRIVER_FEATURE, bits as u32);
+        c.write32(cc::DRIVER_FEATURE_SELECT, 1);
+        c.write32(cc::DRIVER_FEATURE, (bits >> 32) as u32);
+        self.add_status(status::FEATURES_OK)?;
+        if self.status()? & status::FEATURES_OK == 0 {
+            return Err(VirtioNetError::FeaturesRejected {
+                addr: self.address(),
+                accepted,
+            });
+        }
+        Ok(())
+    }
+
+    /// Turns off the configuration-change interrupt (polling driver).
+    pub fn disable_config_vector(&self) {
+        self.c().write16(cc::CONFIG_MSIX_VECTOR, NO_VECTOR);
+    }
+
+    /// Number of virtqueues the device has.
+    pub fn num_queues(&self) -> u16 {
+        self.c().read16(cc::NUM_QUEUES)
+    }
+
+    /// The maximum size of queue `q` (0: the queue does not exist).
+    pub fn queue_max_size(&self, q: u16) -> u16 {
+        self.c().write16(cc::QUEUE_SELECT, q);
+        self.c().read16(cc::QUEUE_SIZE)
+    }
+
+    /// Registers `ring` as queue `q` with no MSI-X vector, enables it and returns its doorbell.
+    pub fn setup_queue(&self, q: u16, ring: &SplitRing) -> Result<Doorbell> {
+        let addr = self.address();
+        let c = self.c();
+        c.write16(cc::QUEUE_SELECT, q);
+        c.write16(cc::QUEUE_SIZE, ring.size());
+        c.write16(cc::QUEUE_MSIX_VECTOR, NO_VECTOR);
+        let read = c.read16(cc::QUEUE_MSIX_VECTOR);
+        if read != NO_VECTOR {
+            return Err(VirtioNetError::MsixVector {
+                addr,
+                queue: q,
+                read,
+            });
+        }
+        let w64 = |off: usize, v: u64| {
+            c.write32(off, v as u32);
+            c.write32(off + 4, (v >> 32) as u32);
+        };
+        w64(cc::QUEUE_DESC, ring.desc_iova());
+        w64(cc::QUEUE_DRIVER, ring.avail_iova());
+        w64(cc::QUEUE_DEVICE, ring.used_iova());
+        let notify_off = c.read16(cc::QUEUE_NOTIFY_OFF) as u64;
+        let offset = notify_off * self.notify_off_multiplier as u64;
+        let len = self.notify.mmio().len() as u64;
+        if offset + 2 > len {
+            return Err(VirtioNetError::NotifyOutOfRange {
+                addr,
+                queue: q,
+                offset,
+                len,
+            });
+        }
+        c.write16(cc::QUEUE_ENABLE, 1);
+        Ok(Doorbell {
+            notify: self.notify.clone(),
+            offset: offset as usize,
+            queue: q,
+        })
+    }
+
+    /// Reads device-specific configuration through `f`, retrying until config_generation is
+    /// stable (bounded: 100 tries). `None` when the device has no device configuration.
+    pub fn read_device_config<T>(&self, f: impl Fn(&Mmio) -> T) -> Result<Option<T>> {
+        let Some(d) = &self.device_cfg else {
+            return Ok(None);
+        };
+        for _ in 0..100 {
+            let g0 = self.c().read8(cc::CONFIG_GENERATION);
+            let v = f(d.mmio());
+            let g1 = self.c().read8(cc::CONFIG_GENERATION);
+            if g0 == g1 {
+                return Ok(Some(v));
+            }
+        }
+        Err(VirtioNetError::DeviceGone {
+            addr: self.address(),
+        })
+    }
+
+    /// Length of the device-specific configuration structure (0 when absent).
+    pub fn device_config_len(&self) -> usize {
+        self.device_cfg
+            .as_ref()
+            .map(|d| d.mmio().len())
+            .unwrap_or(0)
+    }
+}
