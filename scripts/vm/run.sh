@@ -86,6 +86,8 @@ fi
 mkdir -p "$run_dir"
 run_dir=$(cd "$run_dir" && pwd)
 vm_log "run directory: $run_dir"
+# For scripts driving run.sh (suite.sh): where this run's files are.
+if [[ -n ${UBD_VM_RUN_DIR_FILE:-} ]]; then echo "$run_dir" >"$UBD_VM_RUN_DIR_FILE"; fi
 
 for f in nvme0.img nvme1-ns1.img nvme1-ns2.img; do
     cp --sparse=never "$images/$f" "$run_dir/$f"

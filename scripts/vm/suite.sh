@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The guest test suite in one boot: build the workspace's test binaries and the ubdirect binary,
+# boot the guest once, run the test plan (scripts/vm/guest/ubd-plan: tests/guest/*.sh, binding
+# to vfio-pci, Rust guest tests), then run the guest's UBD-HOSTCHECK requests on the host.
+#
+#   scripts/vm/suite.sh [--filter SUBSTRING] [--test-bin FILE]... [--skip shell|bind|rust]...
+#                       [--test-timeout SECONDS] [run.sh options...]
+#
+# --filter: a test script or binary whose name holds SUBSTRING runs whole; otherwise SUBSTRING
+#   is a libtest test-name filter and scripts are skipped.
+# --test-bin FILE: run these test executables instead of building and finding the workspace's.
+# --test-timeout: seconds per script or test binary in the guest (default 600).
+# Other options go to scripts/vm/run.sh (e.g. --kernel 6.1, --timeout 1800, --extra-qemu ...).
+#
+# Prints one closing line per suite (guest-shell, guest-rust, hostcheck) and "guest: N passed,
+# N failed"; saves the guest log, dmesg and hostcheck.log in the run directory. Exit 1 if
+# anything failed or the guest did not finish.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+filter= skip= explicit_bins=() test_timeout=600 run_args=() run_timeout=${UBD_VM_SUITE_TIMEOUT:-1800}
+while (($# > 0)); do
+    case $1 in
+    --filter) filter=$2 && shift 2 ;;
+    --test-bin) explicit_bins+=(--test-bin "$2") && shift 2 ;;
+    --skip) skip="$skip $2" && shift 2 ;;
+    --test-timeout) test_timeout=$2 && shift 2 ;;
+    --timeout) run_timeout=$2 && shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
+    --) vm_die "suite.sh runs the test plan: no command line (use scripts/vm/run.sh for that)" ;;
+    --kernel | --devices | --extra-qemu | --append | --mem | --smp | --hugepages | --files | --bin | --env | --run-dir)
+        run_args+=("$1" "$2") && shift 2 ;;
+    *) vm_die "unknown option '$1' (see --help)" ;;
+    esac
+done
+
+cd "$UBD_REPO"
+t0=$(date +%s)
+
+# ---- the test binaries: every test executable of the workspace that has guest (ignored) tests ----
+test_bins=("${explicit_bins[@]}")
+if ((${#explicit_bins[@]} == 0)); then
+    cargo_q=()
+    [[ -n ${CI:-} ]] && cargo_q=(--quiet)
+    if [[ -f src/main.rs ]]; then
+        cargo build "${cargo_q[@]}" --bin ubdirect >&2 || vm_die "cargo build --bin ubdirect failed"
+    fi
+    json=$(mktemp)
+    trap 'rm -f "$json"' EXIT
+    cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json >"$json" ||
+        vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
+    mapfile -t all_bins < <(jq -r 'select(.reason == "compiler-artifact" and .profile.test == true
+        and .executable != null) | .executable' "$json" | sort -u)
+    for b in "${all_bins[@]}"; do
+        name=$(basename "$b")
+        args=(--list --ignored --format terse)
+        [[ -n $filter && $name != *"$filter"* ]] && args+=("$filter")
+        count=$("$b" "${args[@]}" 2>/dev/null | grep -c ': test$' || true)
+        if ((count > 0)) || [[ $name == guest_* && (-z $filter || $name == *"$filter"*) ]]; then
+            test_bins+=(--test-bin "$b")
+            vm_log "guest tests: $name ($count)"
+        fi
+    done
+fi
+
+# ---- one boot ----
+where=$(mktemp)
+set +e
+UBD_VM_RUN_DIR_FILE=$where "$UBD_VM_DIR/run.sh" --timeout "$run_timeout" "${run_args[@]}" "${test_bins[@]}" \
+    --env "UBD_FILTER=$filter" --env "UBD_TEST_TIMEOUT=$test_timeout" --env "UBD_PLAN_SKIP=$skip" \
+    --env "RUST_BACKTRACE=${RUST_BACKTRACE:-1}" ${RUST_LOG:+--env "RUST_LOG=$RUST_LOG"} \
+    -- ubd-plan
+rc=$?
+set -e
+
+run_dir=$(cat "$where" 2>/dev/null || true)
+rm -f "$where"
+glog="$run_dir/guest.log"
+[[ -n $run_dir && -f $glog ]] || vm_die "no guest log in '$run_dir': the guest never started (run.sh status $rc)"
+
+# ---- results ----
+suite_line() { # suite_line NAME -> "passed failed skipped" or nothing
+    sed -n "s/^@@UBD-SUITE@@ $1 \([0-9]*\) \([0-9]*\) \([0-9]*\)$/\1 \2 \3/p" "$glog" | tail -n1
+}
+total_pass=0 total_fail=0 lines=()
+for s in guest-shell guest-rust; do
+    r=$(suite_line "$s")
+    if [[ -z $r ]]; then
+        lines+=("$s: 0 passed, 1 failed (the guest never reported this suite: see $glog)")
+        total_fail=$((total_fail + 1))
+        continue
+    fi
+    read -r p f k <<<"$r"
+    extra=
+    ((k > 0)) && extra=", $k skipped"
+    lines+=("$s: $p passed, $f failed$extra")
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+done
+
+"$UBD_VM_DIR/hostcheck.sh" "$run_dir" "$glog" >"$run_dir/hostcheck.log" || true
+grep '^not ok' "$run_dir/hostcheck.log" || true
+hc=$(tail -n1 "$run_dir/hostcheck.log")
+lines+=("$hc")
+hp=$(sed -n 's/^hostcheck: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' <<<"$hc")
+hf=$(sed -n 's/^hostcheck: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' <<<"$hc")
+total_pass=$((total_pass + ${hp:-0}))
+total_fail=$((total_fail + ${hf:-1}))
+
+status_note=
+case $rc in
+0 | 1) ;;
+124)
+    status_note=" (DEADLINE: the guest was killed after ${run_timeout}s)"
+    total_fail=$((total_fail + 1))
+    ;;
+*)
+    status_note=" (the guest did not finish: run.sh status $rc)"
+    total_fail=$((total_fail + 1))
+    ;;
+esac
+# The plan's own verdict must agree with the counts.
+if ((rc == 1 && total_fail == 0)); then
+    status_note=" (the test plan exited 1 without a counted failure: see $glog)"
+    total_fail=1
+fi
+
+echo
+printf '%s\n' "${lines[@]}"
+echo "guest: $total_pass passed, $total_fail failed$status_note; $(cat "$run_dir/timing" 2>/dev/null), suite $(($(date +%s) - t0))s; logs: $run_dir"
+((total_fail == 0))
