@@ -1,0 +1,195 @@
+//! [`CoreError`]: every failure of the core crate, each naming its cause and what to do.
+
+use std::path::PathBuf;
+
+use crate::pci::PciAddress;
+
+/// Result alias of the core crate.
+pub type Result<T> = std::result::Result<T, CoreError>;
+
+/// Why a core operation failed. Messages name the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// VFIO is not available at all (no /dev/vfio/vfio, module not loaded, no type1 IOMMU).
+    #[error("VFIO is not available: {reason}: load it with `modprobe vfio-pci` (scripts/setup.sh does) and boot with intel_iommu=on / amd_iommu=on")]
+    VfioUnavailable {
+        /// What was missing.
+        reason: String,
+    },
+    /// No PCI device at this address.
+    #[error(
+        "no PCI device {addr} (no {path}): check the address with `lspci -D` or `ubdirect devices`"
+    )]
+    NoSuchDevice {
+        /// The address asked for.
+        addr: PciAddress,
+        /// The sysfs path that does not exist.
+        path: PathBuf,
+    },
+    /// The device has no IOMMU group: the IOMMU is off.
+    #[error("PCI device {addr} has no IOMMU group: the IOMMU is disabled; boot with intel_iommu=on (Intel) or amd_iommu=on (AMD) and enable VT-d/AMD-Vi in the firmware")]
+    NoIommuGroup {
+        /// The device.
+        addr: PciAddress,
+    },
+    /// The device is bound to another driver (or none).
+    #[error("PCI device {addr} is bound to {}, not vfio-pci: run scripts/setup.sh (or `ubdirect setup bind {addr}`) to bind it to vfio-pci", driver.as_deref().map(|d| format!("driver {d}")).unwrap_or_else(|| "no driver".into()))]
+    NotBoundToVfio {
+        /// The device.
+        addr: PciAddress,
+        /// The driver it is bound to, if any.
+        driver: Option<String>,
+    },
+    /// Another device in the IOMMU group is bound to a host driver.
+    #[error("IOMMU group {group} of {addr} is not viable: every device in it must be bound to vfio-pci or to no driver; others in the group: {others}: bind them to vfio-pci too (scripts/setup.sh) or move the device to its own slot")]
+    GroupNotViable {
+        /// The device opened.
+        addr: PciAddress,
+        /// The IOMMU group number.
+        group: u32,
+        /// The other devices of the group and their drivers, "0000:00:1f.0 (lpc_ich), ...".
+        others: String,
+    },
+    /// Opening a VFIO node was refused.
+    #[error("permission denied opening {path} as user {user}: run as root or give the group to this user (scripts/setup.sh with TARGET_USER={user})")]
+    PermissionDenied {
+        /// The node.
+        path: PathBuf,
+        /// The user name (or uid) of this process.
+        user: String,
+    },
+    /// The IOMMU could not pin the memory: RLIMIT_MEMLOCK is too low.
+    #[error("cannot pin {needed} bytes for DMA: RLIMIT_MEMLOCK is {limit} bytes; raise it (`ulimit -l unlimited`, limits.conf memlock, or systemd LimitMEMLOCK) or run as root")]
+    MemlockTooLow {
+        /// Bytes this domain needs pinned (already mapped + this mapping).
+        needed: u64,
+        /// The soft RLIMIT_MEMLOCK.
+        limit: u64,
+    },
+    /// No free IOVA range of the size and alignment is left in the domain.
+    #[error("IOVA space exhausted: no free range of {len:#x} bytes aligned to {align:#x} in the domain (largest free range {largest_free:#x}); unmap regions first")]
+    IovaExhausted {
+        /// Bytes asked for.
+        len: u64,
+        /// Alignment asked for.
+        align: u64,
+        /// The largest free range.
+        largest_free: u64,
+    },
+    /// The memory overlaps memory this domain already maps.
+    #[error("memory [{vaddr:#x}, +{len:#x}) is already mapped in this DMA domain: register each region once and share the Arc<UbRegion>")]
+    AlreadyMapped {
+        /// Start of the memory.
+        vaddr: usize,
+        /// Length.
+        len: usize,
+    },
+    /// Unmap of something this domain did not map.
+    #[error("IOVA [{iova:#x}, +{len:#x}) is not a mapping of this DMA domain")]
+    NotMapped {
+        /// The IOVA.
+        iova: u64,
+        /// The length.
+        len: usize,
+    },
+    /// The domain has no device yet, so the IOMMU is not set up.
+    #[error("the DMA domain has no device yet: open a PciDevice in it (PciDevice::open) before mapping memory; VFIO sets up the IOMMU when the first group joins")]
+    NoDevice,
+    /// A VFIO ioctl failed.
+    #[error("VFIO {op} failed: {source}")]
+    Vfio {
+        /// What was being done.
+        op: &'static str,
+        /// The vfio-ioctls error.
+        #[source]
+        source: vfio_ioctls::VfioError,
+    },
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Io {
+        /// What was being done.
+        op: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A config-space access failed or was out of range.
+    #[error("config space {what} of {addr} at {off:#x} (+{len}) failed: {reason}")]
+    ConfigAccess {
+        /// The device.
+        addr: PciAddress,
+        /// "read" or "write".
+        what: &'static str,
+        /// Offset.
+        off: u16,
+        /// Bytes.
+        len: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A BAR index that the device does not have or cannot map.
+    #[error("BAR {bar} of {addr}: {reason}")]
+    BadBar {
+        /// The device.
+        addr: PciAddress,
+        /// The BAR index.
+        bar: u8,
+        /// Why.
+        reason: String,
+    },
+    /// The device read back all-ones: it is gone (surprise removal, reset, BAR disabled).
+    #[error("device returned all-ones at MMIO offset {offset:#x}: it was removed, reset, or its memory decoding is off; rebind it to vfio-pci (scripts/setup.sh) and reopen")]
+    DeviceGone {
+        /// The MMIO offset read.
+        offset: usize,
+    },
+    /// The device does not support the operation.
+    #[error("{addr}: {what} is not supported by this device")]
+    Unsupported {
+        /// The device.
+        addr: PciAddress,
+        /// The operation.
+        what: &'static str,
+    },
+    /// A bad argument from the caller; nothing was changed.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Every block of the pool is out.
+    #[error("UB pool exhausted: all {block_count} blocks of {block_size} bytes are in use{}; return buffers (drop UbBuf) sooner or create the pool with more blocks (PoolConfig::block_count)", waited.map(|w| format!(" after waiting {w:?}")).unwrap_or_default())]
+    PoolExhausted {
+        /// Blocks in the pool.
+        block_count: usize,
+        /// Bytes per block.
+        block_size: usize,
+        /// How long get_timeout waited, if it waited.
+        waited: Option<std::time::Duration>,
+    },
+    /// No region with this id is registered.
+    #[error("no UB region {id} is registered")]
+    NoSuchRegion {
+        /// The id.
+        id: u32,
+    },
+    /// A region cannot be unregistered while something uses it.
+    #[error("UB region {id} is still in use by {users} pool(s)/DMA allocation(s): drop them (and every UbBuf) before unregistering")]
+    RegionBusy {
+        /// The region.
+        id: u32,
+        /// Pools and DmaMem allocations on it.
+        users: usize,
+    },
+    /// Hugepage allocation failed.
+    #[error(transparent)]
+    HugePages(#[from] ubdirect_hugepages::HugeError),
+}
+
+impl CoreError {
+    /// An [`CoreError::Io`] from the last OS error.
+    pub(crate) fn last_os(op: impl Into<String>) -> CoreError {
+        CoreError::Io {
+            op: op.into(),
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! [`PciDevice`]: a PCI function opened through VFIO in a [`DmaDomain`].
+
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use vfio_bindings::bindings::vfio::{
+    vfio_device_info, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_ioctls::VfioDevice;
+
+use super::capability::{walk, PciCapability};
+use super::PciAddress;
+use crate::error::{CoreError, Result};
+use crate::mmio::Mmio;
+use crate::vfio::DmaDomain;
+
+/// `_IO(VFIO_TYPE, VFIO_BASE + 7)`: vfio-ioctls keeps the device flags private.
+const VFIO_DEVICE_GET_INFO: libc::c_ulong = (59 << 8) | (100 + 7);
+/// `_IO(VFIO_TYPE, VFIO_BASE + 11)`: vfio-ioctls' reset() drops the result.
+const VFIO_DEVICE_RESET: libc::c_ulong = (59 << 8) | (100 + 11);
+/// Config-space command register and its bits.
+const COMMAND: u16 = 0x04;
+const CMD_MEMORY: u16 = 1 << 1;
+const CMD_BUS_MASTER: u16 = 1 << 2;
+
+/// A PCI function opened through VFIO. Shares its domain's IOMMU mappings; holds an
+/// `Arc<DmaDomain>` so the domain outlives it. Closed (the group released) on drop.
+pub struct PciDevice {
+    addr: PciAddress,
+    dev: VfioDevice,
+    flags: u32,
+    config_off: u64,
+    config_len: u64,
+    vendor: u16,
+    device: u16,
+    class: u32,
+    numa: Option<u32>,
+    domain: Arc<DmaDomain>,
+}
+
+impl std::fmt::Debug for PciDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PciDevice({} {:04x}:{:04x} class {:06x})",
+            self.addr, self.vendor, self.device, self.class
+        )
+    }
+}
+
+impl PciDevice {
+    /// Open `addr` (bound to vfio-pci) in `domain`; its IOMMU group joins the domain's container
+    /// on first use. Errors name the cause: no such device, IOMMU off, other driver, group not
+    /// viable, permissions.
+    pub fn open(domain: &Arc<DmaDomain>, addr: PciAddress) -> Result<Arc<PciDevice>> {
+        let (dev, sys) = domain.open_device(addr)?;
+        let flags = device_flags(&dev).map_err(|source| CoreError::Io {
+            op: format!("VFIO_DEVICE_GET_INFO on {addr}"),
+            source,
+        })?;
+        let cfg = VFIO_PCI_CONFIG_REGION_INDEX;
+        let mut d = PciDevice {
+            addr,
+            config_off: dev.get_region_offset(cfg),
+            config_len: dev.get_region_size(cfg),
+            dev,
+            flags,
+            vendor: 0,
+            device: 0,
+            class: 0,
+            numa: sys.numa,
+            domain: domain.clone(),
+        };
+        if d.config_len < 64 {
+            return Err(CoreError::ConfigAccess {
+                addr,
+                what: "read",
+                off: 0,
+                len: 64,
+                reason: format!("VFIO reports a {}-byte config region", d.config_len),
+            });
+        }
+        let id = d.config_read_u32(0)?;
+        if id == u32::MAX {
+            return Err(CoreError::ConfigAccess {
+                addr,
+                what: "read",
+                off: 0,
+                len: 4,
+                reason: "vendor/device id reads all-ones: the device is gone or in reset".into(),
+            });
+        }
+        d.vendor = id as u16;
+        d.device = (id >> 16) as u16;
+        d.class = d.config_read_u32(8)? >> 8;
+        Ok(Arc::new(d))
+    }
+
+    /// The device's PCI address.
+    pub fn address(&self) -> PciAddress {
+        self.addr
+    }
+
+    /// The domain the device was opened in.
+    pub fn domain(&self) -> &Arc<DmaDomain> {
+        &self.domain
+    }
+
+    /// PCI vendor id.
+    pub fn vendor_id(&self) -> u16 {
+        self.vendor
+    }
+
+    /// PCI device id.
+    pub fn device_id(&self) -> u16 {
+        self.device
+    }
+
+    /// 24-bit class code (class, subclass, prog-if), e.g. 0x010802 for NVMe.
+    pub fn class_code(&self) -> u32 {
+        self.class
+    }
+
+    /// The NUMA node the device sits on, if the platform says.
+    pub fn numa_node(&self) -> Option<u32> {
+        self.numa
+    }
+
+    fn config_rw(&self, what: &'static str, off: u16, buf: *mut u8, len: usize) -> Result<()> {
+        let err = |reason: String| CoreError::ConfigAccess {
+            addr: self.addr,
+            what,
+            off,
+            len,
+            reason,
+        };
+        if u64::from(off) + len as u64 > self.config_len {
+            return Err(err(format!(
+                "past the {}-byte config space",
+                self.config_len
+            )));
+        }
+        let fd = self.dev.as_raw_fd();
+        let pos = (self.config_off + u64::from(off)) as libc::off_t;
+        // SAFETY: buf points to len bytes owned by the caller; pread/pwrite touch only those.
+        let n = unsafe {
+            if what == "read" {
+                libc::pread(fd, buf.cast(), len, pos)
+            } else {
+                libc::pwrite(fd, buf.cast(), len, pos)
+            }
+        };
+        if n < 0 {
+            return Err(err(std::io::Error::last_os_error().to_string()));
+        }
+        if n as usize != len {
+            return Err(err(format!("short {what}: {n} of {len} bytes")));
+        }
+        Ok(())
+    }
+
+    /// Read a config-space byte (checked: a failed or short read is an error).
+    pub fn config_read_u8(&self, off: u16) -> Result<u8> {
+        let mut b = [0u8; 1];
+        self.config_rw("read", off, b.as_mut_ptr(), 1)?;
+        Ok(b[0])
+    }
+
+    /// Read a little-endian config-space u16 (checked).
+    pub fn config_read_u16(&self, off: u16) -> Result<u16> {
+        let mut b = [0u8; 2];
+        self.config_rw("read", off, b.as_mut_ptr(), 2)?;
+        Ok(u16::from_le_bytes(b))
+    }
+
+    /// Read a little-endian config-space u32 (checked).
+    pub fn config_read_u32(&self, off: u16) -> Result<u32> {
+        let mut b = [0u8; 4];
+        self.config_rw("read", off, b.as_mut_ptr(), 4)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Write a config-space byte (checked).
+    pub fn config_write_u8(&self, off: u16, v: u8) -> Result<()> {
+        let mut b = [v];
+        self.config_rw("write", off, b.as_mut_ptr(), 1)
+    }
+
+    /// Write a little-endian config-space u16 (checked).
+    pub fn config_write_u16(&self, off: u16, v: u16) -> Result<()> {
+        let mut b = v.to_le_bytes();
+        self.config_rw("write", off, b.as_mut_ptr(), 2)
+    }
+
+    /// Write a little-endian config-space u32 (checked).
+    pub fn config_write_u32(&self, off: u16, v: u32) -> Result<()> {
+        let mut b = v.to_le_bytes();
+        self.config_rw("write", off, b.as_mut_ptr(), 4)
+    }
+
+    /// The standard capability list.
+    pub fn capabilities(&self) -> Result<Vec<PciCapability>> {
+        walk(|o| self.config_read_u8(o), |o| self.config_read_u16(o))
+    }
+
+    fn check_bar(&self, bar: u8) -> Result<u64> {
+        let bad = |reason: String| CoreError::BadBar {
+            addr: self.addr,
+            bar,
+            reason,
+        };
+        if bar > 5 {
+            return Err(bad("BAR index must be 0..=5".into()));
+        }
+        let len = self.dev.get_region_size(u32::from(bar));
+        if len == 0 {
+            return Err(bad("the device does not implement this BAR (size 0)".into()));
+        }
+        Ok(len)
+    }
+
+    /// Length of BAR `bar` in bytes.
+    pub fn bar_len(&self, bar: u8) -> Result<u64> {
+        self.check_bar(bar)
+    }
+
+    /// mmap the whole BAR through VFIO.
+    pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
+        let len = self.check_bar(bar)?;
+        let flags = self.dev.get_region_flags(u32::from(bar));
+        if flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
+            return Err(CoreError::BadBar {
+                addr: self.addr,
+                bar,
+                reason: "VFIO does not allow mmap of this BAR (an I/O port BAR?)".into(),
+            });
+        }
+        let mut prot = 0;
+        if flags & VFIO_REGION_INFO_FLAG_READ != 0 {
+            prot |= libc::PROT_READ;
+        }
+        if flags & VFIO_REGION_INFO_FLAG_WRITE != 0 {
+            prot |= libc::PROT_WRITE;
+        }
+        let len = usize::try_from(len).map_err(|_| CoreError::BadBar {
+            addr: self.addr,
+            bar,
+            reason: format!("BAR of {len:#x} bytes does not fit the address space"),
+        })?;
+        let off = self.dev.get_region_offset(u32::from(bar));
+        // SAFETY: a fresh shared mapping of the device fd at the region offset VFIO gave us.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                self.dev.as_raw_fd(),
+                off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(CoreError::BadBar {
+                addr: self.addr,
+                bar,
+                reason: format!(
+                    "mmap of {len:#x} bytes failed: {} (a BAR with a non-mappable MSI-X table?)",
+                    std::io::Error::last_os_error()
+                ),
+            });
+        }
+        // SAFETY: p is a successful mmap of exactly len bytes, owned by the Mmio from now on.
+        Ok(unsafe { Mmio::from_mmap(NonNull::new_unchecked(p.cast()), len) })
+    }
+
+    /// Set memory-space decoding and bus mastering in the command register (needed before the
+    /// device may DMA).
+    pub fn enable_bus_master(&self) -> Result<()> {
+        let cmd = self.config_read_u16(COMMAND)?;
+        self.config_write_u16(COMMAND, cmd | CMD_MEMORY | CMD_BUS_MASTER)?;
+        let back = self.config_read_u16(COMMAND)?;
+        if back & CMD_BUS_MASTER == 0 {
+            return Err(CoreError::ConfigAccess {
+                addr: self.addr,
+                what: "write",
+                off: COMMAND,
+                len: 2,
+                reason: format!("bus master bit did not stick (command reads {back:#06x})"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reset the function (VFIO_DEVICE_RESET: FLR or another method the kernel picks). Fails
+    /// with [`CoreError::Unsupported`] when VFIO reports no reset method.
+    pub fn reset(&self) -> Result<()> {
+        if self.flags & VFIO_DEVICE_FLAGS_RESET == 0 {
+            return Err(CoreError::Unsupported {
+                addr: self.addr,
+                what: "VFIO_DEVICE_RESET",
+            });
+        }
+        // SAFETY: a no-argument ioctl on our device fd.
+        let rc = unsafe { libc::ioctl(self.dev.as_raw_fd(), VFIO_DEVICE_RESET) };
+        if rc != 0 {
+            return Err(CoreError::last_os(format!(
+                "VFIO_DEVICE_RESET on {}",
+                self.addr
+            )));
+        }
+        Ok(())
+    }
+
+    /// True when VFIO reports a reset method for the device.
+    pub fn can_reset(&self) -> bool {
+        self.flags & VFIO_DEVICE_FLAGS_RESET != 0
+    }
+}
+
+/// VFIO_DEVICE_GET_INFO flags.
+fn device_flags(dev: &VfioDevice) -> std::io::Result<u32> {
+    let mut info = vfio_device_info {
+        argsz: std::mem::size_of::<vfio_device_info>() as u32,
+        flags: 0,
+        num_regions: 0,
+        num_irqs: 0,
+        cap_offset: 0,
+        pad: 0,
+    };
+    // SAFETY: the kernel writes at most argsz bytes into info.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), VFIO_DEVICE_GET_INFO, &mut info) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(info.flags)
+}

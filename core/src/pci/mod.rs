@@ -1,0 +1,10 @@
+//! PCI devices opened through VFIO: addresses, checked config-space access, capabilities,
+//! BARs, bus mastering and reset.
+
+mod address;
+mod capability;
+mod device;
+
+pub use address::PciAddress;
+pub use capability::PciCapability;
+pub use device::PciDevice;

@@ -1,0 +1,8 @@
+//! The seams the pipeline and embedders are generic over: a block queue (storage) and a sink
+//! (GPU copy, BAR, null). Buffers move in on submit and come back in the completion.
+
+mod block;
+mod sink;
+
+pub use block::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+pub use sink::{Sink, SinkError, SinkErrorKind};

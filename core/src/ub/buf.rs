@@ -1,0 +1,107 @@
+//! [`UbBuf`]: one block of a [`UbPool`], owned by whoever holds it.
+
+use std::sync::Arc;
+
+use super::pool::UbPool;
+use super::region::UbRegion;
+
+/// One pool block. Moved into a submission and back out of its completion, so exactly one
+/// party (the CPU holder or a device) owns it at a time. Returns to its pool on drop.
+pub struct UbBuf {
+    ptr: *mut u8,
+    iova: u64,
+    idx: u32,
+    pool: Arc<UbPool>,
+}
+
+// SAFETY: a UbBuf is the exclusive owner of its block; moving it to another thread moves that
+// ownership. The pool it returns to is Sync.
+unsafe impl Send for UbBuf {}
+// SAFETY: &UbBuf only allows reads of the block (as_slice); mutation needs &mut.
+unsafe impl Sync for UbBuf {}
+
+impl std::fmt::Debug for UbBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UbBuf")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len())
+            .field("block", &self.idx)
+            .finish()
+    }
+}
+
+impl UbBuf {
+    #[inline]
+    pub(crate) fn new(pool: Arc<UbPool>, idx: u32, ptr: *mut u8, iova: u64) -> UbBuf {
+        UbBuf {
+            ptr,
+            iova,
+            idx,
+            pool,
+        }
+    }
+
+    /// The block's device (IOVA) address.
+    #[inline]
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// The block size in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.pool.block_size()
+    }
+
+    /// Always false (blocks are at least 4 KiB).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The block's bytes for the CPU.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the block is len bytes of mapped region memory owned by this buffer; no
+        // device may touch it while the CPU holds the buffer (ownership moves on submit).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len()) }
+    }
+
+    /// The block's bytes for the CPU, writable.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as as_slice, and &mut self makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len()) }
+    }
+
+    /// The block's CPU address.
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The region the block lives in.
+    #[inline]
+    pub fn region(&self) -> &Arc<UbRegion> {
+        self.pool.region()
+    }
+
+    /// The pool the block returns to.
+    #[inline]
+    pub fn pool(&self) -> &Arc<UbPool> {
+        &self.pool
+    }
+
+    /// The block's index in its pool.
+    #[inline]
+    pub fn index(&self) -> u32 {
+        self.idx
+    }
+}
+
+impl Drop for UbBuf {
+    #[inline]
+    fn drop(&mut self) {
+        self.pool.put(self.idx);
+    }
+}

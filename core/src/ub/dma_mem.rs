@@ -1,0 +1,190 @@
+//! [`DmaMem`]: driver-internal DMA memory (queues, PRP list pages, virtqueue rings), carved at
+//! 4 KiB granularity from hugepage slabs registered once per registry.
+
+use std::sync::Arc;
+
+use ubdirect_hugepages::PageSize;
+
+use super::region::UbRegion;
+use super::registry::UbRegistry;
+use crate::error::{CoreError, Result};
+use crate::iova::IovaAllocator;
+
+const PAGE: usize = 4096;
+const SLAB: usize = 2 << 20;
+
+/// The slabs of one registry (kept until the registry goes).
+#[derive(Default)]
+pub(crate) struct DmaSlabs {
+    slabs: Vec<Slab>,
+}
+
+struct Slab {
+    region: Arc<UbRegion>,
+    /// Offsets within the region.
+    space: IovaAllocator,
+}
+
+/// Zeroed, page-aligned, IOVA-contiguous DMA memory for a driver's own structures. Freed
+/// (returned to its slab) on drop; the slab stays mapped for the registry's life.
+pub struct DmaMem {
+    registry: Arc<UbRegistry>,
+    region: Arc<UbRegion>,
+    offset: usize,
+    len: usize,
+}
+
+// SAFETY: DmaMem exclusively owns its range of the slab; the pointer is only an address.
+unsafe impl Send for DmaMem {}
+// SAFETY: &DmaMem exposes only addresses; accesses through them are the driver's (unsafe) job.
+unsafe impl Sync for DmaMem {}
+
+impl std::fmt::Debug for DmaMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaMem")
+            .field("iova", &format_args!("{:#x}", self.iova()))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl DmaMem {
+    /// `len` bytes (rounded up to 4 KiB), zeroed, from `registry`'s DMA slabs; a new 2 MiB
+    /// hugepage slab (larger for large requests) is registered when none has room. Without
+    /// free hugepages the slab falls back to 4 KiB anonymous memory (with a warning).
+    pub fn alloc(registry: &Arc<UbRegistry>, len: usize) -> Result<DmaMem> {
+        let len = len
+            .checked_add(PAGE - 1)
+            .map(|l| l & !(PAGE - 1))
+            .filter(|&l| l > 0)
+            .ok_or_else(|| CoreError::InvalidArgument(format!("DmaMem of {len} bytes")))?;
+        let mut slabs = registry.dma.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = None;
+        for s in slabs.slabs.iter_mut() {
+            if let Ok(off) = s.space.alloc(len as u64, PAGE as u64) {
+                found = Some((s.region.clone(), off as usize));
+                break;
+            }
+        }
+        let (region, offset) = match found {
+            Some(f) => f,
+            None => {
+                let size = len.div_ceil(SLAB) * SLAB;
+                let region = match registry.register_hugepages(size, PageSize::Size2M, None) {
+                    Ok(r) => r,
+                    Err(CoreError::HugePages(e)) => {
+                        tracing::warn!("DmaMem slab falls back to 4 KiB pages: {e}");
+                        registry.register_anonymous(size, None)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                // The registry's own use: the slab can never be unregistered under us.
+                region.add_user();
+                let mut space = IovaAllocator::new(std::slice::from_ref(&(0..region.len as u64)));
+                let off = space
+                    .alloc(len as u64, PAGE as u64)
+                    .map_err(|e| CoreError::InvalidArgument(format!("fresh DMA slab: {e:?}")))?;
+                slabs.slabs.push(Slab {
+                    region: region.clone(),
+                    space,
+                });
+                (region, off as usize)
+            }
+        };
+        region.add_user();
+        drop(slabs);
+        // SAFETY: [offset, offset+len) of the slab is ours alone now; nothing else aliases it.
+        unsafe { std::ptr::write_bytes(region.vaddr.add(offset), 0, len) };
+        Ok(DmaMem {
+            registry: registry.clone(),
+            region,
+            offset,
+            len,
+        })
+    }
+
+    /// The device address of the start.
+    pub fn iova(&self) -> u64 {
+        self.region.iova + self.offset as u64
+    }
+
+    /// Length in bytes (a multiple of 4 KiB).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The CPU address of the start.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.region.vaddr.wrapping_add(self.offset)
+    }
+
+    /// The slab region this memory was carved from.
+    pub fn region(&self) -> &Arc<UbRegion> {
+        &self.region
+    }
+}
+
+impl Drop for DmaMem {
+    fn drop(&mut self) {
+        let mut slabs = self.registry.dma.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slabs
+            .slabs
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.region, &self.region))
+        {
+            let _ = s.space.free(self.offset as u64, self.len as u64);
+        }
+        self.region.remove_user();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfio::DmaDomain;
+
+    #[test]
+    fn allocations_are_zeroed_aligned_and_disjoint() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let a = DmaMem::alloc(&reg, 100).unwrap();
+        let b = DmaMem::alloc(&reg, 8192).unwrap();
+        assert_eq!(a.len(), 4096);
+        assert_eq!(a.iova() % 4096, 0);
+        assert_eq!(a.as_ptr() as usize % 4096, 0);
+        assert!(a.iova() + a.len() as u64 <= b.iova() || b.iova() + b.len() as u64 <= a.iova());
+        assert_eq!(reg.iova_of(b.as_ptr()), Some(b.iova()));
+        // SAFETY: a is ours, 4096 bytes.
+        unsafe { std::ptr::write_bytes(a.as_ptr(), 0xff, 4096) };
+        let off = a.iova();
+        drop(a);
+        let c = DmaMem::alloc(&reg, 4096).unwrap();
+        assert_eq!(c.iova(), off, "freed range reused");
+        // SAFETY: c is ours.
+        let s = unsafe { std::slice::from_raw_parts(c.as_ptr(), 4096) };
+        assert!(s.iter().all(|&x| x == 0), "reused memory is zeroed");
+        assert_eq!(reg.regions().len(), 1, "one slab");
+    }
+
+    #[test]
+    fn slab_cannot_be_unregistered_and_large_requests_get_their_own() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let a = DmaMem::alloc(&reg, 4096).unwrap();
+        assert!(matches!(
+            reg.unregister(a.region().id),
+            Err(CoreError::RegionBusy { .. })
+        ));
+        let big = DmaMem::alloc(&reg, 3 << 20).unwrap();
+        assert_eq!(big.len(), 3 << 20);
+        assert_eq!(reg.regions().len(), 2);
+        assert!(DmaMem::alloc(&reg, 0).is_err());
+        drop((a, big));
+        let d = reg.domain().clone();
+        drop(reg);
+        assert_eq!(d.mapping_count(), 0, "slabs unmapped with the registry");
+    }
+}

@@ -1,0 +1,26 @@
+//! The unified buffer (UB): DMA-able regions registered once in a [`UbRegistry`] (hugepages,
+//! device BAR windows, external memory), fixed-block pools over them ([`UbPool`] handing out
+//! [`UbBuf`]), and driver-internal DMA memory ([`DmaMem`]).
+//!
+//! # Drop order
+//! - A [`UbRegion`] holds an `Arc<DmaDomain>` and unmaps itself from the IOMMU when its last
+//!   `Arc` goes (or at [`UbRegistry::unregister`]), before its memory is unmapped from the
+//!   process. Pools hold their region; buffers hold their pool; so memory is never freed under
+//!   a live buffer.
+//! - Drivers hold `Arc<UbRegistry>` / `Arc<DmaDomain>`, so the domain outlives them. A driver
+//!   must quiesce its device (disable/reset the controller, stop its queues) before dropping
+//!   the `DmaMem` and buffers the device could still write: the IOMMU then faults late DMA
+//!   instead of letting it land in reused memory.
+
+mod buf;
+mod dma_mem;
+mod free_stack;
+mod pool;
+mod region;
+mod registry;
+
+pub use buf::UbBuf;
+pub use dma_mem::DmaMem;
+pub use pool::{PoolConfig, PoolStats, UbPool};
+pub use region::{RegionId, RegionKind, UbRegion};
+pub use registry::UbRegistry;

@@ -1,0 +1,530 @@
+//! [`UbPool`]: one region carved into fixed, power-of-two blocks handed out as [`UbBuf`]s.
+//! Get and put are a lock-free pop/push plus three uncontended atomic counters: no allocation,
+//! no syscall. Only [`UbPool::get_timeout`] on an empty pool takes a lock and sleeps.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use ubdirect_hugepages::PageSize;
+
+use super::buf::UbBuf;
+use super::free_stack::FreeStack;
+use super::region::UbRegion;
+use super::registry::UbRegistry;
+use crate::error::{CoreError, Result};
+
+/// Block size and count of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Bytes per block: a power of two, at least 4 KiB.
+    pub block_size: usize,
+    /// Number of blocks.
+    pub block_count: usize,
+}
+
+impl Default for PoolConfig {
+    /// 8 blocks of 64 MiB (the source document's default).
+    fn default() -> Self {
+        PoolConfig {
+            block_size: 64 << 20,
+            block_count: 8,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// Bytes the pool needs (None on overflow).
+    pub fn total(&self) -> Option<usize> {
+        self.block_size.checked_mul(self.block_count)
+    }
+
+    fn validate(&self) -> Result<usize> {
+        if !self.block_size.is_power_of_two() || self.block_size < 4096 {
+            return Err(CoreError::InvalidArgument(format!(
+                "pool block size {} must be a power of two >= 4096",
+                self.block_size
+            )));
+        }
+        if self.block_count == 0 || self.block_count >= u32::MAX as usize {
+            return Err(CoreError::InvalidArgument(format!(
+                "pool block count {} must be 1..{}",
+                self.block_count,
+                u32::MAX
+            )));
+        }
+        self.total().ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "pool of {} x {} bytes overflows",
+                self.block_count, self.block_size
+            ))
+        })
+    }
+}
+
+/// Statistics of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Bytes per block.
+    pub block_size: usize,
+    /// Blocks in the pool.
+    pub block_count: usize,
+    /// Blocks out now.
+    pub in_use: usize,
+    /// Most blocks ever out at once.
+    pub high_water: usize,
+    /// Successful gets.
+    pub allocations: u64,
+    /// Gets that found the pool empty (get errors and get_timeout expiries).
+    pub failures: u64,
+}
+
+/// A fixed-block pool over one registered region.
+pub struct UbPool {
+    region: Arc<UbRegion>,
+    block_size: usize,
+    block_count: usize,
+    shift: u32,
+    free: FreeStack,
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    failures: AtomicU64,
+    high_water: AtomicUsize,
+    waiters: AtomicUsize,
+    wait_lock: Mutex<()>,
+    wait_cv: Condvar,
+    /// Set when the pool created its region (with_hugepages) and unregisters it on drop.
+    owner: Option<Weak<UbRegistry>>,
+}
+
+impl std::fmt::Debug for UbPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UbPool")
+            .field("region", &self.region.id)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl UbPool {
+    /// Carve `region` (registered in `registry`) into `cfg.block_count` blocks of
+    /// `cfg.block_size` from its start.
+    pub fn new(
+        registry: &Arc<UbRegistry>,
+        region: Arc<UbRegion>,
+        cfg: PoolConfig,
+    ) -> Result<Arc<UbPool>> {
+        UbPool::build(registry, region, cfg, false)
+    }
+
+    /// Allocate a hugepage region for `cfg` on `numa`, register it and carve it. The region is
+    /// unregistered when the pool goes.
+    pub fn with_hugepages(
+        registry: &Arc<UbRegistry>,
+        cfg: PoolConfig,
+        numa: Option<u32>,
+    ) -> Result<Arc<UbPool>> {
+        let total = cfg.validate()?;
+        let size = if total >= (1 << 30)
+            && total % (1 << 30) == 0
+            && hugepages_free(PageSize::Size1G, numa) * (1 << 30) >= total as u64
+        {
+            PageSize::Size1G
+        } else {
+            PageSize::Size2M
+        };
+        let region = registry.register_hugepages(total, size, numa)?;
+        match UbPool::build(registry, region.clone(), cfg, true) {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let _ = registry.unregister(region.id);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(
+        registry: &Arc<UbRegistry>,
+        region: Arc<UbRegion>,
+        cfg: PoolConfig,
+        owned: bool,
+    ) -> Result<Arc<UbPool>> {
+        let total = cfg.validate()?;
+        if total > region.len {
+            return Err(CoreError::InvalidArgument(format!(
+                "pool of {} x {} bytes does not fit region {} of {} bytes",
+                cfg.block_count, cfg.block_size, region.id, region.len
+            )));
+        }
+        registry.add_user(&region)?;
+        Ok(Arc::new(UbPool {
+            shift: cfg.block_size.trailing_zeros(),
+            block_size: cfg.block_size,
+            block_count: cfg.block_count,
+            free: FreeStack::full(cfg.block_count as u32),
+            region,
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            high_water: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            wait_lock: Mutex::new(()),
+            wait_cv: Condvar::new(),
+            owner: owned.then(|| Arc::downgrade(registry)),
+        }))
+    }
+
+    /// Bytes per block.
+    #[inline]
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// The region the blocks live in.
+    #[inline]
+    pub fn region(&self) -> &Arc<UbRegion> {
+        &self.region
+    }
+
+    #[inline]
+    fn take(self: &Arc<Self>) -> Option<UbBuf> {
+        let idx = self.free.pop()?;
+        let a = self.allocs.fetch_add(1, Ordering::Relaxed) + 1;
+        let in_use = a.saturating_sub(self.frees.load(Ordering::Relaxed)) as usize;
+        if in_use > self.high_water.load(Ordering::Relaxed) {
+            self.high_water.fetch_max(in_use, Ordering::Relaxed);
+        }
+        let off = (idx as usize) << self.shift;
+        Some(UbBuf::new(
+            self.clone(),
+            idx,
+            self.region.vaddr.wrapping_add(off),
+            self.region.iova + off as u64,
+        ))
+    }
+
+    fn exhausted(&self, waited: Option<Duration>) -> CoreError {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        CoreError::PoolExhausted {
+            block_count: self.block_count,
+            block_size: self.block_size,
+            waited,
+        }
+    }
+
+    /// Take a free block, or [`CoreError::PoolExhausted`] at once when none is free.
+    #[inline]
+    pub fn get(self: &Arc<Self>) -> Result<UbBuf> {
+        match self.take() {
+            Some(b) => Ok(b),
+            None => Err(self.exhausted(None)),
+        }
+    }
+
+    /// Take a free block, waiting up to `d` for one to come back.
+    pub fn get_timeout(self: &Arc<Self>, d: Duration) -> Result<UbBuf> {
+        if let Some(b) = self.take() {
+            return Ok(b);
+        }
+        let start = Instant::now();
+        let deadline = start.checked_add(d);
+        let mut g = self.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        // Pairs with put(): its push is ordered before its waiter check, our registration
+        // before our retry, so a put either sees us waiting or we see its block.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let out = loop {
+            if let Some(b) = self.take() {
+                break Ok(b);
+            }
+            let now = Instant::now();
+            let left = match deadline {
+                Some(dl) if now >= dl => break Err(self.exhausted(Some(now - start))),
+                Some(dl) => dl - now,
+                None => Duration::from_secs(3600),
+            };
+            g = self
+                .wait_cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(g);
+        out
+    }
+
+    /// Return block `idx` (from UbBuf::drop).
+    #[inline]
+    pub(crate) fn put(&self, idx: u32) {
+        self.free.push(idx);
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.wait_cv.notify_one();
+        }
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> PoolStats {
+        let frees = self.frees.load(Ordering::Relaxed);
+        let allocs = self.allocs.load(Ordering::Relaxed);
+        PoolStats {
+            block_size: self.block_size,
+            block_count: self.block_count,
+            in_use: allocs.saturating_sub(frees) as usize,
+            high_water: self.high_water.load(Ordering::Relaxed),
+            allocations: allocs,
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for UbPool {
+    fn drop(&mut self) {
+        self.region.remove_user();
+        if let Some(reg) = self.owner.as_ref().and_then(Weak::upgrade) {
+            if let Err(e) = reg.unregister(self.region.id) {
+                tracing::warn!(
+                    region = self.region.id,
+                    "pool could not unregister its region: {e}"
+                );
+            }
+        }
+    }
+}
+
+fn hugepages_free(size: PageSize, numa: Option<u32>) -> u64 {
+    ubdirect_hugepages::pools()
+        .ok()
+        .and_then(|ps| ps.into_iter().find(|p| p.size == size && p.node == numa))
+        .map(|p| p.free)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfio::DmaDomain;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn pool(bs: usize, n: usize) -> (Arc<UbRegistry>, Arc<UbPool>) {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let r = reg.register_anonymous(bs * n, None).unwrap();
+        let p = UbPool::new(
+            &reg,
+            r,
+            PoolConfig {
+                block_size: bs,
+                block_count: n,
+            },
+        )
+        .unwrap();
+        (reg, p)
+    }
+
+    #[test]
+    fn blocks_are_distinct_and_inside_the_region() {
+        let (_reg, p) = pool(4096, 16);
+        let bufs: Vec<UbBuf> = (0..16).map(|_| p.get().unwrap()).collect();
+        let iovas: HashSet<u64> = bufs.iter().map(|b| b.iova()).collect();
+        assert_eq!(iovas.len(), 16);
+        for b in &bufs {
+            assert!(b.region().contains_iova(b.iova(), b.len()));
+            assert_eq!((b.iova() - b.region().iova) % 4096, 0);
+            assert_eq!(
+                b.as_ptr() as usize - b.region().vaddr as usize,
+                (b.iova() - b.region().iova) as usize
+            );
+        }
+        let e = p.get().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("all 16 blocks of 4096 bytes are in use"),
+            "{e}"
+        );
+        let s = p.stats();
+        assert_eq!(
+            (s.in_use, s.high_water, s.allocations, s.failures),
+            (16, 16, 16, 1)
+        );
+        drop(bufs);
+        let s = p.stats();
+        assert_eq!((s.in_use, s.high_water), (0, 16));
+    }
+
+    #[test]
+    fn buffers_are_writable_and_keep_their_data() {
+        let (_reg, p) = pool(8192, 2);
+        let mut a = p.get().unwrap();
+        let mut b = p.get().unwrap();
+        a.as_mut_slice().fill(0xaa);
+        b.as_mut_slice().fill(0x55);
+        assert!(a.as_slice().iter().all(|&x| x == 0xaa));
+        assert!(b.as_slice().iter().all(|&x| x == 0x55));
+        assert_eq!(a.len(), 8192);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_and_change_nothing() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let r = reg.register_anonymous(1 << 16, None).unwrap();
+        for (bs, n, why) in [
+            (3000, 4, "power of two"),
+            (2048, 4, "power of two >= 4096"),
+            (4096, 0, "block count"),
+            (1 << 16, 2, "does not fit"),
+        ] {
+            let e = UbPool::new(
+                &reg,
+                r.clone(),
+                PoolConfig {
+                    block_size: bs,
+                    block_count: n,
+                },
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        }
+        assert_eq!(r.users(), 0);
+    }
+
+    #[test]
+    fn pool_holds_its_region_registered() {
+        let (reg, p) = pool(4096, 4);
+        let id = p.region().id;
+        assert!(matches!(
+            reg.unregister(id),
+            Err(CoreError::RegionBusy { .. })
+        ));
+        let b = p.get().unwrap();
+        drop(p); // the buffer keeps the pool alive
+        assert!(matches!(
+            reg.unregister(id),
+            Err(CoreError::RegionBusy { .. })
+        ));
+        drop(b);
+        reg.unregister(id).unwrap();
+    }
+
+    #[test]
+    fn get_timeout_honours_the_deadline() {
+        let (_reg, p) = pool(4096, 1);
+        let held = p.get().unwrap();
+        let t = Instant::now();
+        let e = p.get_timeout(Duration::from_millis(30)).unwrap_err();
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(30),
+            "returned early after {waited:?}"
+        );
+        assert!(
+            matches!(e, CoreError::PoolExhausted { waited: Some(w), .. } if w >= Duration::from_millis(30))
+        );
+        assert_eq!(p.stats().failures, 1);
+        drop(held);
+        assert!(p.get_timeout(Duration::ZERO).is_ok());
+    }
+
+    #[test]
+    fn get_timeout_wakes_when_a_buffer_returns() {
+        let (_reg, p) = pool(4096, 1);
+        let held = p.get().unwrap();
+        let p2 = p.clone();
+        let h =
+            std::thread::spawn(move || p2.get_timeout(Duration::from_secs(20)).map(|b| b.index()));
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert_eq!(h.join().unwrap().unwrap(), 0);
+    }
+
+    #[test]
+    fn threads_never_get_the_same_block() {
+        let (_reg, p) = pool(4096, 8);
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..5000u32 {
+                        if let Ok(mut b) = p.get() {
+                            let tag = (t << 24) | i;
+                            b.as_mut_slice()[..4].copy_from_slice(&tag.to_ne_bytes());
+                            std::hint::spin_loop();
+                            assert_eq!(&b.as_slice()[..4], &tag.to_ne_bytes(), "block shared");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let s = p.stats();
+        assert_eq!(s.in_use, 0);
+        assert!(s.high_water <= 8);
+    }
+
+    #[test]
+    fn with_hugepages_refuses_clearly_or_owns_its_region() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let cfg = PoolConfig {
+            block_size: 1 << 20,
+            block_count: 4,
+        };
+        match UbPool::with_hugepages(&reg, cfg, None) {
+            Ok(p) => {
+                assert_eq!(reg.regions().len(), 1);
+                drop(p);
+                assert!(
+                    reg.regions().is_empty(),
+                    "region unregistered with its pool"
+                );
+                assert_eq!(reg.domain().mapping_count(), 0);
+            }
+            Err(e) => assert!(e.to_string().contains("hugepages"), "{e}"),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Get,
+        Put(prop::sample::Index),
+    }
+
+    proptest! {
+        #[test]
+        fn stats_match_a_model(ops in proptest::collection::vec(prop_oneof![Just(Op::Get), any::<prop::sample::Index>().prop_map(Op::Put)], 1..300)) {
+            let (_reg, p) = pool(4096, 6);
+            let mut held: Vec<UbBuf> = Vec::new();
+            let (mut allocs, mut fails, mut hw) = (0u64, 0u64, 0usize);
+            for op in ops {
+                match op {
+                    Op::Get => match p.get() {
+                        Ok(b) => {
+                            prop_assert!(held.iter().all(|h| h.index() != b.index()), "handed out twice");
+                            held.push(b);
+                            allocs += 1;
+                            hw = hw.max(held.len());
+                        }
+                        Err(_) => {
+                            prop_assert_eq!(held.len(), 6);
+                            fails += 1;
+                        }
+                    },
+                    Op::Put(i) => if !held.is_empty() { held.swap_remove(i.index(held.len())); },
+                }
+                let s = p.stats();
+                prop_assert_eq!(s.in_use, held.len());
+                prop_assert_eq!(s.allocations, allocs);
+                prop_assert_eq!(s.failures, fails);
+                prop_assert_eq!(s.high_water, hw);
+            }
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! [`UbRegistry`]: the regions of one DMA domain, with O(log n) lookups by IOVA and by CPU
+//! address.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use ubdirect_hugepages::{HugeMem, PageSize};
+
+use super::dma_mem::DmaSlabs;
+use super::region::{Backing, RegionId, RegionKind, UbRegion};
+use crate::error::{CoreError, Result};
+use crate::mmio::Mmio;
+use crate::pci::PciDevice;
+use crate::vfio::DmaDomain;
+
+const MIB2: usize = 2 << 20;
+
+/// The registry of DMA-able regions of one domain. Each region is mapped once at
+/// registration; lookups are O(log n) in the number of regions.
+pub struct UbRegistry {
+    domain: Arc<DmaDomain>,
+    next_id: AtomicU32,
+    inner: RwLock<Inner>,
+    pub(crate) dma: Mutex<DmaSlabs>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: BTreeMap<RegionId, Arc<UbRegion>>,
+    by_iova: BTreeMap<u64, RegionId>,
+    by_vaddr: BTreeMap<usize, RegionId>,
+}
+
+impl std::fmt::Debug for UbRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UbRegistry")
+            .field("regions", &self.read().by_id.len())
+            .finish()
+    }
+}
+
+impl UbRegistry {
+    /// An empty registry over `domain`.
+    pub fn new(domain: Arc<DmaDomain>) -> Arc<UbRegistry> {
+        Arc::new(UbRegistry {
+            domain,
+            next_id: AtomicU32::new(1),
+            inner: RwLock::new(Inner::default()),
+            dma: Mutex::new(DmaSlabs::default()),
+        })
+    }
+
+    /// The domain regions are mapped in.
+    pub fn domain(&self) -> &Arc<DmaDomain> {
+        &self.domain
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocate `len` bytes (rounded up to the page size) of hugepages of `size` on `numa`,
+    /// map them and register them.
+    pub fn register_hugepages(
+        &self,
+        len: usize,
+        size: PageSize,
+        numa: Option<u32>,
+    ) -> Result<Arc<UbRegion>> {
+        let mem = HugeMem::alloc(len, size, numa)?;
+        let (ptr, len) = (mem.as_ptr(), mem.len());
+        let kind = RegionKind::Host {
+            page_size: size.bytes(),
+        };
+        // SAFETY: `mem` moves into the region, which unmaps the IOVA range before dropping it.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                size.bytes() as usize,
+                kind,
+                numa,
+                Backing::Huge(mem),
+            )
+        }
+    }
+
+    /// Allocate `len` bytes (rounded up to 4 KiB) of ordinary anonymous memory, map and
+    /// register it. For machines without hugepages (the kernel path, tests); prefer
+    /// [`UbRegistry::register_hugepages`] for devices.
+    pub fn register_anonymous(&self, len: usize, numa: Option<u32>) -> Result<Arc<UbRegion>> {
+        let len = len
+            .checked_add(4095)
+            .map(|l| l & !4095)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| {
+                CoreError::InvalidArgument(format!("anonymous region of {len} bytes"))
+            })?;
+        let m = Mmio::anonymous(len)?;
+        let ptr = m.as_ptr();
+        let align = if len >= MIB2 { MIB2 } else { 4096 };
+        // SAFETY: the mapping moves into the region, which unmaps the IOVA range first.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                align,
+                RegionKind::Host { page_size: 4096 },
+                numa,
+                Backing::Anonymous(m),
+            )
+        }
+    }
+
+    /// mmap BAR `bar` of `dev` through VFIO and map it into this domain (peer-to-peer: other
+    /// devices in the domain can DMA into the BAR).
+    pub fn register_bar(&self, dev: &Arc<PciDevice>, bar: u8) -> Result<Arc<UbRegion>> {
+        let m = dev.map_bar(bar)?;
+        let (ptr, len) = (m.as_ptr(), m.len());
+        let align = if len >= MIB2 && len % MIB2 == 0 {
+            MIB2
+        } else {
+            4096
+        };
+        let kind = RegionKind::DeviceBar {
+            device: dev.address(),
+            bar,
+        };
+        // SAFETY: the BAR mapping (and the device) move into the region.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                align,
+                kind,
+                dev.numa_node(),
+                Backing::Bar(m, dev.clone()),
+            )
+        }
+    }
+
+    /// Map and register memory the caller allocated.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must be page aligned, stay allocated and mapped until the region is
+    /// unregistered and every `Arc<UbRegion>` of it is dropped, and devices may write it at any
+    /// time while it is registered.
+    pub unsafe fn register_external(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        numa: Option<u32>,
+    ) -> Result<Arc<UbRegion>> {
+        let align = if (ptr as usize) % MIB2 == 0 && len % MIB2 == 0 {
+            MIB2
+        } else {
+            4096
+        };
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                align,
+                RegionKind::External,
+                numa,
+                Backing::External,
+            )
+        }
+    }
+
+    /// # Safety
+    /// As [`DmaDomain::map`]; `backing` keeps the memory alive.
+    unsafe fn insert(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        align: usize,
+        kind: RegionKind,
+        numa: Option<u32>,
+        backing: Backing,
+    ) -> Result<Arc<UbRegion>> {
+        // SAFETY: forwarded from this function's contract.
+        let iova = unsafe { self.domain.map(ptr, len, align)? };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let r = Arc::new(UbRegion::new(
+            id,
+            ptr,
+            iova,
+            len,
+            kind,
+            numa,
+            self.domain.clone(),
+            backing,
+        ));
+        let mut w = self.write();
+        w.by_id.insert(id, r.clone());
+        w.by_iova.insert(iova, id);
+        w.by_vaddr.insert(ptr as usize, id);
+        Ok(r)
+    }
+
+    /// Unmap region `id` from the IOMMU and forget it. Refused while pools or DMA allocations
+    /// use it. The memory itself is freed when the last `Arc<UbRegion>` goes.
+    pub fn unregister(&self, id: RegionId) -> Result<()> {
+        let mut w = self.write();
+        let r = w
+            .by_id
+            .get(&id)
+            .ok_or(CoreError::NoSuchRegion { id })?
+            .clone();
+        let users = r.users();
+        if users > 0 {
+            return Err(CoreError::RegionBusy { id, users });
+        }
+        r.unmap()?;
+        w.by_id.remove(&id);
+        w.by_iova.remove(&r.iova);
+        w.by_vaddr.remove(&(r.vaddr as usize));
+        Ok(())
+    }
+
+    /// Register a use of `region` (a pool), failing if it is not (or no longer) registered here.
+    pub(crate) fn add_user(&self, region: &Arc<UbRegion>) -> Result<()> {
+        let r = self.read();
+        match r.by_id.get(&region.id) {
+            Some(x) if Arc::ptr_eq(x, region) => {
+                region.add_user();
+                Ok(())
+            }
+            _ => Err(CoreError::NoSuchRegion { id: region.id }),
+        }
+    }
+
+    /// The region `id`.
+    pub fn get(&self, id: RegionId) -> Option<Arc<UbRegion>> {
+        self.read().by_id.get(&id).cloned()
+    }
+
+    /// Every registered region, by id.
+    pub fn regions(&self) -> Vec<Arc<UbRegion>> {
+        self.read().by_id.values().cloned().collect()
+    }
+
+    /// The region holding `iova` and the offset of `iova` in it.
+    pub fn region_of_iova(&self, iova: u64) -> Option<(Arc<UbRegion>, usize)> {
+        let r = self.read();
+        let (_, id) = r.by_iova.range(..=iova).next_back()?;
+        let reg = r.by_id.get(id)?;
+        reg.contains_iova(iova, 1)
+            .then(|| (reg.clone(), (iova - reg.iova) as usize))
+    }
+
+    /// The IOVA devices use for CPU address `vaddr`, if it lies in a registered region.
+    pub fn iova_of(&self, vaddr: *const u8) -> Option<u64> {
+        let va = vaddr as usize;
+        let r = self.read();
+        let (&start, id) = r.by_vaddr.range(..=va).next_back()?;
+        let reg = r.by_id.get(id)?;
+        (va - start < reg.len).then(|| reg.iova + (va - start) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn lookups_find_regions_and_offsets() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let a = reg.register_anonymous(3 * 4096, None).unwrap();
+        let b = reg.register_anonymous(5 * 4096, Some(0)).unwrap();
+        assert_eq!(reg.domain().mapping_count(), 2);
+        assert_eq!(reg.iova_of(a.vaddr), Some(a.iova));
+        assert_eq!(reg.iova_of(b.vaddr.wrapping_add(4097)), Some(b.iova + 4097));
+        // One past b's end is outside b: nothing, or a when mmap placed a right after b.
+        let past = b.vaddr.wrapping_add(5 * 4096);
+        let expect = (past == a.vaddr).then_some(a.iova);
+        assert_eq!(reg.iova_of(past), expect);
+        let (r, off) = reg.region_of_iova(a.iova + 8191).unwrap();
+        assert_eq!((r.id, off), (a.id, 8191));
+        assert!(reg.region_of_iova(a.iova + 3 * 4096).map(|(r, _)| r.id) != Some(a.id));
+        assert!(reg.region_of_iova(0).is_none());
+        assert_eq!(b.numa, Some(0));
+        assert_eq!(b.kind, RegionKind::Host { page_size: 4096 });
+    }
+
+    #[test]
+    fn unregister_unmaps_and_refuses_busy_or_unknown() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let a = reg.register_anonymous(4096, None).unwrap();
+        reg.add_user(&a).unwrap();
+        let e = reg.unregister(a.id).unwrap_err();
+        assert!(matches!(e, CoreError::RegionBusy { users: 1, .. }), "{e}");
+        assert_eq!(reg.domain().mapping_count(), 1, "refusal changed nothing");
+        a.remove_user();
+        reg.unregister(a.id).unwrap();
+        assert!(!a.is_mapped());
+        assert_eq!(reg.domain().mapping_count(), 0);
+        assert!(matches!(
+            reg.unregister(a.id),
+            Err(CoreError::NoSuchRegion { .. })
+        ));
+        assert!(reg.add_user(&a).is_err(), "no new users after unregister");
+        assert_eq!(reg.iova_of(a.vaddr), None);
+    }
+
+    #[test]
+    fn dropping_the_registry_unmaps_everything() {
+        let d = DmaDomain::host_only();
+        let reg = UbRegistry::new(d.clone());
+        reg.register_anonymous(4096, None).unwrap();
+        reg.register_anonymous(8192, None).unwrap();
+        assert_eq!(d.mapping_count(), 2);
+        drop(reg);
+        assert_eq!(d.mapping_count(), 0);
+    }
+
+    #[test]
+    fn external_memory_registers_once() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let m = Mmio::anonymous(1 << 16).unwrap();
+        // SAFETY: m outlives the registry's use (the region is unregistered before m drops).
+        let r = unsafe { reg.register_external(m.as_ptr(), 1 << 16, None) }.unwrap();
+        assert_eq!(r.kind, RegionKind::External);
+        // SAFETY: as above; refused anyway.
+        let again = unsafe { reg.register_external(m.as_ptr().wrapping_add(4096), 4096, None) };
+        assert!(matches!(again, Err(CoreError::AlreadyMapped { .. })));
+        reg.unregister(r.id).unwrap();
+        drop(r);
+    }
+
+    proptest! {
+        #[test]
+        fn every_byte_maps_back(sizes in proptest::collection::vec(1usize..8, 1..12), probes in proptest::collection::vec(any::<prop::sample::Index>(), 1..64)) {
+            let reg = UbRegistry::new(DmaDomain::host_only());
+            let regions: Vec<_> = sizes.iter().map(|&p| reg.register_anonymous(p * 4096, None).unwrap()).collect();
+            for p in probes {
+                let r = &regions[p.index(regions.len())];
+                let off = p.index(r.len);
+                let iova = reg.iova_of(r.vaddr.wrapping_add(off)).unwrap();
+                prop_assert_eq!(iova, r.iova + off as u64);
+                let (back, o) = reg.region_of_iova(iova).unwrap();
+                prop_assert_eq!(back.id, r.id);
+                prop_assert_eq!(o, off);
+            }
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! [`DmaDomain`]: one IOMMU address space shared by every device opened in it.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
+
+use super::backend::Backend;
+use super::iommu_info::IommuInfo;
+use super::preflight::{group_members_in, DeviceSysfs};
+use crate::error::{CoreError, Result};
+use crate::iova::{IovaAllocator, IovaError};
+use crate::pci::PciAddress;
+
+/// IOVAs below this are never handed out, so a zero or tiny bus address from a driver bug
+/// faults in the IOMMU instead of landing in a buffer.
+const IOVA_FLOOR: u64 = 1 << 20;
+
+/// One IOMMU address space. Devices opened in it ([`crate::pci::PciDevice::open`]) share its
+/// mappings; memory is mapped once ([`DmaDomain::map`]) at an IOVA the domain allocates within
+/// the IOMMU's valid ranges.
+///
+/// Drop order: drivers and registries hold `Arc<DmaDomain>`, so the domain (the container, and
+/// with it every remaining mapping) outlives every device and region that uses it.
+pub struct DmaDomain {
+    backend: Backend,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// IOMMU facts; None until the first device joins a type1 container.
+    info: Option<IommuInfo>,
+    /// Restriction of IOVAs (a device's DMA width, or a test), intersected with `info`.
+    limit: Option<Range<u64>>,
+    iova: IovaAllocator,
+    /// iova -> (vaddr, len)
+    maps: BTreeMap<u64, (usize, usize)>,
+    /// vaddr -> len, to refuse double mappings of the same memory.
+    by_vaddr: BTreeMap<usize, usize>,
+    /// Bytes mapped (pinned by the IOMMU driver).
+    mapped: u64,
+}
+
+impl State {
+    fn rebuild_allocator(&mut self) {
+        let floor = IOVA_FLOOR..u64::MAX;
+        let ranges: Vec<Range<u64>> = self
+            .info
+            .iter()
+            .flat_map(|i| i.iova_ranges.iter().cloned())
+            .map(|r| intersect(&r, &floor))
+            .map(|r| match &self.limit {
+                Some(l) => intersect(&r, l),
+                None => r,
+            })
+            .filter(|r| r.start < r.end)
+            .collect();
+        self.iova = IovaAllocator::new(&ranges);
+    }
+}
+
+fn intersect(a: &Range<u64>, b: &Range<u64>) -> Range<u64> {
+    a.start.max(b.start)..a.end.min(b.end)
+}
+
+impl std::fmt::Debug for DmaDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.lock();
+        f.debug_struct("DmaDomain")
+            .field("host_only", &self.is_host_only())
+            .field("info", &s.info)
+            .field("mappings", &s.maps.len())
+            .field("mapped_bytes", &s.mapped)
+            .finish()
+    }
+}
+
+impl DmaDomain {
+    /// A new VFIO type1v2 container. The IOMMU is configured when the first device opens in
+    /// it; until then [`DmaDomain::map`] answers [`CoreError::NoDevice`].
+    pub fn new() -> Result<Arc<DmaDomain>> {
+        let c = VfioContainer::new(None).map_err(|e| match e {
+            VfioError::OpenContainer(io) => match io.kind() {
+                std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
+                    path: "/dev/vfio/vfio".into(),
+                    user: current_user(),
+                },
+                std::io::ErrorKind::NotFound => CoreError::VfioUnavailable {
+                    reason: "/dev/vfio/vfio does not exist".into(),
+                },
+                _ => CoreError::VfioUnavailable {
+                    reason: format!("opening /dev/vfio/vfio: {io}"),
+                },
+            },
+            other => CoreError::VfioUnavailable {
+                reason: format!("the VFIO container refused type1v2 ({other})"),
+            },
+        })?;
+        Ok(Arc::new(DmaDomain::with_backend(
+            Backend::Type1(Arc::new(c)),
+            None,
+        )))
+    }
+
+    /// A domain without an IOMMU: [`DmaDomain::map`] only allocates IOVAs (in [1 MiB, 2^48))
+    /// and no device can be opened. For the kernel (io_uring) path on machines without VFIO,
+    /// host tests and benchmarks.
+    pub fn host_only() -> Arc<DmaDomain> {
+        let info = IommuInfo {
+            page_sizes: (1 << 12) | (1 << 21) | (1 << 30),
+            iova_ranges: std::iter::once(0..(1 << 48)).collect(),
+        };
+        Arc::new(DmaDomain::with_backend(Backend::HostOnly, Some(info)))
+    }
+
+    fn with_backend(backend: Backend, info: Option<IommuInfo>) -> DmaDomain {
+        let mut st = State {
+            info,
+            limit: None,
+            iova: IovaAllocator::new(&[]),
+            maps: BTreeMap::new(),
+            by_vaddr: BTreeMap::new(),
+            mapped: 0,
+        };
+        st.rebuild_allocator();
+        DmaDomain {
+            backend,
+            state: Mutex::new(st),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (every update is a single
+        // insert/remove after the fallible step), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True for a [`DmaDomain::host_only`] domain.
+    pub fn is_host_only(&self) -> bool {
+        matches!(self.backend, Backend::HostOnly)
+    }
+
+    /// The IOMMU's valid IOVA ranges (half-open); empty until the first device joins.
+    pub fn iova_ranges(&self) -> Vec<Range<u64>> {
+        self.lock()
+            .info
+            .as_ref()
+            .map(|i| i.iova_ranges.clone())
+            .unwrap_or_default()
+    }
+
+    /// Bitmap of IOMMU page sizes (bit n: 2^n bytes); 0 until the first device joins.
+    pub fn page_sizes(&self) -> u64 {
+        self.lock().info.as_ref().map(|i| i.page_sizes).unwrap_or(0)
+    }
+
+    /// Restrict the IOVAs this domain hands out to `range` (a device that addresses only 32
+    /// bits, or a test). Only while nothing is mapped.
+    pub fn restrict_iova(&self, range: Range<u64>) -> Result<()> {
+        let mut s = self.lock();
+        if !s.maps.is_empty() {
+            return Err(CoreError::InvalidArgument(format!(
+                "restrict_iova with {} mappings live: restrict before mapping anything",
+                s.maps.len()
+            )));
+        }
+        s.limit = Some(range);
+        s.rebuild_allocator();
+        Ok(())
+    }
+
+    /// Map `[vaddr, vaddr+len)` at a fresh IOVA aligned to `align` (raised to the IOMMU's
+    /// smallest page); returns the IOVA. `vaddr` and `len` must be page aligned.
+    ///
+    /// # Safety
+    /// The memory must stay mapped in this process until [`DmaDomain::unmap`] of the returned
+    /// IOVA succeeds (or the domain is dropped), and devices may read and write it at any time
+    /// in between: the caller must not rely on its contents without its own protocol.
+    pub unsafe fn map(&self, vaddr: *mut u8, len: usize, align: usize) -> Result<u64> {
+        let mut s = self.lock();
+        let Some(info) = s.info.clone() else {
+            return Err(CoreError::NoDevice);
+        };
+        let page = info.min_page() as usize;
+        let va = vaddr as usize;
+        if len == 0 || va % page != 0 || len % page != 0 {
+            return Err(CoreError::InvalidArgument(format!(
+                "map of [{va:#x}, +{len:#x}): address and length must be non-zero multiples of the IOMMU page ({page:#x})"
+            )));
+        }
+        if !align.is_power_of_two() {
+            return Err(CoreError::InvalidArgument(format!(
+                "map alignment {align:#x} is not a power of two"
+            )));
+        }
+        if let Some((&pv, &pl)) = s.by_vaddr.range(..va.saturating_add(len)).next_back() {
+            if pv + pl > va {
+                return Err(CoreError::AlreadyMapped { vaddr: va, len });
+            }
+        }
+        let align = (align as u64).max(page as u64);
+        let iova = s.iova.alloc(len as u64, align).map_err(|e| match e {
+            IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
+                len: len as u64,
+                align,
+                largest_free,
+            },
+            other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
+        })?;
+        // SAFETY: forwarded from this function's contract.
+        if let Err(errno) = unsafe { self.backend.map(iova, len, vaddr) } {
+            let _ = s.iova.free(iova, len as u64);
+            return Err(map_errno(errno, s.mapped + len as u64, va, len, iova));
+        }
+        s.maps.insert(iova, (va, len));
+        s.by_vaddr.insert(va, len);
+        s.mapped += len as u64;
+        Ok(iova)
+    }
+
+    /// Remove the mapping at `iova` (exactly as returned by [`DmaDomain::map`] with `len`).
+    /// Quiesce every device that could still touch it first.
+    pub fn unmap(&self, iova: u64, len: usize) -> Result<()> {
+        let mut s = self.lock();
+        match s.maps.get(&iova) {
+            Some(&(_, l)) if l == len => {}
+            _ => return Err(CoreError::NotMapped { iova, len }),
+        }
+        self.backend
+            .unmap(iova, len)
+            .map_err(|errno| CoreError::Io {
+                op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x})"),
+                source: std::io::Error::from_raw_os_error(errno),
+            })?;
+        if let Some((va, _)) = s.maps.remove(&iova) {
+            s.by_vaddr.remove(&va);
+        }
+        let _ = s.iova.free(iova, len as u64);
+        s.mapped -= len as u64;
+        Ok(())
+    }
+
+    /// Number of live mappings.
+    pub fn mapping_count(&self) -> usize {
+        self.lock().maps.len()
+    }
+
+    /// Bytes currently mapped.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.lock().mapped
+    }
+
+    /// Open `addr` through this domain's back end: sysfs preflight, group join, IOMMU setup on
+    /// the first device.
+    pub(crate) fn open_device(&self, addr: PciAddress) -> Result<(VfioDevice, DeviceSysfs)> {
+        let mut s = self.lock();
+        if self.is_host_only() {
+            return Err(CoreError::VfioUnavailable {
+                reason: "this DmaDomain is host-only (DmaDomain::host_only); create it with DmaDomain::new() to open devices".into(),
+            });
+        }
+        let sys = DeviceSysfs::check_in(Path::new("/"), addr)?;
+        let dev = match self.backend.open_device(&addr.sysfs_path()) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => return Err(open_error(e, addr, sys.group)),
+            None => unreachable!("host-only checked above"),
+        };
+        if s.info.is_none() {
+            if let Backend::Type1(c) = &self.backend {
+                s.info = Some(IommuInfo::query(c.as_raw_fd())?);
+                s.rebuild_allocator();
+            }
+        }
+        Ok((dev, sys))
+    }
+}
+
+fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
+    match e {
+        VfioError::OpenGroup(io, g) => match io.kind() {
+            std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
+                path: format!("/dev/vfio/{g}").into(),
+                user: current_user(),
+            },
+            _ => CoreError::VfioUnavailable {
+                reason: format!("opening /dev/vfio/{g} for {addr}: {io}"),
+            },
+        },
+        VfioError::GroupViable => CoreError::GroupNotViable {
+            addr,
+            group,
+            others: group_members_in(Path::new("/"), group, addr),
+        },
+        VfioError::ContainerSetIOMMU(err) => CoreError::VfioUnavailable {
+            reason: format!("setting the type1v2 IOMMU on the container: {err}"),
+        },
+        VfioError::GroupGetDeviceFD(err) if err.errno() == libc::EBUSY => CoreError::Vfio {
+            op: "opening the device (it is already open in this or another process)",
+            source: VfioError::GroupGetDeviceFD(err),
+        },
+        other => CoreError::Vfio {
+            op: "opening the device",
+            source: other,
+        },
+    }
+}
+
+fn map_errno(errno: i32, needed: u64, vaddr: usize, len: usize, iova: u64) -> CoreError {
+    match errno {
+        libc::ENOMEM => {
+            let limit = memlock_limit();
+            if limit == u64::MAX {
+                CoreError::Io {
+                    op: format!("VFIO_IOMMU_MAP_DMA of [{vaddr:#x}, +{len:#x}) (out of memory with RLIMIT_MEMLOCK unlimited)"),
+                    source: std::io::Error::from_raw_os_error(errno),
+                }
+            } else {
+                CoreError::MemlockTooLow { needed, limit }
+            }
+        }
+        libc::EEXIST => CoreError::AlreadyMapped { vaddr, len },
+        libc::ENOSPC => CoreError::Io {
+            op: format!("VFIO_IOMMU_MAP_DMA at IOVA {iova:#x}: too many mappings (vfio_iommu_type1 dma_entry_limit); use fewer, larger regions"),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+        _ => CoreError::Io {
+            op: format!("VFIO_IOMMU_MAP_DMA of [{vaddr:#x}, +{len:#x}) at IOVA {iova:#x}"),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+    }
+}
+
+/// The soft RLIMIT_MEMLOCK (u64::MAX when unlimited).
+pub(crate) fn memlock_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return u64::MAX;
+    }
+    r.rlim_cur
+}
+
+/// "name (uid N)" of this process's effective user.
+pub(crate) fn current_user() -> String {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
+        p.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+    });
+    match name {
+        Some(n) => format!("{n} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_mem(len: usize) -> crate::mmio::Mmio {
+        crate::mmio::Mmio::anonymous(len).unwrap()
+    }
+
+    #[test]
+    fn host_only_maps_and_unmaps() {
+        let d = DmaDomain::host_only();
+        let m = page_mem(1 << 16);
+        // SAFETY: m outlives the mapping (unmapped below).
+        let iova = unsafe { d.map(m.as_ptr(), 1 << 16, 1 << 21) }.unwrap();
+        assert_eq!(iova % (1 << 21), 0);
+        assert!(iova >= IOVA_FLOOR);
+        assert_eq!(d.mapping_count(), 1);
+        assert_eq!(d.mapped_bytes(), 1 << 16);
+        // SAFETY: as above.
+        let again = unsafe { d.map(m.as_ptr().wrapping_add(4096), 4096, 4096) };
+        assert!(
+            matches!(again, Err(CoreError::AlreadyMapped { .. })),
+            "{again:?}"
+        );
+        assert!(matches!(
+            d.unmap(iova, 4096),
+            Err(CoreError::NotMapped { .. })
+        ));
+        d.unmap(iova, 1 << 16).unwrap();
+        assert_eq!(d.mapping_count(), 0);
+        assert_eq!(d.mapped_bytes(), 0);
+    }
+
+    #[test]
+    fn misaligned_requests_are_refused_and_change_nothing() {
+        let d = DmaDomain::host_only();
+        let m = page_mem(1 << 16);
+        // SAFETY: nothing gets mapped.
+        unsafe {
+            assert!(matches!(
+                d.map(m.as_ptr().wrapping_add(1), 4096, 4096),
+                Err(CoreError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                d.map(m.as_ptr(), 100, 4096),
+                Err(CoreError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                d.map(m.as_ptr(), 0, 4096),
+                Err(CoreError::InvalidArgument(_))
+            ));
+            assert!(matches!(
+                d.map(m.as_ptr(), 4096, 3),
+                Err(CoreError::InvalidArgument(_))
+            ));
+        }
+        assert_eq!(d.mapping_count(), 0);
+    }
+
+    #[test]
+    fn restricted_space_exhausts_with_a_clear_error() {
+        let d = DmaDomain::host_only();
+        d.restrict_iova(0x10_0000..0x10_4000).unwrap();
+        let m = page_mem(1 << 16);
+        // SAFETY: m outlives the mappings.
+        let a = unsafe { d.map(m.as_ptr(), 0x3000, 4096) }.unwrap();
+        // SAFETY: as above.
+        let e = unsafe { d.map(m.as_ptr().wrapping_add(0x4000), 0x2000, 4096) }.unwrap_err();
+        assert!(e.to_string().contains("IOVA space exhausted"), "{e}");
+        assert!(e.to_string().contains("largest free range 0x1000"), "{e}");
+        assert!(
+            d.restrict_iova(0..1 << 40).is_err(),
+            "restrict with live mappings"
+        );
+        d.unmap(a, 0x3000).unwrap();
+    }
+
+    #[test]
+    fn host_only_cannot_open_devices() {
+        let d = DmaDomain::host_only();
+        let Err(e) = d.open_device("00:04.0".parse().unwrap()) else {
+            panic!("a host-only domain opened a device");
+        };
+        assert!(e.to_string().contains("host-only"), "{e}");
+    }
+
+    #[test]
+    fn memlock_error_names_both_numbers() {
+        let e = map_errno(libc::ENOMEM, 1 << 30, 0, 1 << 30, 0);
+        if memlock_limit() != u64::MAX {
+            let m = e.to_string();
+            assert!(
+                m.contains(&format!("cannot pin {} bytes", 1u64 << 30)),
+                "{m}"
+            );
+            assert!(m.contains("RLIMIT_MEMLOCK is"), "{m}");
+        }
+        assert!(matches!(
+            map_errno(libc::EEXIST, 0, 0x1000, 4096, 0),
+            CoreError::AlreadyMapped { .. }
+        ));
+    }
+
+    #[test]
+    fn user_is_named() {
+        assert!(current_user().contains("uid "));
+    }
+}
