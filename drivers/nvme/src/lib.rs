@@ -1,12 +1,45 @@
 //! ubdirect-nvme: a userspace poll-mode NVMe driver over vfio-pci.
+//!
+//! ```no_run
+//! # use std::{sync::Arc, time::Duration};
+//! # use ubdirect_core::{DmaDomain, UbRegistry, UbPool, PoolConfig};
+//! # use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let registry = UbRegistry::new(DmaDomain::new()?);
+//! let ctrl = Controller::open(&registry, "0000:00:04.0".parse()?, ControllerOptions::default())?;
+//! let pool = UbPool::with_hugepages(&registry, PoolConfig { block_size: 1 << 20, block_count: 8 }, None)?;
+//! let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default())?;
+//! let buf = qp.read_blocking(1, 0, pool.get()?, 0, 4096, Duration::from_secs(5))?;
+//! # Ok(()) }
+//! ```
 
 #[cfg(not(target_endian = "little"))]
 compile_error!(
     "ubdirect-nvme writes NVMe structures in native byte order: little-endian hosts only"
 );
 
+pub mod admin;
+mod admin_queue;
+mod block_queue;
+mod blocking;
+pub mod controller;
+mod doorbell;
+pub mod error;
+pub mod info;
+mod io_commands;
+pub mod io_queue;
+pub mod io_types;
 pub mod prp;
+mod ring;
 pub mod spec;
 pub mod status;
 
+pub use block_queue::to_block_error;
+pub use controller::{Controller, ControllerOptions};
+pub use error::{NvmeError, Result};
+pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
+pub use io_queue::IoQueuePair;
+pub use io_types::{
+    IoBufs, IoCompletion, QueueOptions, QueueStats, Rejected, Segment, SgList, MAX_SEGMENTS,
+};
 pub use status::NvmeStatus;

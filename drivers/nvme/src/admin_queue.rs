@@ -1,0 +1,117 @@
+//! The admin queue pair: one command at a time, polled to completion under a deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::{DmaMem, Mmio, UbRegistry};
+
+use crate::doorbell::{Doorbell, ShadowSlot};
+use crate::error::{NvmeError, Result};
+use crate::ring::{CqRing, SqRing};
+use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Csts, REG_CSTS};
+use crate::spec::{Cqe, Sqe};
+use crate::status::NvmeStatus;
+
+/// Bytes of the admin data buffer (two 4 KiB pages: PRP1 + PRP2, no list needed).
+pub(crate) const ADMIN_DATA_LEN: usize = 8192;
+
+/// The admin SQ/CQ, their doorbells and a data page for Identify / Get Log Page.
+pub(crate) struct AdminQueue {
+    pub(crate) sq: SqRing,
+    pub(crate) cq: CqRing,
+    sq_db: Doorbell,
+    cq_db: Doorbell,
+    mmio: Arc<Mmio>,
+    pub(crate) data: DmaMem,
+    next_cid: u16,
+    entries: u16,
+    sq_db_off: usize,
+    cq_db_off: usize,
+}
+
+impl AdminQueue {
+    /// Allocate the admin rings of `entries` entries each.
+    pub(crate) fn new(
+        registry: &Arc<UbRegistry>,
+        mmio: Arc<Mmio>,
+        entries: u16,
+        dstrd: u8,
+    ) -> Result<AdminQueue> {
+        Ok(AdminQueue {
+            sq: SqRing::new(registry, entries)?,
+            cq: CqRing::new(registry, entries)?,
+            sq_db: Doorbell::new(mmio.clone(), sq_tail_doorbell(0, dstrd), None),
+            cq_db: Doorbell::new(mmio.clone(), cq_head_doorbell(0, dstrd), None),
+            mmio,
+            data: DmaMem::alloc(registry, ADMIN_DATA_LEN)?,
+            next_cid: 0,
+            entries,
+            sq_db_off: sq_tail_doorbell(0, dstrd),
+            cq_db_off: cq_head_doorbell(0, dstrd),
+        })
+    }
+
+    /// Mirror admin doorbell values into the shadow buffer once Doorbell Buffer Config is on
+    /// (some controllers read the admin shadow slots too); MMIO is still always written.
+    pub(crate) fn set_shadow(&mut self, sq: ShadowSlot, cq: ShadowSlot) {
+        let mmio = self.mmio.clone();
+        let (sq_off, cq_off) = (self.sq_db_off, self.cq_db_off);
+        self.sq_db = Doorbell::new(mmio.clone(), sq_off, Some(sq));
+        self.cq_db = Doorbell::new(mmio, cq_off, Some(cq));
+        self.sq_db.write_always(self.sq.tail());
+        self.cq_db.write_always(self.cq.head());
+    }
+
+    /// Submit `sqe`, wait for its completion up to `timeout`, and decode the status.
+    pub(crate) fn execute(
+        &mut self,
+        mut sqe: Sqe,
+        command: &'static str,
+        timeout: Duration,
+    ) -> Result<Cqe> {
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1) % (self.entries * 4);
+        sqe.set_cid(cid);
+        self.sq.push(&sqe);
+        self.sq_db.write_always(self.sq.tail());
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(cqe) = self.cq.peek() {
+                self.cq.advance();
+                self.cq_db.write_always(self.cq.head());
+                if cqe.cid != cid {
+                    // A late completion of an earlier command that timed out: skip it.
+                    continue;
+                }
+                let status = NvmeStatus::from_cqe_status(cqe.status);
+                if !status.is_success() {
+                    return Err(NvmeError::Command { command, status });
+                }
+                return Ok(cqe);
+            }
+            spins += 1;
+            if spins % 1024 == 0 {
+                let csts = Csts(self.mmio.read32(REG_CSTS));
+                if csts.is_all_ones() {
+                    return Err(NvmeError::DeviceGone { register: "CSTS" });
+                }
+                if csts.cfs() {
+                    return Err(NvmeError::ControllerFatal {
+                        csts: csts.0,
+                        during: command,
+                    });
+                }
+                if start.elapsed() > timeout {
+                    return Err(NvmeError::Timeout {
+                        command,
+                        cid,
+                        qid: 0,
+                        waited: start.elapsed(),
+                    });
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}

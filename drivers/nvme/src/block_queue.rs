@@ -1,0 +1,122 @@
+//! [`BlockQueue`] for [`IoQueuePair`]: byte offsets on the queue's default namespace.
+
+use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+use ubdirect_core::UbBuf;
+
+use crate::error::NvmeError;
+use crate::io_queue::IoQueuePair;
+use crate::io_types::{IoBufs, Rejected};
+
+/// Map a driver error to the seam's error kind and message (error path only).
+pub fn to_block_error(e: &NvmeError) -> BlockError {
+    let kind = match e {
+        NvmeError::QueueFull { .. } => BlockErrorKind::QueueFull,
+        NvmeError::Timeout { .. } | NvmeError::Wedged { .. } => BlockErrorKind::Timeout,
+        NvmeError::DeviceGone { .. } | NvmeError::ControllerFatal { .. } => {
+            BlockErrorKind::DeviceGone
+        }
+        NvmeError::MalformedCompletion { .. } => BlockErrorKind::Protocol,
+        NvmeError::Command { .. } => BlockErrorKind::Device,
+        e if e.is_invalid_request() => BlockErrorKind::InvalidRequest,
+        _ => BlockErrorKind::Other,
+    };
+    BlockError::new(kind, e.to_string())
+}
+
+fn back(r: Rejected) -> (UbBuf, BlockError) {
+    let err = to_block_error(&r.error);
+    (
+        r.bufs
+            .into_one()
+            .expect("single-buffer submissions give their buffer back"),
+        err,
+    )
+}
+
+impl IoQueuePair {
+    fn lba_of(&self, offset: u64) -> Result<u64, NvmeError> {
+        let ns = &self.ns[self.default_ns];
+        if offset & (ns.lba_size as u64 - 1) != 0 {
+            return Err(NvmeError::OffsetNotBlockAligned {
+                offset,
+                lba_size: ns.lba_size,
+            });
+        }
+        Ok(offset >> ns.lba_shift)
+    }
+
+    /// The namespace the BlockQueue impl uses.
+    pub fn default_nsid(&self) -> u32 {
+        self.ns[self.default_ns].nsid
+    }
+}
+
+impl BlockQueue for IoQueuePair {
+    fn block_size(&self) -> u32 {
+        self.ns[self.default_ns].lba_size
+    }
+    fn capacity(&self) -> u64 {
+        let ns = &self.ns[self.default_ns];
+        ns.nsze << ns.lba_shift
+    }
+    fn depth(&self) -> usize {
+        IoQueuePair::depth(self)
+    }
+    fn max_transfer(&self) -> usize {
+        // Requests above MDTS are split; one request may use every command slot.
+        self.ns[self.default_ns].max_cmd * IoQueuePair::depth(self)
+    }
+    fn submit_read(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let lba = match self.lba_of(offset) {
+            Ok(l) => l,
+            Err(e) => return Err((buf, to_block_error(&e))),
+        };
+        let nsid = self.default_nsid();
+        IoQueuePair::submit_read(self, nsid, lba, buf, 0, len, tag).map_err(back)
+    }
+    fn submit_write(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let lba = match self.lba_of(offset) {
+            Ok(l) => l,
+            Err(e) => return Err((buf, to_block_error(&e))),
+        };
+        let nsid = self.default_nsid();
+        IoQueuePair::submit_write(self, nsid, lba, buf, 0, len, false, tag).map_err(back)
+    }
+    fn flush(&mut self) -> Result<(), BlockError> {
+        self.ring();
+        Ok(())
+    }
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, BlockError> {
+        // Requests queued through the native API without a single buffer (flush, scatter
+        // lists) have no BlockCompletion shape: their buffers return to the pool.
+        IoQueuePair::poll(self, max, |c| {
+            if let IoBufs::One(buf) = c.bufs {
+                f(BlockCompletion {
+                    buf,
+                    tag: c.tag,
+                    result: c.result.map_err(|e| to_block_error(&e)),
+                })
+            }
+        })
+        .map_err(|e| to_block_error(&e))
+    }
+    fn in_flight(&self) -> usize {
+        IoQueuePair::in_flight(self)
+    }
+}

@@ -1,0 +1,139 @@
+//! Doorbell writes, direct or through the shadow doorbell buffer with EventIdx (Doorbell Buffer
+//! Config, NVMe 1.3): with shadow doorbells the driver writes the new value to host memory and
+//! touches the MMIO register only when the controller's EventIdx says it is not looking.
+
+use std::sync::Arc;
+
+use ubdirect_core::{barrier, Mmio};
+
+/// One doorbell register (SQ tail or CQ head) and its optional shadow slots.
+pub(crate) struct Doorbell {
+    mmio: Arc<Mmio>,
+    offset: usize,
+    shadow: Option<ShadowSlot>,
+    /// MMIO writes done.
+    pub(crate) mmio_writes: u64,
+    /// Writes that went only to the shadow buffer.
+    pub(crate) shadow_only: u64,
+}
+
+/// Pointers into the controller's shadow doorbell and EventIdx pages for one doorbell.
+#[derive(Clone, Copy)]
+pub(crate) struct ShadowSlot {
+    pub(crate) db: *mut u32,
+    pub(crate) ei: *const u32,
+}
+
+// SAFETY: the shadow pointers point into DMA pages owned by the controller, which every queue
+// holding a Doorbell keeps alive through an Arc; each slot is written by exactly one queue.
+unsafe impl Send for Doorbell {}
+
+/// EventIdx rule from the spec (and Linux's nvme_dbbuf_need_event): ring when the new value
+/// passed the controller's event index since the last write.
+#[inline]
+pub(crate) fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+impl Doorbell {
+    /// A doorbell at MMIO `offset`, shadowed when `shadow` is given.
+    pub(crate) fn new(mmio: Arc<Mmio>, offset: usize, shadow: Option<ShadowSlot>) -> Doorbell {
+        Doorbell {
+            mmio,
+            offset,
+            shadow,
+            mmio_writes: 0,
+            shadow_only: 0,
+        }
+    }
+
+    /// Whether updates go through a shadow slot.
+    pub(crate) fn is_shadowed(&self) -> bool {
+        self.shadow.is_some()
+    }
+
+    /// Publish `value`. The caller has made the entries it announces visible (wmb).
+    #[inline]
+    pub(crate) fn write(&mut self, value: u16) {
+        match self.shadow {
+            None => {
+                barrier::wmb();
+                self.mmio.write32(self.offset, value as u32);
+                self.mmio_writes += 1;
+            }
+            Some(s) => {
+                // SAFETY: `s.db` / `s.ei` point into the live shadow pages (see the Send impl);
+                // the controller reads and writes them concurrently, so accesses are volatile.
+                let old = unsafe { std::ptr::read_volatile(s.db) } as u16;
+                barrier::wmb();
+                // SAFETY: as above.
+                unsafe { std::ptr::write_volatile(s.db, value as u32) };
+                // The shadow store must be visible before EventIdx is read.
+                barrier::mb();
+                // SAFETY: as above.
+                let ei = unsafe { std::ptr::read_volatile(s.ei) } as u16;
+                if need_event(ei, value, old) {
+                    self.mmio.write32(self.offset, value as u32);
+                    self.mmio_writes += 1;
+                } else {
+                    self.shadow_only += 1;
+                }
+            }
+        }
+    }
+
+    /// Publish `value` to the shadow slot (if any) and always to the register.
+    pub(crate) fn write_always(&mut self, value: u16) {
+        if let Some(s) = self.shadow {
+            // SAFETY: see `write`.
+            unsafe { std::ptr::write_volatile(s.db, value as u32) };
+        }
+        barrier::wmb();
+        self.mmio.write32(self.offset, value as u32);
+        self.mmio_writes += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_idx_rule() {
+        // Controller saw up to 5 (event idx 5): moving 5 -> 7 crosses it? new-ei-1 = 1 < 2 yes.
+        assert!(need_event(5, 7, 5));
+        // Controller asked to be told after 9: moving 5 -> 7 does not cross it.
+        assert!(!need_event(9, 7, 5));
+        // Exactly reaching ei+1 rings.
+        assert!(need_event(6, 7, 5));
+        // Wrap-around of the u16 index.
+        assert!(need_event(65535, 1, 65534));
+        assert!(!need_event(3, 1, 65534));
+    }
+
+    #[test]
+    fn shadow_write_skips_mmio_when_controller_not_waiting() {
+        let mmio = Arc::new(Mmio::anonymous(0x2000).unwrap());
+        let mut page = vec![0u32; 2];
+        let db = page.as_mut_ptr();
+        // SAFETY: index 1 of a 2-element vector.
+        let ei = unsafe { db.add(1) };
+        let mut d = Doorbell::new(mmio.clone(), 0x1000, Some(ShadowSlot { db, ei }));
+        page_set(ei, 100);
+        d.write(3);
+        assert_eq!(mmio.read32(0x1000), 0, "event idx 100 not crossed: no MMIO");
+        assert_eq!(d.shadow_only, 1);
+        page_set(ei, 3);
+        d.write(5);
+        assert_eq!(mmio.read32(0x1000), 5);
+        assert_eq!(d.mmio_writes, 1);
+        // SAFETY: db points at element 0.
+        assert_eq!(unsafe { *db }, 5);
+        drop(page);
+    }
+
+    fn page_set(p: *mut u32, v: u32) {
+        // SAFETY: test pointers into a live vector.
+        unsafe { std::ptr::write_volatile(p, v) }
+    }
+}

@@ -1,0 +1,212 @@
+//! [`NvmeError`]: every failure of the NVMe driver, naming the cause and what to do.
+//!
+//! Variants carry numbers and static strings only, so building one on the I/O path allocates
+//! nothing.
+
+use std::time::Duration;
+
+use thiserror::Error;
+use ubdirect_core::CoreError;
+
+use crate::prp::PrpError;
+use crate::status::NvmeStatus;
+
+/// Result alias of the NVMe driver.
+pub type Result<T> = std::result::Result<T, NvmeError>;
+
+/// Why an NVMe operation failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NvmeError {
+    /// A core (VFIO, PCI, DMA memory) operation failed.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The PCI function is not an NVMe controller.
+    #[error("PCI device {addr} has class code {class:#08x}, not an NVMe controller (0x010802): check the address with `ubdirect devices`")]
+    NotNvme {
+        /// The device address.
+        addr: String,
+        /// The class code read.
+        class: u32,
+    },
+    /// A register read returned all-ones: the controller is gone.
+    #[error("NVMe controller register {register} read all-ones: the device was removed or reset; rebind it to vfio-pci and reopen")]
+    DeviceGone {
+        /// The register name.
+        register: &'static str,
+    },
+    /// CSTS.CFS is set.
+    #[error("NVMe controller fatal status (CSTS.CFS=1, CSTS={csts:#x}) while {during}: the controller needs a reset (drop and reopen it)")]
+    ControllerFatal {
+        /// The CSTS value.
+        csts: u32,
+        /// What the driver was doing.
+        during: &'static str,
+    },
+    /// CSTS.RDY did not reach the expected value within CAP.TO.
+    #[error("NVMe controller did not become {} within CAP.TO = {timeout:?} (CSTS={csts:#x}): the controller is wedged; reset or power-cycle it", if *.ready { "ready (CSTS.RDY=1)" } else { "disabled (CSTS.RDY=0)" })]
+    ReadyTimeout {
+        /// The value waited for.
+        ready: bool,
+        /// The bound used.
+        timeout: Duration,
+        /// The last CSTS read.
+        csts: u32,
+    },
+    /// The controller does not support something the driver needs.
+    #[error("NVMe controller does not support {what}")]
+    Unsupported {
+        /// What is missing.
+        what: &'static str,
+    },
+    /// A command completed with an error status.
+    #[error("NVMe {command} failed: {status}")]
+    Command {
+        /// The command name.
+        command: &'static str,
+        /// The decoded status.
+        status: NvmeStatus,
+    },
+    /// A command did not complete within its deadline.
+    #[error("NVMe {command} (cid {cid}, queue {qid}) did not complete within {waited:?}: it was aborted; if this repeats the controller is stuck")]
+    Timeout {
+        /// The command name.
+        command: &'static str,
+        /// Command identifier.
+        cid: u16,
+        /// Submission queue id.
+        qid: u16,
+        /// How long the driver waited.
+        waited: Duration,
+    },
+    /// Commands timed out and Abort did not bring them back either.
+    #[error("NVMe controller is wedged: {outstanding} command(s) on queue {qid} neither completed nor aborted within {waited:?}; drop the queue pair and the controller and reopen it")]
+    Wedged {
+        /// Submission queue id.
+        qid: u16,
+        /// Commands still outstanding.
+        outstanding: usize,
+        /// Total wait.
+        waited: Duration,
+    },
+    /// The submission queue has no free slot.
+    #[error("NVMe queue {qid} is full ({depth} commands in flight, this request needs {needed}): poll completions, then resubmit the returned buffer")]
+    QueueFull {
+        /// Submission queue id.
+        qid: u16,
+        /// Queue depth.
+        depth: usize,
+        /// Command slots this request needs.
+        needed: usize,
+    },
+    /// No such active namespace.
+    #[error("namespace {nsid} is not an active namespace of this controller (active: {active}): use one listed by `ubdirect identify`")]
+    NamespaceMissing {
+        /// The namespace id asked for.
+        nsid: u32,
+        /// How many namespaces are active.
+        active: usize,
+    },
+    /// The LBA range does not fit the namespace.
+    #[error("LBA range {slba}+{nlb} is past the end of namespace {nsid} ({nsze} blocks): stay below the namespace size")]
+    LbaOutOfRange {
+        /// Namespace.
+        nsid: u32,
+        /// Starting LBA.
+        slba: u64,
+        /// Number of blocks.
+        nlb: u64,
+        /// Namespace size in blocks.
+        nsze: u64,
+    },
+    /// The transfer length is not a whole number of logical blocks.
+    #[error("transfer length {len} is not a positive multiple of namespace {nsid}'s {lba_size}-byte LBA size")]
+    LengthNotBlockMultiple {
+        /// Namespace.
+        nsid: u32,
+        /// Length asked for.
+        len: usize,
+        /// The LBA size.
+        lba_size: u32,
+    },
+    /// A byte offset is not on a logical block boundary.
+    #[error(
+        "byte offset {offset} is not a multiple of the {lba_size}-byte LBA size: align the offset"
+    )]
+    OffsetNotBlockAligned {
+        /// Offset asked for.
+        offset: u64,
+        /// The LBA size.
+        lba_size: u32,
+    },
+    /// The buffer is too small for the transfer.
+    #[error("buffer of {have} bytes is too small for a {need}-byte transfer at buffer offset {offset}: use a larger pool block or a shorter transfer")]
+    BufferTooSmall {
+        /// Bytes needed (offset + length).
+        need: usize,
+        /// Bytes available in the buffer.
+        have: usize,
+        /// Offset within the buffer.
+        offset: usize,
+    },
+    /// The buffer IOVA cannot be described by PRPs.
+    #[error(transparent)]
+    Prp(#[from] PrpError),
+    /// The request is larger than the queue can carry even when empty.
+    #[error("request of {len} bytes needs {commands} commands of at most {max_cmd} bytes, more than the queue depth {depth}: split it or use a deeper queue")]
+    RequestTooLarge {
+        /// Bytes requested.
+        len: u64,
+        /// Commands it would need.
+        commands: usize,
+        /// Per-command limit (MDTS).
+        max_cmd: usize,
+        /// Queue depth.
+        depth: usize,
+    },
+    /// A scatter list with too many segments.
+    #[error("scatter list has more than {max} segments")]
+    TooManySegments {
+        /// The limit.
+        max: usize,
+    },
+    /// An argument outside what the device reports it supports.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// A completion the driver cannot make sense of.
+    #[error("malformed NVMe completion on queue {qid}: {reason} (cid {cid}, sq id {sq_id}); the entry was skipped")]
+    MalformedCompletion {
+        /// The queue.
+        qid: u16,
+        /// The command id in the entry.
+        cid: u16,
+        /// The SQ id in the entry.
+        sq_id: u16,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The controller granted no more I/O queues.
+    #[error("all {granted} I/O queue pairs the controller granted are in use: drop one first")]
+    NoQueuesLeft {
+        /// Queues granted by Set Features (Number of Queues).
+        granted: u16,
+    },
+}
+
+impl NvmeError {
+    /// True for errors of the request itself, detected before anything reached the device.
+    pub fn is_invalid_request(&self) -> bool {
+        matches!(
+            self,
+            NvmeError::NamespaceMissing { .. }
+                | NvmeError::LbaOutOfRange { .. }
+                | NvmeError::LengthNotBlockMultiple { .. }
+                | NvmeError::OffsetNotBlockAligned { .. }
+                | NvmeError::BufferTooSmall { .. }
+                | NvmeError::Prp(_)
+                | NvmeError::RequestTooLarge { .. }
+                | NvmeError::TooManySegments { .. }
+                | NvmeError::InvalidArgument(_)
+        )
+    }
+}

@@ -1,0 +1,336 @@
+//! The NVM I/O commands of [`IoQueuePair`]: validation before anything is queued, then
+//! Read / Write (FUA) / Flush / Write Zeroes / Dataset Management (deallocate).
+
+use ubdirect_core::UbBuf;
+
+use crate::controller::PAGE_SIZE;
+use crate::error::NvmeError;
+use crate::io_queue::{IoQueuePair, NsLimits};
+use crate::io_types::{IoBufs, Rejected, SgList};
+use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE, RW_FUA};
+use crate::spec::Sqe;
+
+/// Most blocks in one command's 16-bit zero-based NLB field.
+const MAX_NLB: u64 = 1 << 16;
+
+/// Check the LBA range and length of a data transfer; returns the number of blocks.
+#[inline]
+pub(crate) fn check_range(ns: &NsLimits, slba: u64, len: usize) -> Result<u64, NvmeError> {
+    if len == 0 || len & (ns.lba_size as usize - 1) != 0 {
+        return Err(NvmeError::LengthNotBlockMultiple {
+            nsid: ns.nsid,
+            len,
+            lba_size: ns.lba_size,
+        });
+    }
+    let nlb = (len >> ns.lba_shift) as u64;
+    check_lbas(ns, slba, nlb)?;
+    Ok(nlb)
+}
+
+#[inline]
+fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.nsze && nlb > 0 => Ok(()),
+        _ => Err(NvmeError::LbaOutOfRange {
+            nsid: ns.nsid,
+            slba,
+            nlb,
+            nsze: ns.nsze,
+        }),
+    }
+}
+
+#[inline]
+fn check_one(buf: &UbBuf, offset: usize, len: usize) -> Result<(), NvmeError> {
+    match offset.checked_add(len) {
+        Some(need) if need <= buf.len() => {}
+        _ => {
+            return Err(NvmeError::BufferTooSmall {
+                need: offset.saturating_add(len),
+                have: buf.len(),
+                offset,
+            })
+        }
+    }
+    let iova = buf.iova() + offset as u64;
+    if iova & 3 != 0 {
+        return Err(crate::prp::PrpError::Misaligned { iova }.into());
+    }
+    Ok(())
+}
+
+fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
+    let ps = PAGE_SIZE as u64;
+    let n = sg.len();
+    for (i, s) in sg.iter().enumerate() {
+        if s.offset.checked_add(s.len).is_none_or(|e| e > s.buf.len()) || s.len == 0 {
+            return Err(NvmeError::BufferTooSmall {
+                need: s.offset.saturating_add(s.len),
+                have: s.buf.len(),
+                offset: s.offset,
+            });
+        }
+        let start = s.buf.iova() + s.offset as u64;
+        let end = start + s.len as u64;
+        let bad_start = if i == 0 {
+            start & 3 != 0
+        } else {
+            start % ps != 0
+        };
+        if i == 0 && bad_start {
+            return Err(crate::prp::PrpError::Misaligned { iova: start }.into());
+        }
+        if bad_start || (i + 1 < n && end % ps != 0) {
+            return Err(crate::prp::PrpError::SegmentNotPageAligned {
+                index: i,
+                iova: start,
+                len: s.len,
+                page_size: PAGE_SIZE,
+            }
+            .into());
+        }
+    }
+    let total = sg.total_len();
+    if total < len {
+        return Err(NvmeError::BufferTooSmall {
+            need: len,
+            have: total,
+            offset: 0,
+        });
+    }
+    Ok(())
+}
+
+impl IoQueuePair {
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn data_cmd(
+        &mut self,
+        opcode: u8,
+        nsid: u32,
+        slba: u64,
+        bufs: IoBufs,
+        offset: usize,
+        len: usize,
+        flags: u32,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let checked = (|| {
+            let ns = self.ns_limits(nsid)?;
+            let nlb = check_range(&ns, slba, len)?;
+            match &bufs {
+                IoBufs::One(b) => check_one(b, offset, len)?,
+                IoBufs::Sg(sg) => check_sg(sg, len)?,
+                IoBufs::None => {
+                    return Err(NvmeError::InvalidArgument("a data transfer needs a buffer"))
+                }
+            }
+            Ok((ns, nlb))
+        })();
+        match checked {
+            Ok((ns, nlb)) => {
+                let max_blocks = (ns.max_cmd >> ns.lba_shift) as u64;
+                self.queue_request(opcode, ns, slba, nlb, max_blocks, flags, bufs, offset, tag)
+            }
+            Err(error) => Err(Rejected { bufs, error }),
+        }
+    }
+
+    /// Queue a read of `len` bytes from LBA `slba` of namespace `nsid` into `buf` at `offset`.
+    /// `len` must be a multiple of the LBA size; requests above MDTS become several commands
+    /// completed as one. Returns the buffer with the reason when refused (nothing is queued):
+    /// a validation error, or [`NvmeError::QueueFull`] (poll, then resubmit).
+    #[inline]
+    pub fn submit_read(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        buf: UbBuf,
+        offset: usize,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        self.data_cmd(
+            io_opcode::READ,
+            nsid,
+            slba,
+            IoBufs::One(buf),
+            offset,
+            len,
+            0,
+            tag,
+        )
+    }
+
+    /// Queue a write of `len` bytes of `buf` at `offset` to LBA `slba`; `fua` forces it to
+    /// media before completion. Same rules as [`IoQueuePair::submit_read`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn submit_write(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        buf: UbBuf,
+        offset: usize,
+        len: usize,
+        fua: bool,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let flags = if fua { RW_FUA } else { 0 };
+        self.data_cmd(
+            io_opcode::WRITE,
+            nsid,
+            slba,
+            IoBufs::One(buf),
+            offset,
+            len,
+            flags,
+            tag,
+        )
+    }
+
+    /// Queue a read of the whole scatter list (its total length) from LBA `slba`. The first
+    /// segment may start at any dword; later ones must start, and earlier ones end, on 4 KiB.
+    pub fn submit_readv(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        sg: Box<SgList>,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let len = sg.total_len();
+        self.data_cmd(io_opcode::READ, nsid, slba, IoBufs::Sg(sg), 0, len, 0, tag)
+    }
+
+    /// Queue a write of the whole scatter list to LBA `slba`.
+    pub fn submit_writev(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        sg: Box<SgList>,
+        fua: bool,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let len = sg.total_len();
+        let flags = if fua { RW_FUA } else { 0 };
+        self.data_cmd(
+            io_opcode::WRITE,
+            nsid,
+            slba,
+            IoBufs::Sg(sg),
+            0,
+            len,
+            flags,
+            tag,
+        )
+    }
+
+    /// Queue a Flush of namespace `nsid` (volatile write cache to media).
+    pub fn submit_flush(&mut self, nsid: u32, tag: u64) -> Result<(), Rejected> {
+        let ns = self.ns_limits(nsid).map_err(|error| Rejected {
+            bufs: IoBufs::None,
+            error,
+        })?;
+        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, IoBufs::None, 0, tag)
+    }
+
+    /// Queue Write Zeroes of `nlb` blocks at `slba` (split at 65536 blocks per command).
+    pub fn submit_write_zeroes(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        nlb: u64,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let ns = self
+            .ns_limits(nsid)
+            .and_then(|ns| check_lbas(&ns, slba, nlb).map(|_| ns))
+            .map_err(|error| Rejected {
+                bufs: IoBufs::None,
+                error,
+            })?;
+        self.queue_request(
+            io_opcode::WRITE_ZEROES,
+            ns,
+            slba,
+            nlb,
+            MAX_NLB,
+            0,
+            IoBufs::None,
+            0,
+            tag,
+        )
+    }
+
+    /// Queue Dataset Management with the Deallocate attribute for `nlb` blocks at `slba`.
+    pub fn submit_deallocate(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        tag: u64,
+    ) -> Result<(), Rejected> {
+        let ns = self
+            .ns_limits(nsid)
+            .and_then(|ns| check_lbas(&ns, slba, nlb as u64).map(|_| ns))
+            .map_err(|error| Rejected {
+                bufs: IoBufs::None,
+                error,
+            })?;
+        let mut sqe = Sqe::new(io_opcode::DATASET_MANAGEMENT);
+        sqe.nsid = ns.nsid;
+        sqe.cdw10 = 0; // one range (NR is 0-based)
+        sqe.cdw11 = DSM_ATTR_DEALLOCATE;
+        // Range descriptor: context attributes (u32), length in blocks (u32), starting LBA (u64).
+        self.queue_with_slot_page(sqe, 16, tag, |page| {
+            page[0] = (nlb as u64) << 32;
+            page[1] = slba;
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns512() -> NsLimits {
+        NsLimits {
+            nsid: 1,
+            lba_size: 512,
+            lba_shift: 9,
+            nsze: 1000,
+            max_cmd: 16384,
+        }
+    }
+
+    #[test]
+    fn range_checks() {
+        let ns = ns512();
+        assert_eq!(check_range(&ns, 0, 4096).unwrap(), 8);
+        assert!(matches!(
+            check_range(&ns, 0, 0),
+            Err(NvmeError::LengthNotBlockMultiple { len: 0, .. })
+        ));
+        assert!(matches!(
+            check_range(&ns, 0, 700),
+            Err(NvmeError::LengthNotBlockMultiple { len: 700, .. })
+        ));
+        assert!(matches!(
+            check_range(&ns, 999, 1024),
+            Err(NvmeError::LbaOutOfRange {
+                slba: 999,
+                nlb: 2,
+                nsze: 1000,
+                ..
+            })
+        ));
+        assert!(check_range(&ns, 998, 1024).is_ok());
+        assert!(matches!(
+            check_range(&ns, u64::MAX, 512),
+            Err(NvmeError::LbaOutOfRange { .. })
+        ));
+        let e = check_range(&ns, 0, 700).unwrap_err().to_string();
+        assert!(e.contains("700") && e.contains("512-byte LBA size"), "{e}");
+    }
+}

@@ -1,0 +1,170 @@
+//! Buffers moved into I/O requests and handed back with completions, plus queue options/stats.
+
+use std::time::Duration;
+
+use ubdirect_core::UbBuf;
+
+use crate::error::NvmeError;
+
+/// Most segments in one scatter list.
+pub const MAX_SEGMENTS: usize = 8;
+
+/// One piece of a scatter list: `len` bytes at `offset` within `buf`.
+#[derive(Debug)]
+pub struct Segment {
+    /// The buffer.
+    pub buf: UbBuf,
+    /// Byte offset within the buffer.
+    pub offset: usize,
+    /// Bytes used.
+    pub len: usize,
+}
+
+/// A fixed-capacity scatter list of up to [`MAX_SEGMENTS`] buffers (no heap allocation).
+#[derive(Debug, Default)]
+pub struct SgList {
+    segs: [Option<Segment>; MAX_SEGMENTS],
+    n: usize,
+}
+
+impl SgList {
+    /// An empty list.
+    pub fn new() -> SgList {
+        SgList::default()
+    }
+    /// Append a segment; gives it back when the list is full.
+    pub fn push(&mut self, seg: Segment) -> Result<(), Segment> {
+        if self.n == MAX_SEGMENTS {
+            return Err(seg);
+        }
+        self.segs[self.n] = Some(seg);
+        self.n += 1;
+        Ok(())
+    }
+    /// Number of segments.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+    /// True when there are no segments.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+    /// The segments in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Segment> {
+        self.segs[..self.n].iter().flatten()
+    }
+    /// Total bytes described.
+    pub fn total_len(&self) -> usize {
+        self.iter().map(|s| s.len).sum()
+    }
+    /// Take the buffers back out, in order.
+    pub fn into_segments(self) -> impl Iterator<Item = Segment> {
+        self.segs.into_iter().flatten()
+    }
+}
+
+/// The data buffers of a request, moved in at submission and handed back at completion.
+#[derive(Debug, Default)]
+pub enum IoBufs {
+    /// No data (Flush, Write Zeroes, Dataset Management).
+    #[default]
+    None,
+    /// One buffer; the data sits at the offset given at submission.
+    One(UbBuf),
+    /// A scatter list (boxed to keep every request small; reuse the box across requests).
+    Sg(Box<SgList>),
+}
+
+impl IoBufs {
+    /// The single buffer, if this is [`IoBufs::One`].
+    pub fn into_one(self) -> Option<UbBuf> {
+        match self {
+            IoBufs::One(b) => Some(b),
+            _ => None,
+        }
+    }
+    /// The scatter list, if this is [`IoBufs::Sg`].
+    pub fn into_sg(self) -> Option<Box<SgList>> {
+        match self {
+            IoBufs::Sg(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A finished request.
+#[derive(Debug)]
+pub struct IoCompletion {
+    /// The caller's tag.
+    pub tag: u64,
+    /// The buffers, back to the caller.
+    pub bufs: IoBufs,
+    /// Bytes transferred (0 for commands without data), or the first error of its commands.
+    pub result: Result<usize, NvmeError>,
+}
+
+/// A request refused before it reached the device: the buffers come back with the reason.
+/// Nothing was queued.
+#[derive(Debug)]
+pub struct Rejected {
+    /// The buffers given to the submission.
+    pub bufs: IoBufs,
+    /// Why (validation error, or [`NvmeError::QueueFull`]: poll, then resubmit).
+    pub error: NvmeError,
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Rejected {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// Options for [`crate::IoQueuePair::new`].
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    /// Commands in flight (queue entries - 1), capped by CAP.MQES.
+    pub depth: usize,
+    /// Namespace used by the [`ubdirect_core::seams::BlockQueue`] impl (default: the first).
+    pub nsid: Option<u32>,
+    /// Use shadow doorbells when the controller has them on.
+    pub shadow_doorbells: bool,
+    /// Ring the SQ doorbell on every submission instead of on `ring()`.
+    pub auto_ring: bool,
+    /// A request with no completion for this long times out (then Abort is sent).
+    pub io_timeout: Duration,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            depth: 128,
+            nsid: None,
+            shadow_doorbells: true,
+            auto_ring: false,
+            io_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters of one queue pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueStats {
+    /// Requests submitted.
+    pub requests: u64,
+    /// NVMe commands submitted (a request above MDTS is several).
+    pub commands: u64,
+    /// Completion entries reaped.
+    pub completions: u64,
+    /// SQ tail doorbell MMIO writes.
+    pub sq_doorbell_writes: u64,
+    /// CQ head doorbell MMIO writes.
+    pub cq_doorbell_writes: u64,
+    /// Doorbell updates that only touched the shadow buffer.
+    pub shadow_only_updates: u64,
+}

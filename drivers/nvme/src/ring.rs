@@ -1,0 +1,111 @@
+//! Submission and completion rings in driver DMA memory (phase-tagged completion polling).
+
+use std::sync::Arc;
+
+use ubdirect_core::{barrier, DmaMem, UbRegistry};
+
+use crate::error::Result;
+use crate::spec::{Cqe, Sqe};
+
+/// A submission queue ring of `entries` 64-byte entries.
+pub(crate) struct SqRing {
+    mem: DmaMem,
+    entries: u16,
+    tail: u16,
+}
+
+impl SqRing {
+    /// Allocate a zeroed ring.
+    pub(crate) fn new(registry: &Arc<UbRegistry>, entries: u16) -> Result<SqRing> {
+        let mem = DmaMem::alloc(registry, entries as usize * 64)?;
+        Ok(SqRing {
+            mem,
+            entries,
+            tail: 0,
+        })
+    }
+    /// The ring's IOVA (for Create I/O SQ / ASQ).
+    pub(crate) fn iova(&self) -> u64 {
+        self.mem.iova()
+    }
+    /// Current tail index (the value the tail doorbell gets).
+    #[inline]
+    pub(crate) fn tail(&self) -> u16 {
+        self.tail
+    }
+    /// Reset the tail to an earlier value (rolling back entries that were never rung).
+    #[inline]
+    pub(crate) fn set_tail(&mut self, tail: u16) {
+        self.tail = tail;
+    }
+    /// Copy `sqe` into the slot at the tail and advance the tail. The caller guarantees a free
+    /// slot (at most entries-1 commands outstanding).
+    #[inline]
+    pub(crate) fn push(&mut self, sqe: &Sqe) {
+        let slot = self.tail as usize;
+        // SAFETY: slot < entries and the ring memory holds entries * 64 bytes, 64-byte aligned
+        // (DmaMem is page aligned); the device reads this slot only after the doorbell write.
+        unsafe {
+            std::ptr::write_volatile(self.mem.as_ptr().cast::<Sqe>().add(slot), *sqe);
+        }
+        self.tail = if self.tail + 1 == self.entries {
+            0
+        } else {
+            self.tail + 1
+        };
+    }
+}
+
+/// A completion queue ring of `entries` 16-byte entries, with the expected phase tag.
+pub(crate) struct CqRing {
+    mem: DmaMem,
+    entries: u16,
+    head: u16,
+    phase: bool,
+}
+
+impl CqRing {
+    /// Allocate a zeroed ring (expected phase 1 on the first pass).
+    pub(crate) fn new(registry: &Arc<UbRegistry>, entries: u16) -> Result<CqRing> {
+        let mem = DmaMem::alloc(registry, entries as usize * 16)?;
+        Ok(CqRing {
+            mem,
+            entries,
+            head: 0,
+            phase: true,
+        })
+    }
+    /// The ring's IOVA.
+    pub(crate) fn iova(&self) -> u64 {
+        self.mem.iova()
+    }
+    /// Current head index (the value the head doorbell gets).
+    #[inline]
+    pub(crate) fn head(&self) -> u16 {
+        self.head
+    }
+    /// The entry at the head if its phase tag says the device has written it.
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<Cqe> {
+        // SAFETY: head < entries and the ring holds entries * 16 bytes, 16-byte aligned; the
+        // device writes entries concurrently, so every read is volatile.
+        let p = unsafe { self.mem.as_ptr().cast::<Cqe>().add(self.head as usize) };
+        // SAFETY: `p` points into the ring (see above); status is the last u16 of the entry.
+        let status = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).status)) };
+        if (status & 1 != 0) != self.phase {
+            return None;
+        }
+        barrier::rmb();
+        // SAFETY: as above; the phase tag matched, so the device finished writing the entry.
+        Some(unsafe { std::ptr::read_volatile(p) })
+    }
+    /// Consume the head entry.
+    #[inline]
+    pub(crate) fn advance(&mut self) {
+        self.head += 1;
+        if self.head == self.entries {
+            self.head = 0;
+            self.phase = !self.phase;
+        }
+    }
+}
