@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The project's single test command (CI runs exactly this, through .ci/run):
+#   1. scripts/deps.sh                                  (packages; quiet when installed)
+#   2. cargo fmt --all --check
+#   3. cargo clippy --workspace --all-targets -- -D warnings
+#   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
+#   5. scripts/vm/suite.sh                              guest tests in one QEMU boot
+#      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...", "guest: N passed, N failed"
+# Every step runs even when an earlier one failed; the exit status is 1 if any failed.
+#
+# Options (for iterating):
+#   --host-only | --guest-only     run only the host part (1-4) or only the guest part (1, 5)
+#   --no-lint                      skip fmt and clippy
+#   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
+#   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
+#   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --kernel 6.1, --test-timeout 900)
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 2
+host=1 guest=1 lint=1 deps=1 filter= suite_args=()
+while (($# > 0)); do
+    case $1 in
+    --host-only) guest=0 && shift ;;
+    --guest-only) host=0 && lint=0 && shift ;;
+    --no-lint) lint=0 && shift ;;
+    --no-deps) deps=0 && shift ;;
+    --filter) filter=$2 && suite_args+=(--filter "$2") && shift 2 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
+    --*)
+        if (($# > 1)) && [[ $2 != --* ]]; then suite_args+=("$1" "$2") && shift 2; else suite_args+=("$1") && shift; fi
+        ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2 && exit 2 ;;
+    esac
+done
+
+logs="$repo/target/ubd-test"
+mkdir -p "$logs"
+summary=() failed=0
+t_all=$(date +%s)
+
+step() { printf '\n==== %s\n' "$*"; }
+note() { # note LINE FAILED?
+    summary+=("$1")
+    (($2 == 0)) || failed=1
+}
+elapsed() { echo "$(($(date +%s) - $1))s"; }
+
+if ((deps == 1)); then
+    step "scripts/deps.sh"
+    if scripts/deps.sh; then :; else note "deps: FAILED (scripts/deps.sh; run it as root)" 1; fi
+fi
+
+if ((lint == 1)); then
+    step "cargo fmt --all --check"
+    if cargo fmt --all --check; then note "fmt: ok" 0; else note "fmt: FAILED (run cargo fmt -p <crate>)" 1; fi
+    step "cargo clippy --workspace --all-targets -- -D warnings"
+    t=$(date +%s)
+    if cargo clippy --workspace --all-targets -- -D warnings; then
+        note "clippy: ok ($(elapsed "$t"))" 0
+    else
+        note "clippy: FAILED ($(elapsed "$t"))" 1
+    fi
+fi
+
+if ((host == 1)); then
+    step "cargo test --workspace${filter:+ -- $filter}"
+    t=$(date +%s)
+    host_args=()
+    [[ -n $filter ]] && host_args=(-- "$filter")
+    cargo test --workspace "${host_args[@]}" 2>&1 | tee "$logs/host.log"
+    rc=${PIPESTATUS[0]}
+    read -r hp hf < <(awk '/^test result: / {
+            for (i = 1; i <= NF; i++) {
+                if ($(i + 1) ~ /^passed/) p += $i
+                if ($(i + 1) ~ /^failed/) f += $i
+            }
+        } END { printf "%d %d\n", p, f }' "$logs/host.log")
+    extra=
+    if ((rc != 0 && hf == 0)); then
+        hf=1
+        extra=" (cargo test exited $rc without a failed test: build error? see $logs/host.log)"
+    fi
+    note "host: $hp passed, $hf failed$extra ($(elapsed "$t"))" "$hf"
+fi
+
+if ((guest == 1)); then
+    step "scripts/vm/suite.sh ${suite_args[*]}"
+    t=$(date +%s)
+    scripts/vm/suite.sh "${suite_args[@]}" 2>&1 | tee "$logs/guest.log"
+    rc=${PIPESTATUS[0]}
+    # The suite's closing lines.
+    mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest): ' "$logs/guest.log")
+    if ((${#glines[@]} == 0)); then
+        note "guest: 0 passed, 1 failed (scripts/vm/suite.sh exited $rc before its summary; see $logs/guest.log)" 1
+    else
+        for l in "${glines[@]}"; do summary+=("$l"); done
+        ((rc == 0)) || failed=1
+    fi
+fi
+
+printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"
+printf '%s\n' "${summary[@]}"
+if ((failed == 0)); then echo "test.sh: all passed"; else echo "test.sh: FAILED"; fi
+exit "$failed"
