@@ -12,6 +12,7 @@
 
 mod devices;
 mod doctor;
+mod pipeline;
 
 use std::process::ExitCode;
 
@@ -38,6 +39,8 @@ pub enum Command {
     Devices(devices::Args),
     /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
     Doctor(doctor::Args),
+    /// Stream a source (NVMe via vfio, file via io_uring) through the UB pool into a sink (CUDA, BAR, null).
+    Pipeline(pipeline::Args),
 }
 
 impl Command {
@@ -46,6 +49,7 @@ impl Command {
         match self {
             Command::Devices(a) => devices::run(a),
             Command::Doctor(a) => doctor::run(a),
+            Command::Pipeline(a) => pipeline::run(a),
         }
     }
 }

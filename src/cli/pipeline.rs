@@ -1,0 +1,517 @@
+//! `ubdirect pipeline`: stream a source (NVMe namespace through vfio, or a file through
+//! io_uring) through the unified buffer pool into a sink (CUDA, a device BAR, null).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ubdirect::pipeline::{
+    compare, file_checksum, numa_node_of_cpu, pin_to_core, queue_checksum, run_copy, run_direct,
+    run_sink_only, BarSink, Limit, Mode, NullSink, PipelineConfig, PipelineReport, PipelineSink,
+};
+use ubdirect_core::seams::BlockQueue;
+use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
+
+use super::{CliResult, Outcome};
+
+/// Stream a source through the UB pool into a sink on one pinned polling thread, and report
+/// GB/s, IOPS, CPU time per GB and per-block latency. Examples:
+///   ubdirect pipeline --source nvme:0000:00:04.0 --sink cuda --verify --bytes 1G
+///   ubdirect pipeline --source file:/dev/shm/data --sink cuda:0 --mode copy
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// nvme:<pci-addr>[/nsid] (bound to vfio-pci) or file:<path> (io_uring).
+    #[arg(long, value_parser = parse_source)]
+    source: SourceSpec,
+    /// cuda[:gpu] | bar:<pci-addr>/<bar> | null.
+    #[arg(long, default_value = "null", value_parser = parse_sink)]
+    sink: SinkSpec,
+    /// Bytes per block (K/M/G suffixes; > 256 KiB suits storage).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    block_size: u64,
+    /// Source requests kept in flight.
+    #[arg(long, default_value_t = 32)]
+    qd: usize,
+    /// Pool size in bytes (default: block size x block count).
+    #[arg(long, value_parser = parse_size)]
+    pool_size: Option<u64>,
+    /// Pool block count (default: 2 x qd, or what --pool-size holds).
+    #[arg(long)]
+    blocks: Option<usize>,
+    /// Bytes to move (default: the whole source once).
+    #[arg(long, value_parser = parse_size, conflicts_with = "seconds")]
+    bytes: Option<u64>,
+    /// Run this many seconds instead (wrapping around the source).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Pin the polling thread to this CPU.
+    #[arg(long)]
+    core: Option<usize>,
+    /// Check that what arrived equals the source bytes.
+    #[arg(long)]
+    verify: bool,
+    /// direct (UB pool, zero copies) or copy (read() + pageable copy, for A/B).
+    #[arg(long, default_value = "direct", value_parser = parse_mode)]
+    mode: Mode,
+    /// JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also measure the segments alone: source -> null, pool -> sink.
+    #[arg(long)]
+    segments: bool,
+    /// CUDA copy streams.
+    #[arg(long, default_value_t = 4)]
+    streams: usize,
+    /// File sources: auto (O_DIRECT, buffered for tmpfs or when refused), direct, buffered.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "direct", "buffered"])]
+    io: String,
+    /// File sources: punt reads to io-wq workers (spreads page-cache copies over cores):
+    /// auto (on for buffered), on, off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    uring_async: String,
+    /// File sources: cap on io-wq workers.
+    #[arg(long)]
+    uring_workers: Option<u32>,
+    /// File sources: kernel SQ polling thread (idle ms).
+    #[arg(long)]
+    sqpoll: Option<u32>,
+    /// Print UBD-HOSTCHECK lines NAME,SOURCE_FILE,BAR_FILE comparing BAR blocks with the
+    /// source's backing file (test bed).
+    #[arg(long)]
+    hostcheck: Option<String>,
+}
+
+/// Where the data comes from.
+#[derive(Debug, Clone)]
+enum SourceSpec {
+    Nvme { addr: PciAddress, nsid: Option<u32> },
+    File(PathBuf),
+}
+
+/// Where it goes.
+#[derive(Debug, Clone)]
+enum SinkSpec {
+    Cuda(usize),
+    Bar { addr: PciAddress, bar: u8 },
+    Null,
+}
+
+fn parse_source(s: &str) -> Result<SourceSpec, String> {
+    if let Some(rest) = s.strip_prefix("nvme:") {
+        let (addr, nsid) = match rest.rsplit_once('/') {
+            Some((a, n)) => (
+                a,
+                Some(n.parse::<u32>().map_err(|_| {
+                    format!("bad namespace id '{n}' in '{s}' (nvme:<pci-addr>/<nsid>)")
+                })?),
+            ),
+            None => (rest, None),
+        };
+        if nsid == Some(0) {
+            return Err("namespace ids start at 1".into());
+        }
+        let addr = addr
+            .parse::<PciAddress>()
+            .map_err(|e| format!("bad PCI address in '{s}': {e} (e.g. nvme:0000:00:04.0)"))?;
+        return Ok(SourceSpec::Nvme { addr, nsid });
+    }
+    if let Some(p) = s.strip_prefix("file:") {
+        if p.is_empty() {
+            return Err("file: needs a path (file:/dev/shm/data)".into());
+        }
+        return Ok(SourceSpec::File(PathBuf::from(p)));
+    }
+    Err(format!(
+        "unknown source '{s}': use nvme:<pci-addr>[/nsid] or file:<path>"
+    ))
+}
+
+fn parse_sink(s: &str) -> Result<SinkSpec, String> {
+    match s {
+        "null" => return Ok(SinkSpec::Null),
+        "cuda" => return Ok(SinkSpec::Cuda(0)),
+        _ => {}
+    }
+    if let Some(n) = s.strip_prefix("cuda:") {
+        return n
+            .parse()
+            .map(SinkSpec::Cuda)
+            .map_err(|_| format!("bad GPU ordinal in '{s}' (cuda:0)"));
+    }
+    if let Some(rest) = s.strip_prefix("bar:") {
+        let (a, b) = rest
+            .rsplit_once('/')
+            .ok_or_else(|| format!("'{s}' needs a BAR number: bar:<pci-addr>/<bar>"))?;
+        let bar: u8 = b
+            .parse()
+            .ok()
+            .filter(|&b| b < 6)
+            .ok_or_else(|| format!("BAR '{b}' must be 0..5"))?;
+        let addr = a
+            .parse::<PciAddress>()
+            .map_err(|e| format!("bad PCI address in '{s}': {e}"))?;
+        return Ok(SinkSpec::Bar { addr, bar });
+    }
+    Err(format!(
+        "unknown sink '{s}': use cuda[:gpu], bar:<pci-addr>/<bar> or null"
+    ))
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "direct" => Ok(Mode::Direct),
+        "copy" => Ok(Mode::Copy),
+        _ => Err(format!("unknown mode '{s}': direct or copy")),
+    }
+}
+
+/// Sizes with an optional K/M/G/T suffix (binary), e.g. "4M", "512KiB", "1G", "4096".
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.chars().last() {
+        Some('K') | Some('k') => (&t[..t.len() - 1], 10),
+        Some('M') | Some('m') => (&t[..t.len() - 1], 20),
+        Some('G') | Some('g') => (&t[..t.len() - 1], 30),
+        Some('T') | Some('t') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size '{s}' (e.g. 4M, 512K, 1G)"))?;
+    n.checked_mul(1u64 << shift)
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("size '{s}' is zero or too large"))
+}
+
+type BoxErr = Box<dyn std::error::Error + Send + Sync>;
+
+/// Run the subcommand.
+pub fn run(args: &Args) -> CliResult {
+    let bs = usize::try_from(args.block_size).map_err(|_| "block size too large")?;
+    if args.qd == 0 {
+        return Err("--qd must be at least 1".into());
+    }
+    let blocks = match (args.blocks, args.pool_size) {
+        (Some(b), _) => b,
+        (None, Some(p)) => usize::try_from(p / args.block_size).unwrap_or(0),
+        (None, None) => args.qd * 2,
+    };
+    if blocks == 0 {
+        return Err(format!(
+            "the pool holds no block: --pool-size must be at least --block-size ({bs})"
+        )
+        .into());
+    }
+    if args.mode == Mode::Copy && !matches!(args.source, SourceSpec::File(_)) {
+        return Err("--mode copy is the classic read() path: it needs a file: source".into());
+    }
+    if args.mode == Mode::Copy && matches!(args.sink, SinkSpec::Bar { .. }) {
+        return Err("--mode copy has no BAR variant: a BAR is reached by DMA only".into());
+    }
+    if let Some(core) = args.core {
+        pin_to_core(core)?;
+    }
+
+    // The DMA domain: a real VFIO container when a device is involved, host-only otherwise.
+    let needs_vfio =
+        matches!(args.source, SourceSpec::Nvme { .. }) || matches!(args.sink, SinkSpec::Bar { .. });
+    let domain = if needs_vfio {
+        DmaDomain::new()?
+    } else {
+        DmaDomain::host_only()
+    };
+    let registry = UbRegistry::new(domain);
+
+    // The pool: carved from the BAR for the BAR sink (the source DMAs straight into it),
+    // hugepages otherwise (ordinary memory, with a warning, when there are none).
+    let mut device_numa = None;
+    let bar_region: Option<Arc<UbRegion>> = match &args.sink {
+        SinkSpec::Bar { addr, bar } => {
+            let dev = PciDevice::open(registry.domain(), *addr)?;
+            device_numa = device_numa.or(dev.numa_node());
+            Some(registry.register_bar(&dev, *bar)?)
+        }
+        _ => None,
+    };
+    let pool = match &bar_region {
+        Some(r) => {
+            let fit = r.len / bs;
+            if fit == 0 {
+                return Err(format!(
+                    "BAR window of {} bytes cannot hold one {bs}-byte block: lower --block-size",
+                    r.len
+                )
+                .into());
+            }
+            UbPool::new(
+                &registry,
+                r.clone(),
+                PoolConfig {
+                    block_size: bs,
+                    block_count: blocks.min(fit),
+                },
+            )?
+        }
+        None => host_pool(&registry, bs, blocks, needs_vfio)?,
+    };
+    let cfg = PipelineConfig {
+        block_size: bs,
+        qd: args.qd,
+        limit: Limit::Bytes(0), // set once the source's size is known
+        verify: args.verify,
+        progress: !args.json,
+        stall_timeout: Duration::from_secs(30),
+    };
+
+    let mut reports = Vec::new();
+    match &args.source {
+        SourceSpec::File(path) => {
+            let opts = ubdirect_uring::UringOptions {
+                direct: match args.io.as_str() {
+                    "direct" => ubdirect_uring::DirectMode::Require,
+                    "buffered" => ubdirect_uring::DirectMode::Off,
+                    _ => ubdirect_uring::DirectMode::Auto,
+                },
+                depth: args.qd,
+                sqpoll_idle_ms: args.sqpoll,
+                force_async: match args.uring_async.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    _ => None,
+                },
+                max_workers: args.uring_workers,
+                writable: false,
+            };
+            let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
+            let cap = q.capacity();
+            let cfg = PipelineConfig {
+                limit: limit(args, cap)?,
+                ..cfg
+            };
+            let name = format!(
+                "file:{} (io_uring, {}{})",
+                path.display(),
+                if q.is_direct() {
+                    "O_DIRECT"
+                } else {
+                    "buffered"
+                },
+                if q.is_async() { ", io-wq" } else { "" }
+            );
+            let mut sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
+            warn_numa(args.core, device_numa);
+            if args.segments {
+                let mut null = NullSink::new(pool.block_count(), false);
+                let c = PipelineConfig {
+                    verify: false,
+                    ..cfg.clone()
+                };
+                reports.push(run_direct(
+                    &mut q,
+                    &mut null,
+                    &pool,
+                    &c,
+                    "segment: source -> UB (sink null)",
+                    &name,
+                )?);
+                reports.push(run_sink_only(
+                    sink.as_mut(),
+                    &pool,
+                    &c,
+                    "segment: UB -> sink (no source)",
+                )?);
+            }
+            let mut r = match args.mode {
+                Mode::Direct => run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?,
+                Mode::Copy => run_copy(path, sink.as_mut(), &cfg, "pipeline (classic copy)")?,
+            };
+            if args.verify {
+                let expected = file_checksum(path, r.bytes)?;
+                add_verify(
+                    &mut r,
+                    sink.as_mut(),
+                    expected,
+                    "sink checksum vs read() of the file",
+                )?;
+            }
+            reports.push(r);
+        }
+        SourceSpec::Nvme { addr, nsid } => {
+            let ctrl = ubdirect_nvme::Controller::open(
+                &registry,
+                *addr,
+                ubdirect_nvme::ControllerOptions {
+                    io_queues: 1,
+                    ..Default::default()
+                },
+            )?;
+            device_numa = device_numa.or(ctrl.device().numa_node());
+            let qopts = ubdirect_nvme::QueueOptions {
+                depth: (args.qd * 4).max(64),
+                nsid: *nsid,
+                ..Default::default()
+            };
+            let mut q = ubdirect_nvme::IoQueuePair::new(&ctrl, qopts)?;
+            let cap = q.capacity();
+            let cfg = PipelineConfig {
+                limit: limit(args, cap)?,
+                ..cfg
+            };
+            let name = format!("nvme:{addr}/{} (vfio)", q.default_nsid());
+            let mut sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
+            warn_numa(args.core, device_numa);
+            if args.segments {
+                let mut null = NullSink::new(pool.block_count(), false);
+                let c = PipelineConfig {
+                    verify: false,
+                    ..cfg.clone()
+                };
+                reports.push(run_direct(
+                    &mut q,
+                    &mut null,
+                    &pool,
+                    &c,
+                    "segment: source -> UB (sink null)",
+                    &name,
+                )?);
+                if bar_region.is_none() {
+                    reports.push(run_sink_only(
+                        sink.as_mut(),
+                        &pool,
+                        &c,
+                        "segment: UB -> sink (no source)",
+                    )?);
+                }
+            }
+            let mut r = run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?;
+            if args.verify {
+                // A second pass through the driver at QD1 into a host buffer is the reference.
+                let ref_pool = host_pool(&registry, bs.min(q.max_transfer()), 1, true)?;
+                let expected = queue_checksum(&mut q, &ref_pool, r.bytes)?;
+                add_verify(
+                    &mut r,
+                    sink.as_mut(),
+                    expected,
+                    "sink checksum vs a QD1 re-read",
+                )?;
+            }
+            if let Some(hc) = &args.hostcheck {
+                print_hostchecks(hc, sink.as_ref())?;
+            }
+            reports.push(r);
+        }
+    }
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for r in &reports {
+            println!("{r}");
+        }
+    }
+    match reports.last().and_then(|r| r.verify.as_ref()) {
+        Some(v) if !v.ok => Err(format!(
+            "verify failed: delivered {} expected {}",
+            v.delivered, v.expected
+        )
+        .into()),
+        _ => Ok(Outcome::Success),
+    }
+}
+
+fn limit(args: &Args, cap: u64) -> Result<Limit, BoxErr> {
+    Ok(match (args.bytes, args.seconds) {
+        (Some(b), _) => Limit::Bytes(b),
+        (None, Some(s)) if s > 0.0 && s.is_finite() => Limit::Duration(Duration::from_secs_f64(s)),
+        (None, Some(s)) => return Err(format!("--seconds {s} must be a positive number").into()),
+        (None, None) => Limit::Bytes(cap),
+    })
+}
+
+/// A pool over hugepages, or ordinary memory when no hugepages are free and no device DMAs.
+fn host_pool(
+    registry: &Arc<UbRegistry>,
+    bs: usize,
+    blocks: usize,
+    for_device: bool,
+) -> Result<Arc<UbPool>, BoxErr> {
+    let cfg = PoolConfig {
+        block_size: bs,
+        block_count: blocks,
+    };
+    match UbPool::with_hugepages(registry, cfg, None) {
+        Ok(p) => Ok(p),
+        Err(e) if !for_device => {
+            tracing::info!("no hugepage pool ({e}); using ordinary memory for the kernel path");
+            let region = registry.register_anonymous(bs * blocks, None)?;
+            Ok(UbPool::new(registry, region, cfg)?)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn make_sink(
+    args: &Args,
+    pool: &Arc<UbPool>,
+    bar: Option<&Arc<UbRegion>>,
+    cap: u64,
+    numa: &mut Option<u32>,
+) -> Result<Box<dyn PipelineSink>, BoxErr> {
+    Ok(match &args.sink {
+        SinkSpec::Null => Box::new(NullSink::new(pool.block_count(), args.verify)),
+        SinkSpec::Bar { .. } => {
+            let region = bar.ok_or("BAR sink without a BAR region")?.clone();
+            Box::new(BarSink::new(region, pool.block_size(), cap, args.verify))
+        }
+        SinkSpec::Cuda(ordinal) => {
+            let cfg = ubdirect_cuda::CudaSinkConfig {
+                ordinal: *ordinal,
+                streams: args.streams.max(1),
+                depth: pool.block_count(),
+                block_size: pool.block_size(),
+                verify: args.verify,
+            };
+            let sink = ubdirect_cuda::CudaSink::new(&cfg, &[pool.region().clone()])?;
+            *numa = numa.or(sink.gpu().numa_node());
+            Box::new(sink)
+        }
+    })
+}
+
+fn warn_numa(core: Option<usize>, device_numa: Option<u32>) {
+    if let (Some(c), Some(d)) = (core, device_numa) {
+        match numa_node_of_cpu(c) {
+            Some(n) if n != d => tracing::warn!("core {c} is on NUMA node {n} but the device is on node {d}: expect lower bandwidth; pick a core of node {d}"),
+            _ => {}
+        }
+    }
+}
+
+fn add_verify(
+    r: &mut PipelineReport,
+    sink: &mut dyn PipelineSink,
+    expected: u64,
+    method: &str,
+) -> Result<(), BoxErr> {
+    let delivered = sink
+        .delivered_checksum()
+        .ok_or("this sink cannot verify")??;
+    r.verify = Some(compare(method, delivered, expected));
+    Ok(())
+}
+
+fn print_hostchecks(spec: &str, sink: &dyn PipelineSink) -> Result<(), BoxErr> {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [name, src_file, bar_file] = parts[..] else {
+        return Err(format!("--hostcheck '{spec}' must be NAME,SOURCE_FILE,BAR_FILE").into());
+    };
+    for line in sink.hostcheck_lines(name, bar_file, src_file) {
+        println!("{line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! Pipeline errors: each names the cause and what to do.
+
+use ubdirect_core::seams::{BlockError, SinkError};
+
+/// Why a pipeline run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A bad setting or argument.
+    #[error("{0}")]
+    Config(String),
+    /// The source failed.
+    #[error("source: {0}")]
+    Source(BlockError),
+    /// The sink failed.
+    #[error("sink: {0}")]
+    Sink(SinkError),
+    /// The buffer pool failed.
+    #[error("buffer pool: {0}")]
+    Pool(String),
+    /// Nothing completed for too long.
+    #[error("stalled: no completion for {secs} s with {in_flight} requests in flight (device hung or too slow: check dmesg)")]
+    Stalled {
+        /// Seconds without progress.
+        secs: u64,
+        /// Requests outstanding at the time.
+        in_flight: usize,
+    },
+    /// Verification could not run.
+    #[error("verify: {0}")]
+    Verify(String),
+    /// I/O on the classic path or while computing a reference checksum.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,30 @@
+//! The pipeline as a library type: a block source (an NVMe queue pair or io_uring) streams into
+//! unified-buffer pool blocks, and a sink (CUDA copy, BAR, null) consumes them, all on one
+//! pinned polling thread. `--mode copy` runs the classic read()+pageable-copy path for A/B;
+//! segment runs measure the source alone, the sink alone and the completion-handling cost.
+
+mod bar_sink;
+mod classic;
+mod config;
+mod cpu;
+mod engine;
+mod error;
+mod latency;
+mod null_sink;
+mod report;
+mod segments;
+mod sink_ext;
+mod verify;
+
+pub use bar_sink::{BarSink, Landed};
+pub use classic::run_copy;
+pub use config::{Limit, Mode, PipelineConfig};
+pub use cpu::{numa_node_of_cpu, pin_to_core, process_cpu_time};
+pub use engine::{block_range, run_direct};
+pub use error::PipelineError;
+pub use latency::LatencyHistogram;
+pub use null_sink::NullSink;
+pub use report::{LatencySummary, PipelineReport, VerifyResult};
+pub use segments::run_sink_only;
+pub use sink_ext::PipelineSink;
+pub use verify::{compare, file_checksum, queue_checksum};

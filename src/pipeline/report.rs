@@ -1,0 +1,175 @@
+//! The run summary: throughput, IOPS, CPU time per GB, per-block latency percentiles.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::config::Mode;
+use super::latency::LatencyHistogram;
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Maximum.
+    pub max_us: f64,
+}
+
+impl From<&LatencyHistogram> for LatencySummary {
+    fn from(h: &LatencyHistogram) -> Self {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            count: h.count(),
+            mean_us: us(h.mean()),
+            p50_us: us(h.quantile(0.50)),
+            p90_us: us(h.quantile(0.90)),
+            p99_us: us(h.quantile(0.99)),
+            p999_us: us(h.quantile(0.999)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+/// Verification outcome.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VerifyResult {
+    /// How the data was checked.
+    pub method: String,
+    /// Checksum of what arrived (hex).
+    pub delivered: String,
+    /// Checksum of the source (hex).
+    pub expected: String,
+    /// Whether they match.
+    pub ok: bool,
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PipelineReport {
+    /// What ran ("direct", "copy", "segment: ...").
+    pub label: String,
+    /// Direct or copy.
+    pub mode: Mode,
+    /// Source description.
+    pub source: String,
+    /// Sink description.
+    pub sink: String,
+    /// Block size in bytes.
+    pub block_size: usize,
+    /// Queue depth.
+    pub qd: usize,
+    /// Bytes delivered to the sink.
+    pub bytes: u64,
+    /// Blocks delivered.
+    pub blocks: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// GB/s (10^9 bytes per second).
+    pub gb_per_s: f64,
+    /// Blocks per second.
+    pub iops: f64,
+    /// Process CPU seconds (all threads, kernel workers included) per GB moved.
+    pub cpu_s_per_gb: f64,
+    /// Per-block latency, source submit to sink completion.
+    pub latency: LatencySummary,
+    /// Cycles (TSC) spent reaping one source completion and handing it to the sink.
+    pub cycles_per_completion: Option<f64>,
+    /// Verification, when asked for.
+    pub verify: Option<VerifyResult>,
+}
+
+impl PipelineReport {
+    /// Fill the derived rates from the raw counts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        label: &str,
+        mode: Mode,
+        source: String,
+        sink: String,
+        block_size: usize,
+        qd: usize,
+        bytes: u64,
+        blocks: u64,
+        wall: Duration,
+        cpu: Duration,
+        lat: &LatencyHistogram,
+    ) -> PipelineReport {
+        let s = wall.as_secs_f64().max(1e-9);
+        let gb = bytes as f64 / 1e9;
+        PipelineReport {
+            label: label.into(),
+            mode,
+            source,
+            sink,
+            block_size,
+            qd,
+            bytes,
+            blocks,
+            seconds: wall.as_secs_f64(),
+            gb_per_s: gb / s,
+            iops: blocks as f64 / s,
+            cpu_s_per_gb: if gb > 0.0 {
+                cpu.as_secs_f64() / gb
+            } else {
+                0.0
+            },
+            latency: lat.into(),
+            cycles_per_completion: None,
+            verify: None,
+        }
+    }
+}
+
+impl fmt::Display for PipelineReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} -> {} ({:?}, block {} KiB, qd {})",
+            self.label,
+            self.source,
+            self.sink,
+            self.mode,
+            self.block_size >> 10,
+            self.qd
+        )?;
+        writeln!(
+            f,
+            "  {:.3} GB in {:.3} s: {:.2} GB/s, {:.0} blocks/s, {:.3} CPU-s/GB",
+            self.bytes as f64 / 1e9,
+            self.seconds,
+            self.gb_per_s,
+            self.iops,
+            self.cpu_s_per_gb
+        )?;
+        let l = &self.latency;
+        write!(
+            f,
+            "  block latency us: mean {:.0} p50 {:.0} p90 {:.0} p99 {:.0} p99.9 {:.0} max {:.0}",
+            l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+        )?;
+        if let Some(c) = self.cycles_per_completion {
+            write!(f, "\n  completion handling: {c:.0} cycles per completion")?;
+        }
+        if let Some(v) = &self.verify {
+            write!(
+                f,
+                "\n  verify ({}): {} (delivered {} expected {})",
+                v.method,
+                if v.ok { "OK" } else { "MISMATCH" },
+                v.delivered,
+                v.expected
+            )?;
+        }
+        Ok(())
+    }
+}
