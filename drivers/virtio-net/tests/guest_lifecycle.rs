@@ -56,7 +56,7 @@ fn rx_pool_exhaustion_is_reported_and_recovers() {
     // Frames 64..72 were either queued by QEMU (delivered now) or dropped by it; either way
     // new frames must arrive byte-exact.
     let mut late = recv_for(&mut b, Duration::from_millis(500), 16);
-    late.extend(out.drain(..));
+    late.append(&mut out);
     for f in &late {
         assert_eq!(f.len(), 200);
     }
