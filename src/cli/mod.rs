@@ -12,6 +12,7 @@
 
 mod devices;
 mod doctor;
+mod loopback;
 mod pipeline;
 
 use std::process::ExitCode;
@@ -39,6 +40,8 @@ pub enum Command {
     Devices(devices::Args),
     /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
     Doctor(doctor::Args),
+    /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: AF_PACKET baseline).
+    Loopback(loopback::Args),
     /// Stream a source (NVMe via vfio, file via io_uring) through the UB pool into a sink (CUDA, BAR, null).
     Pipeline(pipeline::Args),
 }
@@ -49,6 +52,7 @@ impl Command {
         match self {
             Command::Devices(a) => devices::run(a),
             Command::Doctor(a) => doctor::run(a),
+            Command::Loopback(a) => loopback::run(a),
             Command::Pipeline(a) => pipeline::run(a),
         }
     }

@@ -1,0 +1,369 @@
+//! `ubdirect loopback`: the source document's loop-back demo. A pattern is written into UB
+//! buffers (in the GPU BAR region with `--gpu-bar`: the ivshmem BAR in the guest), sent on NIC
+//! A, received on NIC B into buffers of the same region, and verified byte-exact. `--kernel`
+//! runs the same frames through the kernel's virtio-net driver (AF_PACKET) as the A/B baseline.
+
+mod kernel;
+mod report;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::pci::{PciAddress, PciDevice};
+use ubdirect_core::ub::{PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::vfio::DmaDomain;
+use ubdirect_virtio_net::pattern::{self, MIN_PATTERN_FRAME};
+use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
+
+pub use report::LoopbackReport;
+use report::Tally;
+
+/// How long a run may go without any frame moving before it stops and counts what is missing
+/// as dropped.
+pub(crate) const STALL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Loop-back demo: a pattern written into UB buffers (in a GPU BAR with --gpu-bar) is sent on
+/// NIC A, received on NIC B into the same region and verified byte-exact; --kernel runs the
+/// same frames through the kernel driver (AF_PACKET) as the A/B baseline.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Sending NIC (PCI address, bound to vfio-pci; to virtio-pci with --kernel).
+    #[arg(long)]
+    pub tx: PciAddress,
+    /// Receiving NIC (PCI address).
+    #[arg(long)]
+    pub rx: PciAddress,
+    /// Put the TX and RX buffers in this device's BAR ("<bdf>" or "<bdf>/<bar>", default BAR 2:
+    /// the ivshmem GPU-BAR stand-in). Default: a hugepage pool.
+    #[arg(long = "gpu-bar", value_name = "BDF[/BAR]")]
+    pub gpu_bar: Option<String>,
+    /// Frame size in bytes, Ethernet header included (default: the largest the devices allow:
+    /// MTU + 14, 1514 unless the device offers VIRTIO_NET_F_MTU).
+    #[arg(long = "frame-size")]
+    pub frame_size: Option<usize>,
+    /// Frames per burst.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Frames to send (default 10000 unless --seconds is given).
+    #[arg(long, conflicts_with = "seconds")]
+    pub frames: Option<u64>,
+    /// Send for this many seconds instead of a frame count.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Most frames in flight (sent, not yet received); default: the RX ring size.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Run the kernel baseline (AF_PACKET raw sockets on the NICs' kernel netdevs) instead.
+    #[arg(long)]
+    pub kernel: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why a loop-back could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopbackError {
+    /// The userspace driver failed.
+    #[error(transparent)]
+    Driver(#[from] VirtioNetError),
+    /// The core crate failed (VFIO, pools, BAR registration).
+    #[error(transparent)]
+    Core(#[from] ubdirect_core::CoreError),
+    /// A bad argument or missing set-up; nothing was sent.
+    #[error("{0}")]
+    Setup(String),
+    /// The run finished but frames were lost or corrupted.
+    #[error("loop-back failed: {0}")]
+    Failed(String),
+}
+
+/// When to stop sending.
+#[derive(Debug, Clone, Copy)]
+pub enum Limit {
+    /// After this many frames.
+    Frames(u64),
+    /// After this long.
+    Time(Duration),
+}
+
+impl Limit {
+    /// True while more frames should be sent.
+    pub fn more(&self, sent: u64, start: Instant) -> bool {
+        match *self {
+            Limit::Frames(n) => sent < n,
+            Limit::Time(d) => start.elapsed() < d,
+        }
+    }
+    /// Frames still to send (unbounded for a time limit).
+    pub fn remaining(&self, sent: u64) -> usize {
+        match *self {
+            Limit::Frames(n) => n.saturating_sub(sent).min(usize::MAX as u64) as usize,
+            Limit::Time(_) => usize::MAX,
+        }
+    }
+}
+
+/// Refuses frame sizes the pattern or the devices cannot carry.
+pub fn check_frame_size(fs: usize, max: usize, why: &str) -> Result<(), LoopbackError> {
+    if fs < MIN_PATTERN_FRAME || fs > max {
+        return Err(LoopbackError::Setup(format!(
+            "--frame-size {fs} is out of range: it must be between {MIN_PATTERN_FRAME} (Ethernet header + sequence number) and {max} ({why}); without TSO a virtio-net frame cannot be larger, so aggregate data into batches of frames instead"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_bar(s: &str) -> Result<(PciAddress, u8), LoopbackError> {
+    let (a, bar) = match s.split_once('/') {
+        Some((a, b)) => (
+            a,
+            b.parse::<u8>().map_err(|_| {
+                LoopbackError::Setup(format!(
+                    "--gpu-bar {s}: BAR index '{b}' is not a number 0..5"
+                ))
+            })?,
+        ),
+        None => (s, 2),
+    };
+    if bar > 5 {
+        return Err(LoopbackError::Setup(format!(
+            "--gpu-bar {s}: BAR {bar} does not exist (0..5)"
+        )));
+    }
+    let addr = a
+        .parse::<PciAddress>()
+        .map_err(|e| LoopbackError::Setup(format!("--gpu-bar {s}: {e}")))?;
+    Ok((addr, bar))
+}
+
+/// Runs `ubdirect loopback` and prints the report; an error when frames were lost or wrong.
+pub fn run(args: &Args) -> super::CliResult {
+    let report = measure(args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serialises")
+        );
+    } else {
+        println!("{}", report.text());
+    }
+    if !report.ok() {
+        return Err(LoopbackError::Failed(format!(
+            "{} of {} frames came back byte-exact ({} dropped, {} mismatched)",
+            report.frames_received, report.frames_sent, report.drops, report.mismatches
+        ))
+        .into());
+    }
+    Ok(super::Outcome::Success)
+}
+
+/// Runs the loop-back and returns its report without printing.
+pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
+    if args.tx == args.rx {
+        return Err(LoopbackError::Setup(format!(
+            "--tx and --rx are both {}: the loop-back needs two NICs on one link (in the guest: $UBD_NICS)",
+            args.tx
+        )));
+    }
+    if args.batch == 0 || args.batch > 4096 {
+        return Err(LoopbackError::Setup(format!(
+            "--batch {} is out of range (1..=4096)",
+            args.batch
+        )));
+    }
+    let limit = match (args.frames, args.seconds) {
+        (Some(0), _) => return Err(LoopbackError::Setup("--frames 0: nothing to send".into())),
+        (Some(n), _) => Limit::Frames(n),
+        (None, Some(s)) if s > 0.0 && s.is_finite() => Limit::Time(Duration::from_secs_f64(s)),
+        (None, Some(s)) => {
+            return Err(LoopbackError::Setup(format!(
+                "--seconds {s} must be positive"
+            )))
+        }
+        (None, None) => Limit::Frames(10_000),
+    };
+    if args.kernel {
+        if args.gpu_bar.is_some() {
+            return Err(LoopbackError::Setup(
+                "--gpu-bar has no meaning with --kernel: the kernel path receives into socket buffers".into(),
+            ));
+        }
+        return kernel::run(
+            args.tx,
+            args.rx,
+            args.frame_size,
+            args.batch,
+            args.window.unwrap_or(256),
+            limit,
+        );
+    }
+    run_ubdirect(args, limit)
+}
+
+/// Block size for frames of up to `max_frame` bytes: header + frame, rounded to a power of two.
+fn block_size_for(max_frame: usize) -> usize {
+    (FRAME_OFFSET + max_frame).next_power_of_two().max(2048)
+}
+
+fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackError> {
+    let domain = DmaDomain::new()?;
+    let registry = UbRegistry::new(domain.clone());
+    let tx_dev = PciDevice::open(&domain, args.tx)?;
+    let rx_dev = PciDevice::open(&domain, args.rx)?;
+    let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;
+    let bar_dev = match bar {
+        Some((addr, _)) => Some(PciDevice::open(&domain, addr)?),
+        None => None,
+    };
+    let region = match (&bar_dev, bar) {
+        (Some(d), Some((_, b))) => Some(registry.register_bar(d, b)?),
+        _ => None,
+    };
+    let buffers = match bar {
+        Some((a, b)) => format!("gpu-bar {a}/{b}"),
+        None => "hugepages".to_string(),
+    };
+    // The pool must fit the largest frame the devices can deliver; start with 1514 and retry
+    // once with what the device asks for.
+    let mut block = block_size_for(args.frame_size.unwrap_or(0).max(1514));
+    let make_pool = |block: usize| -> Result<Arc<UbPool>, LoopbackError> {
+        let cfg = |count: usize| PoolConfig {
+            block_size: block,
+            block_count: count,
+        };
+        Ok(match &region {
+            Some(r) => {
+                let count = (r.len / block).min(4096);
+                UbPool::new(&registry, r.clone(), cfg(count))?
+            }
+            None => UbPool::with_hugepages(&registry, cfg(2048), None)?,
+        })
+    };
+    let mut pool = make_pool(block)?;
+    let open = |pool: &Arc<UbPool>, dev: &Arc<PciDevice>| {
+        VirtioNet::from_device(&registry, dev.clone(), pool.clone(), NetConfig::default())
+    };
+    let mut a = match open(&pool, &tx_dev) {
+        Err(VirtioNetError::RxBlocksTooSmall { need, .. }) => {
+            block = need.next_power_of_two();
+            drop(pool);
+            pool = make_pool(block)?;
+            open(&pool, &tx_dev)?
+        }
+        r => r?,
+    };
+    let mut b = open(&pool, &rx_dev)?;
+    let max_frame = a.max_frame().min(b.max_frame());
+    let fs = args.frame_size.unwrap_or(max_frame);
+    check_frame_size(fs, max_frame, "the devices' maximum frame: MTU + 14")?;
+    let (Some(amac), Some(bmac)) = (a.mac(), b.mac()) else {
+        return Err(LoopbackError::Setup(
+            "a NIC has no MAC address (VIRTIO_NET_F_MAC not offered)".into(),
+        ));
+    };
+    let window = args
+        .window
+        .unwrap_or(b.pair(0).map(|p| p.rx_ring_size()).unwrap_or(256))
+        .max(1);
+    let batch = args.batch;
+
+    let mut txv: Vec<TxFrame> = Vec::with_capacity(batch);
+    let mut rxv: Vec<RxFrame> = Vec::with_capacity(batch);
+    let mut t = Tally::new(fs);
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    loop {
+        let sending = limit.more(t.sent, start);
+        if !sending && txv.is_empty() && t.in_flight() == 0 {
+            break;
+        }
+        // Fill the burst: the CPU (the GPU's stand-in) writes the pattern into BAR buffers.
+        while sending
+            && txv.len() < batch
+            && (t.in_flight() as usize) < window
+            && limit.remaining(t.sent) > 0
+        {
+            let Ok(mut buf) = pool.get() else { break };
+            pattern::fill(
+                &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + fs],
+                bmac,
+                amac,
+                t.sent,
+            );
+            // The frame length was checked against the device maximum above.
+            let f = TxFrame::new(buf, fs).map_err(|(_, e)| e)?;
+            txv.push(f);
+            t.sent += 1;
+        }
+        if !txv.is_empty() {
+            if a.tx_burst(&mut txv)? > 0 {
+                last_progress = Instant::now();
+            }
+            if !txv.is_empty() {
+                t.tx_full += 1;
+            }
+        } else {
+            a.reclaim_tx()?;
+        }
+        if b.rx_burst(&mut rxv)? > 0 {
+            for f in rxv.drain(..) {
+                t.account(pattern::verify(f.data(), bmac, amac, fs));
+            }
+            last_progress = Instant::now();
+        }
+        if last_progress.elapsed() > STALL_DEADLINE {
+            t.stalled = true;
+            t.sent -= txv.len() as u64;
+            txv.clear();
+            t.lost += t.in_flight();
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    let (sa, sb) = (a.stats(), b.stats());
+    a.shutdown()?;
+    b.shutdown()?;
+    Ok(t.report(
+        "ubdirect",
+        args.tx,
+        args.rx,
+        max_frame,
+        batch,
+        elapsed,
+        Some(buffers),
+        Some(sa),
+        Some(sb),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_argument_parses() {
+        assert_eq!(parse_bar("00:06.0").unwrap().1, 2);
+        assert_eq!(parse_bar("0000:00:06.0/4").unwrap().1, 4);
+        assert!(parse_bar("00:06.0/9").is_err());
+        assert!(parse_bar("00:06.0/x").is_err());
+        assert!(parse_bar("zz").is_err());
+    }
+
+    #[test]
+    fn frame_size_limits_name_the_range() {
+        assert!(check_frame_size(60, 1514, "x").is_ok());
+        let e = check_frame_size(65536, 1514, "MTU + 14")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1514") && e.contains("MTU + 14"), "{e}");
+        assert!(check_frame_size(10, 1514, "x").is_err());
+    }
+
+    #[test]
+    fn block_sizes_fit_header_and_frame() {
+        assert_eq!(block_size_for(1514), 2048);
+        assert_eq!(block_size_for(2040), 4096);
+        assert!(block_size_for(9014) >= 9026);
+    }
+}

@@ -1,0 +1,273 @@
+//! The kernel baseline of `ubdirect loopback --kernel`: the same pattern frames between the
+//! same two NICs, driven by the kernel's virtio-net driver through AF_PACKET raw sockets
+//! (sendmmsg on NIC A's netdev, recvmmsg on NIC B's). The frames go through the socket copy
+//! path: user buffer -> kernel skb -> device and back.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::pci::PciAddress;
+use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
+
+use super::report::{LoopbackReport, Tally};
+use super::{Limit, LoopbackError};
+
+/// A NIC as the kernel sees it.
+pub struct Netdev {
+    /// Interface name (eth0, ...).
+    pub name: String,
+    /// Interface index.
+    pub ifindex: i32,
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// MTU.
+    pub mtu: usize,
+}
+
+/// Finds the kernel netdev of the virtio-net NIC at `addr` (it must be bound to virtio-pci).
+pub fn netdev_of(addr: PciAddress) -> Result<Netdev, LoopbackError> {
+    let dev = Path::new("/sys/bus/pci/devices").join(addr.to_string());
+    let not_found = || {
+        LoopbackError::Setup(format!(
+        "NIC {addr} has no kernel network interface: --kernel needs it bound to its kernel driver (virtio-pci), e.g. `bind-kernel {addr}` in the guest or `scripts/setup.sh reset`"
+    ))
+    };
+    let entries = std::fs::read_dir(&dev).map_err(|_| not_found())?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("virtio") {
+            continue;
+        }
+        let Ok(nets) = std::fs::read_dir(e.path().join("net")) else {
+            continue;
+        };
+        if let Some(n) = nets.flatten().next() {
+            let ifname = n.file_name().to_string_lossy().into_owned();
+            let sys = Path::new("/sys/class/net").join(&ifname);
+            let read = |f: &str| std::fs::read_to_string(sys.join(f)).map(|s| s.trim().to_string());
+            let ifindex: i32 = read("ifindex")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(not_found)?;
+            let mtu: usize = read("mtu")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(not_found)?;
+            let mac_s = read("address").map_err(|_| not_found())?;
+            let mut mac = [0u8; 6];
+            for (i, part) in mac_s.split(':').take(6).enumerate() {
+                mac[i] = u8::from_str_radix(part, 16).map_err(|_| not_found())?;
+            }
+            return Ok(Netdev {
+                name: ifname,
+                ifindex,
+                mac,
+                mtu,
+            });
+        }
+    }
+    Err(not_found())
+}
+
+fn os_err(what: &str) -> LoopbackError {
+    LoopbackError::Setup(format!(
+        "{what}: {} (needs root / CAP_NET_RAW)",
+        io::Error::last_os_error()
+    ))
+}
+
+/// Sets IFF_UP on `name`.
+fn if_up(sock: &OwnedFd, name: &str) -> Result<(), LoopbackError> {
+    let cname = CString::new(name)
+        .map_err(|_| LoopbackError::Setup(format!("bad interface name {name}")))?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(cname.as_bytes_with_nul()) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
+        return Err(os_err(&format!("SIOCGIFFLAGS {name}")));
+    }
+    // SAFETY: the union field ifru_flags is the one SIOCGIFFLAGS filled.
+    unsafe { ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) } < 0 {
+        return Err(os_err(&format!("SIOCSIFFLAGS {name} up")));
+    }
+    Ok(())
+}
+
+/// An AF_PACKET raw socket bound to one interface and the pattern EtherType.
+fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
+    let proto_be = proto.to_be();
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto_be as i32) };
+    if fd < 0 {
+        return Err(os_err("socket(AF_PACKET, SOCK_RAW)"));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto_be;
+    sll.sll_ifindex = ifindex;
+    // SAFETY: bind with a sockaddr_ll of the right size.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(os_err("bind(AF_PACKET)"));
+    }
+    let big: libc::c_int = 8 << 20;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt with an int option value.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&big as *const libc::c_int).cast(),
+                4,
+            );
+        }
+    }
+    Ok(fd)
+}
+
+/// Runs the kernel-path loop-back and returns its report.
+pub fn run(
+    tx: PciAddress,
+    rx: PciAddress,
+    frame_size: Option<usize>,
+    batch: usize,
+    window: usize,
+    limit: Limit,
+) -> Result<LoopbackReport, LoopbackError> {
+    let a = netdev_of(tx)?;
+    let b = netdev_of(rx)?;
+    let max_frame = a.mtu.min(b.mtu) + 14;
+    let fs = frame_size.unwrap_or(max_frame);
+    super::check_frame_size(fs, max_frame, "the kernel interfaces' MTU + 14")?;
+    let txs = packet_socket(a.ifindex, 0)?;
+    let rxs = packet_socket(b.ifindex, PATTERN_ETHERTYPE)?;
+    if_up(&txs, &a.name)?;
+    if_up(&txs, &b.name)?;
+    // Give the links a moment to come up (bounded), then drain anything queued.
+    std::thread::sleep(Duration::from_millis(200));
+
+    // Buffers made once: `batch` TX frames, `batch` RX slots of max_frame.
+    let mut txbufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; fs]).collect();
+    let mut rxbufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; max_frame.max(fs)]).collect();
+    // SAFETY: zeroed mmsghdr/iovec arrays are valid; pointers are filled before each call.
+    let mut txiov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; batch];
+    // SAFETY: as above.
+    let mut txmsg: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
+    // SAFETY: as above.
+    let mut rxiov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; batch];
+    // SAFETY: as above.
+    let mut rxmsg: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
+    for i in 0..batch {
+        rxiov[i] = libc::iovec {
+            iov_base: rxbufs[i].as_mut_ptr().cast(),
+            iov_len: rxbufs[i].len(),
+        };
+        rxmsg[i].msg_hdr.msg_iov = &mut rxiov[i];
+        rxmsg[i].msg_hdr.msg_iovlen = 1;
+    }
+
+    let mut t = Tally::new(fs);
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut next_seq = 0u64;
+    loop {
+        let sending = limit.more(next_seq, start);
+        let in_flight = t.in_flight() as usize;
+        if !sending && in_flight == 0 {
+            break;
+        }
+        // Send one batch if the window allows.
+        let room = window.saturating_sub(in_flight).min(batch);
+        if sending && room > 0 {
+            let n = room.min(limit.remaining(next_seq));
+            for i in 0..n {
+                pattern::fill(&mut txbufs[i], b.mac, a.mac, next_seq + i as u64);
+                txiov[i] = libc::iovec {
+                    iov_base: txbufs[i].as_mut_ptr().cast(),
+                    iov_len: fs,
+                };
+                txmsg[i].msg_hdr.msg_iov = &mut txiov[i];
+                txmsg[i].msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: n initialised mmsghdrs pointing at live iovecs and buffers.
+            let r = unsafe {
+                libc::sendmmsg(
+                    txs.as_raw_fd(),
+                    txmsg.as_mut_ptr(),
+                    n as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r > 0 {
+                next_seq += r as u64;
+                t.sent = next_seq;
+                last_progress = Instant::now();
+            } else if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(libc::ENOBUFS)
+                {
+                    return Err(LoopbackError::Setup(format!("sendmmsg on {}: {e}", a.name)));
+                }
+                t.tx_full += 1;
+            }
+        }
+        // Receive what is there.
+        // SAFETY: batch mmsghdrs pointing at live RX buffers.
+        let r = unsafe {
+            libc::recvmmsg(
+                rxs.as_raw_fd(),
+                rxmsg.as_mut_ptr(),
+                batch as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r > 0 {
+            for m in &rxmsg[..r as usize] {
+                let len = m.msg_len as usize;
+                let idx = (m.msg_hdr.msg_iov as usize - rxiov.as_ptr() as usize)
+                    / std::mem::size_of::<libc::iovec>();
+                t.account(pattern::verify(
+                    &rxbufs[idx][..len.min(rxbufs[idx].len())],
+                    b.mac,
+                    a.mac,
+                    fs,
+                ));
+            }
+            last_progress = Instant::now();
+        } else if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(LoopbackError::Setup(format!("recvmmsg on {}: {e}", b.name)));
+            }
+        }
+        if last_progress.elapsed() > super::STALL_DEADLINE {
+            // Nothing moved for the stall deadline: what is missing is lost.
+            t.stalled = true;
+            t.lost = next_seq - t.received;
+            break;
+        }
+    }
+    let elapsed = start.elapsed();
+    Ok(t.report(
+        "kernel", tx, rx, max_frame, batch, elapsed, None, None, None,
+    ))
+}

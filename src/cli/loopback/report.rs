@@ -1,0 +1,242 @@
+//! Counting and reporting a loop-back run (both the ubdirect and the kernel path).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use ubdirect_core::pci::PciAddress;
+use ubdirect_virtio_net::pattern::{Check, Mismatch};
+use ubdirect_virtio_net::NetStats;
+
+/// Running counts of a loop-back.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Frame size in bytes.
+    pub frame_size: usize,
+    /// Frames handed to the sending NIC.
+    pub sent: u64,
+    /// Pattern frames received byte-exact.
+    pub received: u64,
+    /// Frames never received (sequence gaps, or missing at the stall deadline).
+    pub lost: u64,
+    /// Frames that were not pattern frames (other traffic on the wire).
+    pub foreign: u64,
+    /// Pattern frames with a wrong byte or length.
+    pub mismatches: u64,
+    /// The first mismatch seen.
+    pub first_mismatch: Option<Mismatch>,
+    /// Times the send side found its ring (or socket) full.
+    pub tx_full: u64,
+    /// Next expected sequence number.
+    pub expect: u64,
+    /// True when the run ended because nothing moved for the stall deadline.
+    pub stalled: bool,
+}
+
+impl Tally {
+    /// An empty tally for frames of `frame_size` bytes.
+    pub fn new(frame_size: usize) -> Tally {
+        Tally {
+            frame_size,
+            ..Tally::default()
+        }
+    }
+
+    /// Counts one received frame's check result.
+    #[inline]
+    pub fn account(&mut self, c: Check) {
+        match c {
+            Check::Good(seq) => {
+                if seq > self.expect {
+                    self.lost += seq - self.expect;
+                }
+                if seq >= self.expect {
+                    self.expect = seq + 1;
+                }
+                self.received += 1;
+            }
+            Check::Foreign => self.foreign += 1,
+            Check::Mismatch(m) => {
+                self.mismatches += 1;
+                // A mismatched frame still arrived: do not also count it as lost.
+                if m.seq >= self.expect && m.seq < self.sent {
+                    self.lost += m.seq - self.expect;
+                    self.expect = m.seq + 1;
+                }
+                self.first_mismatch.get_or_insert(m);
+            }
+        }
+    }
+
+    /// Frames sent and not yet accounted for.
+    pub fn in_flight(&self) -> u64 {
+        self.sent.saturating_sub(self.expect)
+    }
+
+    /// The final report.
+    #[allow(clippy::too_many_arguments)]
+    pub fn report(
+        &self,
+        mode: &'static str,
+        tx: PciAddress,
+        rx: PciAddress,
+        max_frame: usize,
+        batch: usize,
+        elapsed: Duration,
+        buffers: Option<String>,
+        tx_stats: Option<NetStats>,
+        rx_stats: Option<NetStats>,
+    ) -> LoopbackReport {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let bytes = self.received * self.frame_size as u64;
+        LoopbackReport {
+            mode,
+            tx: tx.to_string(),
+            rx: rx.to_string(),
+            buffers,
+            frame_size: self.frame_size,
+            max_frame,
+            batch,
+            frames_sent: self.sent,
+            frames_received: self.received,
+            bytes_received: bytes,
+            seconds: secs,
+            frames_per_s: self.received as f64 / secs,
+            mb_per_s: bytes as f64 / secs / 1e6,
+            drops: self.lost,
+            foreign: self.foreign,
+            mismatches: self.mismatches,
+            first_mismatch: self.first_mismatch,
+            tx_full: self.tx_full,
+            stalled: self.stalled,
+            tx_stats,
+            rx_stats,
+        }
+    }
+}
+
+/// What `ubdirect loopback` prints (text or `--json`).
+#[derive(Debug, Serialize)]
+pub struct LoopbackReport {
+    /// "ubdirect" (userspace driver, zero copy) or "kernel" (AF_PACKET baseline).
+    pub mode: &'static str,
+    /// Sending NIC.
+    pub tx: String,
+    /// Receiving NIC.
+    pub rx: String,
+    /// Where the frames lived ("gpu-bar 0000:00:06.0/2", "hugepages", or none for kernel).
+    pub buffers: Option<String>,
+    /// Frame size in bytes (Ethernet header included, no FCS).
+    pub frame_size: usize,
+    /// Largest frame the devices allow.
+    pub max_frame: usize,
+    /// Frames per burst.
+    pub batch: usize,
+    /// Frames sent.
+    pub frames_sent: u64,
+    /// Frames received byte-exact.
+    pub frames_received: u64,
+    /// Bytes received byte-exact.
+    pub bytes_received: u64,
+    /// Seconds from first send to last receive.
+    pub seconds: f64,
+    /// Frames per second received.
+    pub frames_per_s: f64,
+    /// Megabytes (1e6) per second received.
+    pub mb_per_s: f64,
+    /// Frames sent but never received.
+    pub drops: u64,
+    /// Non-pattern frames seen.
+    pub foreign: u64,
+    /// Pattern frames with a wrong byte or length.
+    pub mismatches: u64,
+    /// The first mismatch (frame sequence number, byte offset, expected, got).
+    pub first_mismatch: Option<Mismatch>,
+    /// Times the sender found its ring or socket full.
+    pub tx_full: u64,
+    /// The run ended because nothing moved for the stall deadline.
+    pub stalled: bool,
+    /// Sending NIC's driver counters (ubdirect mode).
+    pub tx_stats: Option<NetStats>,
+    /// Receiving NIC's driver counters (ubdirect mode).
+    pub rx_stats: Option<NetStats>,
+}
+
+impl LoopbackReport {
+    /// True when every frame sent came back byte-exact.
+    pub fn ok(&self) -> bool {
+        self.mismatches == 0
+            && self.drops == 0
+            && self.frames_received == self.frames_sent
+            && self.frames_sent > 0
+    }
+
+    /// Human-readable summary.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "loopback ({}) {} -> {}{}: {} frames of {} B (max {}), batch {}\n  received {} byte-exact in {:.3} s: {:.0} frames/s, {:.2} MB/s\n  drops {}, mismatches {}, foreign {}, tx ring/socket full {}{}",
+            self.mode,
+            self.tx,
+            self.rx,
+            self.buffers.as_deref().map(|b| format!(" [buffers: {b}]")).unwrap_or_default(),
+            self.frames_sent,
+            self.frame_size,
+            self.max_frame,
+            self.batch,
+            self.frames_received,
+            self.seconds,
+            self.frames_per_s,
+            self.mb_per_s,
+            self.drops,
+            self.mismatches,
+            self.foreign,
+            self.tx_full,
+            if self.stalled { " (stalled: nothing moved for the deadline)" } else { "" },
+        );
+        if let Some(m) = &self.first_mismatch {
+            s += &format!(
+                "\n  first mismatch: frame {} offset {}: expected {:#x}, got {:#x}",
+                m.seq, m.offset, m.expected, m.got
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_count_as_lost_and_mismatch_is_kept() {
+        let mut t = Tally::new(60);
+        t.sent = 10;
+        t.account(Check::Good(0));
+        t.account(Check::Good(1));
+        t.account(Check::Good(4)); // 2, 3 lost
+        t.account(Check::Foreign);
+        let m = Mismatch {
+            seq: 5,
+            offset: 30,
+            expected: 1,
+            got: 2,
+        };
+        t.account(Check::Mismatch(m));
+        assert_eq!((t.received, t.lost, t.foreign, t.mismatches), (3, 2, 1, 1));
+        assert_eq!(t.in_flight(), 4);
+        let r = t.report(
+            "kernel",
+            "00:07.0".parse().unwrap(),
+            "00:08.0".parse().unwrap(),
+            1514,
+            32,
+            Duration::from_secs(1),
+            None,
+            None,
+            None,
+        );
+        assert!(!r.ok());
+        assert_eq!(r.first_mismatch, Some(m));
+        assert!(r.text().contains("frame 5 offset 30"));
+        assert_eq!(r.bytes_received, 180);
+    }
+}
