@@ -285,6 +285,10 @@ pub fn run(args: &Args) -> CliResult {
                     _ => None,
                 },
                 max_workers: args.uring_workers,
+                // io-wq workers everywhere but the polling core.
+                iowq_cpus: args
+                    .core
+                    .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
                 writable: false,
             };
             let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
@@ -422,6 +426,19 @@ pub fn run(args: &Args) -> CliResult {
         .into()),
         _ => Ok(Outcome::Success),
     }
+}
+
+/// Online CPUs from sysfs ("0-15,32-47").
+fn online_cpus() -> Vec<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            v.extend(a..=b);
+        }
+    }
+    v
 }
 
 fn limit(args: &Args, cap: u64) -> Result<Limit, BoxErr> {

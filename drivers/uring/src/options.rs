@@ -27,6 +27,9 @@ pub struct UringOptions {
     pub force_async: Option<bool>,
     /// Cap on io-wq bounded workers (IORING_REGISTER_IOWQ_MAX_WORKERS); `None` = kernel default.
     pub max_workers: Option<u32>,
+    /// CPUs the io-wq workers may run on (IORING_REGISTER_IOWQ_AFF); `None` = kernel default.
+    /// Keep the polling core out of it so workers do not compete with the submitting thread.
+    pub iowq_cpus: Option<Vec<usize>>,
     /// Open read-write (needed for writes).
     pub writable: bool,
 }
@@ -39,6 +42,7 @@ impl Default for UringOptions {
             sqpoll_idle_ms: None,
             force_async: None,
             max_workers: None,
+            iowq_cpus: None,
             writable: false,
         }
     }

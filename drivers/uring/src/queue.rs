@@ -83,6 +83,17 @@ impl UringQueue {
                 .register_iowq_max_workers(&mut max)
                 .map_err(UringError::Setup)?;
         }
+        if let Some(cpus) = &opts.iowq_cpus {
+            // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                // SAFETY: c < CPU_SETSIZE, so the bit lies inside `set`.
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            ring.submitter()
+                .register_iowq_aff(&set)
+                .map_err(UringError::Setup)?;
+        }
         let force_async = opts.force_async.unwrap_or(!src.direct);
         let sqe_flags = if force_async {
             squeue::Flags::ASYNC

@@ -261,3 +261,29 @@ fn missing_file_is_a_clear_error() {
     .unwrap_err();
     assert!(e.to_string().contains("/nonexistent/ubdirect"), "{e}");
 }
+
+#[test]
+fn io_wq_options_apply_and_reads_still_complete() {
+    let (f, data) = temp_file("iowq", 4 * BS);
+    let pool = pool(4);
+    let opts = UringOptions {
+        direct: DirectMode::Off,
+        depth: 4,
+        force_async: Some(true),
+        max_workers: Some(2),
+        iowq_cpus: Some(vec![0]),
+        ..Default::default()
+    };
+    let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
+    assert!(q.is_async());
+    for i in 0..4u64 {
+        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    for c in wait_all(&mut q, 4) {
+        let off = c.tag as usize * BS;
+        assert_eq!(c.result.as_ref().copied().unwrap(), BS);
+        assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
+    }
+}
