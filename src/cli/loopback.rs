@@ -203,12 +203,13 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
 
 /// Block size for frames of up to `max_frame` bytes: header + frame, rounded to a power of two.
 fn block_size_for(max_frame: usize) -> usize {
-    (FRAME_OFFSET + max_frame).next_power_of_two().max(2048)
+    (FRAME_OFFSET + max_frame).next_power_of_two().max(4096)
 }
 
 fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackError> {
+    // Devices first, then the registry: locals drop in reverse, so the registry's mappings go
+    // while the devices still hold the IOMMU container.
     let domain = DmaDomain::new()?;
-    let registry = UbRegistry::new(domain.clone());
     let tx_dev = PciDevice::open(&domain, args.tx)?;
     let rx_dev = PciDevice::open(&domain, args.rx)?;
     let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;
@@ -216,6 +217,7 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         Some((addr, _)) => Some(PciDevice::open(&domain, addr)?),
         None => None,
     };
+    let registry = UbRegistry::new(domain.clone());
     let region = match (&bar_dev, bar) {
         (Some(d), Some((_, b))) => Some(registry.register_bar(d, b)?),
         _ => None,
@@ -362,8 +364,8 @@ mod tests {
 
     #[test]
     fn block_sizes_fit_header_and_frame() {
-        assert_eq!(block_size_for(1514), 2048);
-        assert_eq!(block_size_for(2040), 4096);
+        assert_eq!(block_size_for(1514), 4096);
+        assert_eq!(block_size_for(4090), 8192);
         assert!(block_size_for(9014) >= 9026);
     }
 }

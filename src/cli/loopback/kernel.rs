@@ -101,6 +101,25 @@ fn if_up(sock: &OwnedFd, name: &str) -> Result<(), LoopbackError> {
     Ok(())
 }
 
+/// Waits (at most 5 s) until `/sys/class/net/<name>/operstate` says "up".
+fn wait_oper_up(name: &str) -> Result<(), LoopbackError> {
+    let path = Path::new("/sys/class/net").join(name).join("operstate");
+    let start = Instant::now();
+    loop {
+        let st = std::fs::read_to_string(&path).unwrap_or_default();
+        if st.trim() == "up" || st.trim() == "unknown" {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(LoopbackError::Setup(format!(
+                "interface {name} did not come up within 5 s (operstate '{}'): check the link / cable",
+                st.trim()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// An AF_PACKET raw socket bound to one interface and the pattern EtherType.
 fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
     let proto_be = proto.to_be();
@@ -157,12 +176,23 @@ pub fn run(
     let max_frame = a.mtu.min(b.mtu) + 14;
     let fs = frame_size.unwrap_or(max_frame);
     super::check_frame_size(fs, max_frame, "the kernel interfaces' MTU + 14")?;
+    // Interfaces up before the sockets bind (a packet socket bound to a down interface keeps
+    // ENETDOWN pending), then wait (bounded) for the links to report up.
+    {
+        // SAFETY: plain socket(2) call; the fd is owned right away.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+        if fd < 0 {
+            return Err(os_err("socket(AF_INET) for interface flags"));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
+        if_up(&ctl, &a.name)?;
+        if_up(&ctl, &b.name)?;
+    }
+    wait_oper_up(&a.name)?;
+    wait_oper_up(&b.name)?;
     let txs = packet_socket(a.ifindex, 0)?;
     let rxs = packet_socket(b.ifindex, PATTERN_ETHERTYPE)?;
-    if_up(&txs, &a.name)?;
-    if_up(&txs, &b.name)?;
-    // Give the links a moment to come up (bounded), then drain anything queued.
-    std::thread::sleep(Duration::from_millis(200));
 
     // Buffers made once: `batch` TX frames, `batch` RX slots of max_frame.
     let mut txbufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; fs]).collect();

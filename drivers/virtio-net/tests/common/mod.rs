@@ -17,11 +17,13 @@ use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, FRAME_OFFSET};
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The devices and the DMA domain they share.
+/// Fields drop in order: the registry (and its IOMMU mappings) before the devices, whose
+/// groups hold the IOMMU container.
 pub struct Bed {
-    pub domain: Arc<DmaDomain>,
+    pub registry: Arc<UbRegistry>,
     pub nic_a: Arc<PciDevice>,
     pub nic_b: Arc<PciDevice>,
-    pub registry: Arc<UbRegistry>,
+    pub domain: Arc<DmaDomain>,
 }
 
 pub fn addr(s: &str) -> PciAddress {
