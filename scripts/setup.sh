@@ -307,20 +307,27 @@ forget() {
 # ---------------------------------------------------------------------------------------------
 # config: in-use checks
 
-# nvme_in_use ADDR: print why the NVMe controller is in use, if it is.
+# nvme_in_use ADDR: print why the NVMe controller is in use, if it is: a namespace or a
+# partition mounted (matched by major:minor in /proc/self/mountinfo), used as swap, or held
+# (device-mapper, md).
 nvme_in_use() {
     why=
-    for ns in "$(dev_dir "$1")"/nvme/nvme*/nvme*n* "$(dev_dir "$1")"/nvme/nvme*/nvme*n*/nvme*n*p*; do
+    for ns in "$(dev_dir "$1")"/nvme/nvme*/nvme*n*; do
         [ -d "$ns" ] || continue
-        b=${ns##*/}
-        if awk -v d="/dev/$b" '$1 == d { found = 1 } END { exit !found }' /proc/mounts 2>/dev/null; then
-            why="$why /dev/$b mounted on $(awk -v d="/dev/$b" '$1 == d { print $2; exit }' /proc/mounts);"
-        fi
-        if awk -v d="/dev/$b" '$1 == d { found = 1 } END { exit !found }' /proc/swaps 2>/dev/null; then
-            why="$why /dev/$b is swap;"
-        fi
-        for h in "$ns"/holders/*; do
-            [ -e "$h" ] && why="$why /dev/$b held by ${h##*/};"
+        # A multipath path node nvme<S>c<C>n<N> stands for the block device nvme<S>n<N>.
+        head=$(printf '%s\n' "${ns##*/}" | sed 's/c[0-9]*n/n/')
+        for blk in "$SYS/block/$head" "$SYS/block/$head/$head"p*; do
+            [ -d "$blk" ] || continue
+            b=${blk##*/}
+            mm=$(read_attr "$blk/dev")
+            at=$(awk -v mm="$mm" '$3 == mm { printf " %s", $5 }' /proc/self/mountinfo 2>/dev/null)
+            [ -n "$mm" ] && [ -n "$at" ] && why="$why /dev/$b mounted on$at;"
+            if awk -v d="/dev/$b" '$1 == d { f = 1 } END { exit !f }' /proc/swaps 2>/dev/null; then
+                why="$why /dev/$b is swap;"
+            fi
+            for h in "$blk"/holders/*; do
+                [ -e "$h" ] && why="$why /dev/$b held by ${h##*/};"
+            done
         done
     done
     printf '%s\n' "$why"

@@ -34,11 +34,12 @@ pub fn parse_link_speed(s: &str) -> Option<f32> {
     (v.is_finite() && v > 0.0).then_some(v)
 }
 
-/// Parse a sysfs link width: `"16"`, `"x16"`; `None` for 0, "Unknown" or junk.
+/// Parse a sysfs link width: `"16"`, `"x16"`; `None` for 0, 255 (the kernel's "unknown", seen
+/// on emulated root-bus devices), anything above x32, "Unknown" or junk.
 pub fn parse_link_width(s: &str) -> Option<u32> {
     let s = s.trim();
     let s = s.strip_prefix('x').unwrap_or(s);
-    s.parse::<u32>().ok().filter(|w| *w > 0)
+    s.parse::<u32>().ok().filter(|w| (1..=32).contains(w))
 }
 
 /// The PCIe generation of a speed in GT/s (2.5 -> 1, 5 -> 2, 8 -> 3, 16 -> 4, 32 -> 5, 64 -> 6).
@@ -140,6 +141,12 @@ mod tests {
         assert_eq!(parse_link_width("0"), None);
         assert_eq!(parse_link_width("Unknown"), None);
         assert_eq!(parse_link_width("-1"), None);
+        assert_eq!(
+            parse_link_width("255"),
+            None,
+            "QEMU root-bus NVMe reports 255"
+        );
+        assert_eq!(parse_link_width("32"), Some(32));
     }
 
     #[test]

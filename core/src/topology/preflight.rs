@@ -190,7 +190,10 @@ fn check_vfio(s: &SystemInfo, f: &mut Vec<Finding>) {
 
 fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
     let a = Some(d.address.as_str());
-    let drv = d.driver.as_deref().unwrap_or("no driver");
+    let drv = d
+        .driver
+        .as_deref()
+        .map_or("has no driver".to_string(), |x| format!("is bound to {x}"));
     if d.driver.as_deref() != Some("vfio-pci") {
         let hint = if d.role == DeviceRole::Nic {
             format!("PCI_ALLOWED={} scripts/setup.sh", d.address)
@@ -200,10 +203,7 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
         f.push(Finding::warn(
             "driver",
             a,
-            format!(
-                "{} {} is bound to {drv}, not vfio-pci",
-                d.class_name, d.address
-            ),
+            format!("{} {} {drv}, not vfio-pci", d.class_name, d.address),
             format!("bind it with {hint}"),
         ));
     } else {

@@ -1,0 +1,258 @@
+#!/bin/sh
+# Guest test (TAP): scripts/setup.sh on the guest's real NVMe controllers, NICs and ivshmem.
+# config / status / reset round trip, PCI_ALLOWED / PCI_BLOCKED, idempotence, TARGET_USER,
+# bad input (non-zero exit, message, sysfs unchanged), devices in use skipped, reset refusing
+# a group that is open. Devices start on their kernel drivers and are given back at the end.
+
+cd /ubd || exit 1
+SETUP="sh scripts/setup.sh"
+export UBD_STATE_DIR=/tmp/ubd-setup-test
+rm -rf "$UBD_STATE_DIR"
+
+NVME0=${UBD_NVME%%,*}
+NVME1=${UBD_NVME#*,}
+NIC0=${UBD_NICS%%,*}
+NIC1=${UBD_NICS#*,}
+IVSHMEM=$UBD_IVSHMEM
+OUT=/tmp/setup-test.out
+ERR=/tmp/setup-test.err
+
+n=0
+failed=0
+ok() {
+    n=$((n + 1))
+    echo "ok $n - $1"
+}
+not_ok() {
+    n=$((n + 1))
+    failed=$((failed + 1))
+    echo "not ok $n - $1"
+    [ -s "$OUT" ] && sed 's/^/#   out: /' "$OUT"
+    [ -s "$ERR" ] && sed 's/^/#   err: /' "$ERR"
+}
+# check NAME CMD...: one TAP line from a command's status.
+check() {
+    name=$1
+    shift
+    if "$@"; then ok "$name"; else not_ok "$name"; fi
+}
+
+drv() {
+    l=$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)
+    echo "${l##*/}"
+}
+grp() {
+    l=$(readlink "/sys/bus/pci/devices/$1/iommu_group" 2>/dev/null)
+    echo "${l##*/}"
+}
+is_drv() { [ "$(drv "$1")" = "$2" ]; }
+vfio_node() { [ -c "/dev/vfio/$(grp "$1")" ]; }
+no_vfio_node() { [ ! -e "/dev/vfio/$(grp "$1")" ]; }
+out_has() { grep -q -- "$1" "$OUT"; }
+err_has() { grep -q -- "$1" "$ERR"; }
+
+# run_setup MODE [VAR=VALUE...]: run setup.sh with the given environment; status in $rc.
+run_setup() {
+    m=$1
+    shift
+    env "$@" $SETUP "$m" >"$OUT" 2>"$ERR"
+    rc=$?
+}
+
+# The state a bad input must not change: drivers, overrides, hugepages, /dev/vfio, ownerships.
+snapshot() {
+    for d in /sys/bus/pci/devices/*; do
+        echo "${d##*/} $(drv "${d##*/}") $(cat "$d/driver_override" 2>/dev/null)"
+    done
+    cat /sys/kernel/mm/hugepages/*/nr_hugepages
+    ls -ln /dev/vfio /dev/hugepages 2>/dev/null
+    grep hugetlbfs /proc/mounts
+    cat "$UBD_STATE_DIR/original-drivers" 2>/dev/null
+}
+
+
+# ---- status ----------------------------------------------------------------------------------
+run_setup status
+check "status exits 0" [ "$rc" = 0 ]
+all_listed=yes
+for a in $NVME0 $NVME1 $NIC0 $NIC1 $IVSHMEM; do
+    line=$(grep "^$a " "$OUT")
+    case $line in
+    *" $(drv "$a" | sed 's/^$/-/') "*" $(grp "$a") "*) ;;
+    *) all_listed="no ($a: '$line')" ;;
+    esac
+done
+check "status lists the 2 NVMe, 2 NICs and ivshmem with their real drivers and groups" [ "$all_listed" = yes ]
+check "status shows hugepages per node and size" out_has "^0 *2048kB *$(cat /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages) "
+
+# ---- bad input: non-zero exit, a message, nothing changed -----------------------------------
+before=$(snapshot)
+bad_input() { # bad_input NAME MESSAGE MODE VAR=VALUE...
+    bname=$1
+    bmsg=$2
+    shift 2
+    run_setup "$@"
+    after=$(snapshot)
+    if [ "$rc" != 0 ] && err_has "$bmsg" && [ ! -s "$OUT" ] && [ "$before" = "$after" ]; then
+        ok "bad input rejected, nothing changed: $bname"
+    else
+        not_ok "bad input rejected, nothing changed: $bname (rc=$rc)"
+    fi
+}
+bad_input "unknown mode" "unknown mode 'frobnicate'" frobnicate
+bad_input "non-numeric HUGEMEM" "HUGEMEM='lots' is not a number" config HUGEMEM=lots
+bad_input "bad HUGEPGSZ" "use 2048 (2 MiB) or 1048576" config HUGEPGSZ=4096
+bad_input "non-existent HUGENODE" "NUMA node 9 does not exist" config HUGENODE=9
+bad_input "malformed PCI address" "'00:4.0:1' is not a PCI address" config "PCI_ALLOWED=$NVME0 00:4.0:1"
+bad_input "non-existent device" "no PCI device 0000:00:1e.7" config PCI_ALLOWED=0000:00:1e.7
+bad_input "malformed PCI_BLOCKED" "PCI_BLOCKED: 'nvme0'" reset PCI_BLOCKED=nvme0
+bad_input "unknown user" "TARGET_USER='nosuchuser': no such user" config TARGET_USER=nosuchuser
+bad_input "no-IOMMU opt-in must be yes" "UBD_ALLOW_NOIOMMU='true'" config UBD_ALLOW_NOIOMMU=true
+
+# ---- config: NVMe only by default ------------------------------------------------------------
+run_setup config HUGEMEM=0
+check "config exits 0" [ "$rc" = 0 ]
+check "config binds nvme0 to vfio-pci" is_drv "$NVME0" vfio-pci
+check "config binds nvme1 to vfio-pci" is_drv "$NVME1" vfio-pci
+check "/dev/vfio/<group> appears for both NVMe" eval 'vfio_node "$NVME0" && vfio_node "$NVME1"'
+check "config leaves the NICs on virtio-pci (not in PCI_ALLOWED)" eval 'is_drv "$NIC0" virtio-pci && is_drv "$NIC1" virtio-pci'
+check "config leaves ivshmem alone by default" is_drv "$IVSHMEM" ""
+check "config remembers the original driver" grep -q "^$NVME0 nvme$" "$UBD_STATE_DIR/original-drivers"
+check "config says what it did" out_has "$NVME0 (NVMe): nvme -> vfio-pci, group $(grp "$NVME0")"
+
+# ---- idempotence -----------------------------------------------------------------------------
+before=$(snapshot)
+run_setup config HUGEMEM=0
+after=$(snapshot)
+check "a second config exits 0" [ "$rc" = 0 ]
+check "a second config changes nothing and says so" eval '[ "$before" = "$after" ] && out_has "nothing to do"'
+
+# ---- PCI_ALLOWED: a NIC only when listed -----------------------------------------------------
+run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC0"
+check "PCI_ALLOWED=nic0 binds nic0" eval '[ "$rc" = 0 ] && is_drv "$NIC0" vfio-pci && vfio_node "$NIC0"'
+check "PCI_ALLOWED=nic0 leaves nic1 on virtio-pci" is_drv "$NIC1" virtio-pci
+
+# ---- reset with PCI_BLOCKED --------------------------------------------------------------------
+run_setup reset "PCI_BLOCKED=$NVME0"
+check "reset exits 0" [ "$rc" = 0 ]
+check "reset with PCI_BLOCKED=nvme0 keeps nvme0 on vfio-pci" is_drv "$NVME0" vfio-pci
+check "reset gives nvme1 back to nvme" is_drv "$NVME1" nvme
+check "reset gives nic0 back to virtio-pci" is_drv "$NIC0" virtio-pci
+check "/dev/vfio/<group> goes away for reset devices" eval 'no_vfio_node "$NVME1" && no_vfio_node "$NIC0"'
+
+# ---- config with PCI_BLOCKED -----------------------------------------------------------------
+run_setup reset
+run_setup config HUGEMEM=0 "PCI_BLOCKED=$NVME1"
+check "config with PCI_BLOCKED=nvme1 binds only nvme0" eval 'is_drv "$NVME0" vfio-pci && is_drv "$NVME1" nvme'
+check "config names the blocked device" out_has "$NVME1: in PCI_BLOCKED"
+
+# ---- reset refuses a group that is open (would block), without hanging -----------------------
+g0=$(grp "$NVME0")
+sleep 30 3<"/dev/vfio/$g0" &
+holder=$!
+sleep 1
+t0=$(cut -d. -f1 /proc/uptime)
+run_setup reset "PCI_ALLOWED=$NVME0"
+t1=$(cut -d. -f1 /proc/uptime)
+check "reset of an open group fails, names the holder and leaves the device on vfio-pci" \
+    eval '[ "$rc" != 0 ] && err_has "is open by" && err_has " $holder(sleep)" && is_drv "$NVME0" vfio-pci && [ $((t1 - t0)) -lt 20 ]'
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+
+# ---- full reset and its idempotence ----------------------------------------------------------
+run_setup reset
+check "reset returns every device to its kernel driver" eval '[ "$rc" = 0 ] && is_drv "$NVME0" nvme && is_drv "$NVME1" nvme && is_drv "$NIC0" virtio-pci'
+check "after reset only the container node is left in /dev/vfio" eval '[ "$(ls /dev/vfio)" = vfio ]'
+run_setup reset
+check "a second reset has nothing to do" eval '[ "$rc" = 0 ] && out_has "nothing to do"'
+check "reset forgets the original drivers" eval '! grep -q . "$UBD_STATE_DIR/original-drivers"'
+
+# ---- ivshmem (no kernel driver) round trip ----------------------------------------------------
+run_setup config HUGEMEM=0 "PCI_ALLOWED=$IVSHMEM"
+check "ivshmem bound to vfio-pci when listed" eval '[ "$rc" = 0 ] && is_drv "$IVSHMEM" vfio-pci && vfio_node "$IVSHMEM"'
+run_setup reset "PCI_ALLOWED=$IVSHMEM"
+check "ivshmem reset to no driver" eval '[ "$rc" = 0 ] && is_drv "$IVSHMEM" "" && out_has "vfio-pci -> no driver"'
+
+# ---- hugepages: grow, never shrink, per node ---------------------------------------------------
+hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+hp0=$(cat $hp)
+run_setup config HUGEMEM=$(((hp0 + 8) * 2)) PCI_ALLOWED=$IVSHMEM
+check "HUGEMEM grows the 2 MiB reservation by 8 pages" eval '[ "$rc" = 0 ] && [ "$(cat $hp)" = $((hp0 + 8)) ]'
+run_setup config HUGEMEM=2 PCI_ALLOWED=$IVSHMEM
+check "a smaller HUGEMEM never shrinks the reservation" eval '[ "$rc" = 0 ] && [ "$(cat $hp)" = $((hp0 + 8)) ] && out_has unchanged'
+nodehp=/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages
+run_setup config HUGEMEM=$(((hp0 + 10) * 2)) HUGENODE=0 PCI_ALLOWED=$IVSHMEM
+check "HUGENODE=0 reserves on node 0" eval '[ "$rc" = 0 ] && [ "$(cat $nodehp)" = $((hp0 + 10)) ] && out_has "on node 0"'
+echo "$hp0" >$hp
+run_setup config HUGEMEM=1048576 HUGEPGSZ=1048576 PCI_ALLOWED=$IVSHMEM
+check "an impossible reservation is reported and fails" eval '[ "$rc" != 0 ] && err_has "only [0-9]* of 1024 x 1048576kB"'
+echo 1 >/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages
+
+# ---- TARGET_USER -----------------------------------------------------------------------------
+grep -q '^ubdtest:' /etc/passwd || echo 'ubdtest:x:1234:1234:ubd test:/tmp:/bin/sh' >>/etc/passwd
+grep -q '^ubdtest:' /etc/group || echo 'ubdtest:x:1234:' >>/etc/group
+run_setup config HUGEMEM=64 TARGET_USER=ubdtest
+g0=$(grp "$NVME0")
+check "TARGET_USER owns /dev/vfio/<group> of every bound device" eval '[ "$rc" = 0 ] && [ "$(stat -c %U /dev/vfio/$g0)" = ubdtest ] && [ "$(stat -c %U /dev/vfio/$(grp "$NVME1"))" = ubdtest ]'
+check "TARGET_USER owns the hugetlbfs mount" eval '[ "$(stat -c %U /dev/hugepages)" = ubdtest ]'
+check "TARGET_USER memlock is checked and the need named" eval 'grep -q "memlock.*\(65536 KiB\|unlimited\)" $OUT $ERR'
+run_setup config HUGEMEM=64 TARGET_USER=ubdtest
+check "TARGET_USER config is idempotent" eval '[ "$rc" = 0 ] && out_has "nothing to do"'
+chown root /dev/hugepages
+run_setup reset
+
+# ---- devices in use are skipped and named ----------------------------------------------------
+# nvme0's namespace as swap: mkswap writes only the first page; it is saved and restored so the
+# image pattern the Rust tests check stays intact.
+ctrl=$(ls -d /sys/bus/pci/devices/"$NVME0"/nvme/nvme* 2>/dev/null | head -n1)
+ns=$(ls "$ctrl" | grep -m1 -E '^nvme[0-9]+(c[0-9]+)?n[0-9]+$' | sed 's/c[0-9]*n/n/')
+blk=/dev/$ns
+if [ -b "$blk" ]; then
+    dd if="$blk" of=/tmp/ns-head bs=4096 count=1 2>/dev/null
+    mkswap "$blk" >/dev/null 2>&1 && swapon "$blk"
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$NVME0"
+    check "an NVMe with swap on its namespace is skipped and named" eval 'is_drv "$NVME0" nvme && err_has "in use" && err_has "$blk is swap"'
+    swapoff "$blk"
+    dd if=/tmp/ns-head of="$blk" bs=4096 count=1 conv=fsync 2>/dev/null
+    blockdev --flushbufs "$blk" 2>/dev/null
+    dd if="$blk" of=/tmp/ns-head2 bs=4096 count=1 iflag=direct 2>/dev/null ||
+        dd if="$blk" of=/tmp/ns-head2 bs=4096 count=1 2>/dev/null
+    check "the namespace's first page is restored after the swap test" cmp -s /tmp/ns-head /tmp/ns-head2
+else
+    ok "# SKIP no block device for $NVME0"
+    ok "# SKIP no block device for $NVME0"
+fi
+modprobe vfat 2>/dev/null
+if grep -q vfat /proc/filesystems && [ -b "$blk" ]; then
+    dd if="$blk" of=/tmp/ns-1m bs=65536 count=16 2>/dev/null
+    mkdir -p /tmp/mnt
+    mkdosfs "$blk" >/dev/null 2>&1 && mount -o ro -t vfat "$blk" /tmp/mnt
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$NVME0"
+    check "an NVMe with a mounted filesystem is skipped and named" eval 'is_drv "$NVME0" nvme && err_has "mounted on /tmp/mnt"'
+    umount /tmp/mnt
+    dd if=/tmp/ns-1m of="$blk" bs=65536 count=16 conv=fsync 2>/dev/null
+else
+    ok "# SKIP no vfat in this guest kernel (mount test)"
+fi
+ifc=$(ls /sys/bus/pci/devices/"$NIC1"/virtio*/net 2>/dev/null | head -n1)
+if [ -n "$ifc" ]; then
+    ip addr add 10.77.0.1/24 dev "$ifc" && ip link set "$ifc" up
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC1"
+    check "a NIC that is up with an address is skipped and named" eval 'is_drv "$NIC1" virtio-pci && err_has "$ifc is up with address 10.77.0.1/24"'
+    ip addr flush dev "$ifc"
+    ip link set "$ifc" down
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC1"
+    check "the same NIC, down and without address, is bound" is_drv "$NIC1" vfio-pci
+    run_setup reset "PCI_ALLOWED=$NIC1"
+else
+    ok "# SKIP no net interface for $NIC1"
+    ok "# SKIP no net interface for $NIC1"
+fi
+
+# ---- leave the devices as the runner expects: on their kernel drivers --------------------------
+run_setup reset
+check "the test leaves every device on its kernel driver" eval 'is_drv "$NVME0" nvme && is_drv "$NVME1" nvme && is_drv "$NIC0" virtio-pci && is_drv "$NIC1" virtio-pci'
+
+echo "1..$n"
+echo "setup-sh: $((n - failed)) passed, $failed failed"
+[ "$failed" = 0 ]
