@@ -93,8 +93,14 @@ pub enum CoreError {
         /// The length.
         len: usize,
     },
+    /// The device is already open in this domain.
+    #[error("PCI device {addr} is already open in this DMA domain: share the Arc<PciDevice> instead of opening it twice")]
+    AlreadyOpen {
+        /// The device.
+        addr: PciAddress,
+    },
     /// The domain has no device yet, so the IOMMU is not set up.
-    #[error("the DMA domain has no device yet: open a PciDevice in it (PciDevice::open) before mapping memory; VFIO sets up the IOMMU when the first group joins")]
+    #[error("the DMA domain has no open device: open a PciDevice in it (PciDevice::open) before mapping memory; VFIO sets up the IOMMU when the first group joins and drops it when the last device closes")]
     NoDevice,
     /// A VFIO ioctl failed.
     #[error("VFIO {op} failed: {source}")]

@@ -1,5 +1,6 @@
 //! [`PciDevice`]: a PCI function opened through VFIO in a [`DmaDomain`].
 
+use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -29,7 +30,8 @@ const CMD_BUS_MASTER: u16 = 1 << 2;
 /// `Arc<DmaDomain>` so the domain outlives it. Closed (the group released) on drop.
 pub struct PciDevice {
     addr: PciAddress,
-    dev: VfioDevice,
+    /// Dropped by hand in Drop, before the domain hears the device closed.
+    dev: ManuallyDrop<VfioDevice>,
     flags: u32,
     config_off: u64,
     config_len: u64,
@@ -56,11 +58,19 @@ impl PciDevice {
     /// viable, permissions.
     pub fn open(domain: &Arc<DmaDomain>, addr: PciAddress) -> Result<Arc<PciDevice>> {
         let (dev, sys) = domain.open_device(addr)?;
-        let flags = device_flags(&dev).map_err(|source| CoreError::Io {
-            op: format!("VFIO_DEVICE_GET_INFO on {addr}"),
-            source,
-        })?;
+        let dev = ManuallyDrop::new(dev);
+        let flags = match device_flags(&dev) {
+            Ok(f) => f,
+            Err(source) => {
+                close(dev, domain, addr);
+                return Err(CoreError::Io {
+                    op: format!("VFIO_DEVICE_GET_INFO on {addr}"),
+                    source,
+                });
+            }
+        };
         let cfg = VFIO_PCI_CONFIG_REGION_INDEX;
+        // From here on PciDevice's Drop closes the device on every error path.
         let mut d = PciDevice {
             addr,
             config_off: dev.get_region_offset(cfg),
@@ -317,6 +327,21 @@ impl PciDevice {
     pub fn can_reset(&self) -> bool {
         self.flags & VFIO_DEVICE_FLAGS_RESET != 0
     }
+}
+
+impl Drop for PciDevice {
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, here; the field is not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.dev) };
+        self.domain.device_closed(self.addr);
+    }
+}
+
+/// Close a device that never became a PciDevice.
+fn close(mut dev: ManuallyDrop<VfioDevice>, domain: &Arc<DmaDomain>, addr: PciAddress) {
+    // SAFETY: dropped exactly once, here.
+    unsafe { ManuallyDrop::drop(&mut dev) };
+    domain.device_closed(addr);
 }
 
 /// VFIO_DEVICE_GET_INFO flags.

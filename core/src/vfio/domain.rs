@@ -1,6 +1,6 @@
 //! [`DmaDomain`]: one IOMMU address space shared by every device opened in it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -25,6 +25,12 @@ const IOVA_FLOOR: u64 = 1 << 20;
 ///
 /// Drop order: drivers and registries hold `Arc<DmaDomain>`, so the domain (the container, and
 /// with it every remaining mapping) outlives every device and region that uses it.
+///
+/// The IOMMU follows the devices: VFIO tears the IOMMU (and every mapping) down when the last
+/// device of the container closes, and closing a device makes vfio-pci disable and reset it.
+/// The domain keeps its mappings on record meanwhile and replays them, at the same IOVAs,
+/// when a device opens in it again; `map` without any open device is
+/// [`CoreError::NoDevice`].
 pub struct DmaDomain {
     backend: Backend,
     state: Mutex<State>,
@@ -33,6 +39,10 @@ pub struct DmaDomain {
 struct State {
     /// IOMMU facts; None until the first device joins a type1 container.
     info: Option<IommuInfo>,
+    /// True while the IOMMU is set up (a device is open; always for host-only).
+    live: bool,
+    /// Devices open in the domain.
+    devices: BTreeSet<PciAddress>,
     /// Restriction of IOVAs (a device's DMA width, or a test), intersected with `info`.
     limit: Option<Range<u64>>,
     iova: IovaAllocator,
@@ -118,6 +128,8 @@ impl DmaDomain {
 
     fn with_backend(backend: Backend, info: Option<IommuInfo>) -> DmaDomain {
         let mut st = State {
+            live: info.is_some(),
+            devices: BTreeSet::new(),
             info,
             limit: None,
             iova: IovaAllocator::new(&[]),
@@ -181,7 +193,7 @@ impl DmaDomain {
     /// in between: the caller must not rely on its contents without its own protocol.
     pub unsafe fn map(&self, vaddr: *mut u8, len: usize, align: usize) -> Result<u64> {
         let mut s = self.lock();
-        let Some(info) = s.info.clone() else {
+        let Some(info) = s.info.clone().filter(|_| s.live) else {
             return Err(CoreError::NoDevice);
         };
         let page = info.min_page() as usize;
@@ -229,12 +241,15 @@ impl DmaDomain {
             Some(&(_, l)) if l == len => {}
             _ => return Err(CoreError::NotMapped { iova, len }),
         }
-        self.backend
-            .unmap(iova, len)
-            .map_err(|errno| CoreError::Io {
-                op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x})"),
-                source: std::io::Error::from_raw_os_error(errno),
-            })?;
+        // Without a device the kernel has already dropped the IOMMU and its mappings.
+        if s.live {
+            self.backend
+                .unmap(iova, len)
+                .map_err(|errno| CoreError::Io {
+                    op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x})"),
+                    source: std::io::Error::from_raw_os_error(errno),
+                })?;
+        }
         if let Some((va, _)) = s.maps.remove(&iova) {
             s.by_vaddr.remove(&va);
         }
@@ -254,7 +269,7 @@ impl DmaDomain {
     }
 
     /// Open `addr` through this domain's back end: sysfs preflight, group join, IOMMU setup on
-    /// the first device.
+    /// the first device (replaying recorded mappings after the devices had all gone).
     pub(crate) fn open_device(&self, addr: PciAddress) -> Result<(VfioDevice, DeviceSysfs)> {
         let mut s = self.lock();
         if self.is_host_only() {
@@ -262,11 +277,14 @@ impl DmaDomain {
                 reason: "this DmaDomain is host-only (DmaDomain::host_only); create it with DmaDomain::new() to open devices".into(),
             });
         }
+        if s.devices.contains(&addr) {
+            return Err(CoreError::AlreadyOpen { addr });
+        }
         let sys = DeviceSysfs::check_in(Path::new("/"), addr)?;
         let dev = match self.backend.open_device(&addr.sysfs_path()) {
             Some(Ok(d)) => d,
             Some(Err(e)) => return Err(open_error(e, addr, sys.group)),
-            None => unreachable!("host-only checked above"),
+            None => return Err(CoreError::NoDevice),
         };
         if s.info.is_none() {
             if let Backend::Type1(c) = &self.backend {
@@ -274,7 +292,44 @@ impl DmaDomain {
                 s.rebuild_allocator();
             }
         }
+        if !s.live {
+            self.replay(&s)?;
+            s.live = true;
+        }
+        s.devices.insert(addr);
         Ok((dev, sys))
+    }
+
+    /// Map every recorded mapping again (the IOMMU was rebuilt); all or nothing.
+    fn replay(&self, s: &State) -> Result<()> {
+        let mut done = Vec::new();
+        for (&iova, &(va, len)) in &s.maps {
+            // SAFETY: the memory was mapped before under map()'s contract and is still owned
+            // by its region (which unmaps it through this domain before freeing it).
+            if let Err(errno) = unsafe { self.backend.map(iova, len, va as *mut u8) } {
+                for &(i, l) in &done {
+                    let _ = self.backend.unmap(i, l);
+                }
+                return Err(map_errno(errno, s.mapped, va, len, iova));
+            }
+            done.push((iova, len));
+        }
+        Ok(())
+    }
+
+    /// A device of this domain closed (its VfioDevice is dropped). When it was the last one,
+    /// VFIO has released the IOMMU and every mapping with it.
+    pub(crate) fn device_closed(&self, addr: PciAddress) {
+        let mut s = self.lock();
+        s.devices.remove(&addr);
+        if s.devices.is_empty() && !self.is_host_only() {
+            s.live = false;
+        }
+    }
+
+    /// Devices open in the domain.
+    pub fn device_count(&self) -> usize {
+        self.lock().devices.len()
     }
 }
 
