@@ -1,0 +1,458 @@
+//! Guest tests: data integrity through the real device, 512 B to 8 MiB, page-crossing and
+//! non-page-aligned buffer offsets (guard bytes around each transfer prove the PRPs cover
+//! exactly the range), MDTS splitting, the 4 KiB-LBA namespace, both namespaces on one queue,
+//! scatter lists, Write Zeroes / Dataset Management / Flush, shadow doorbells on and off.
+//!
+//! nvme0: LBAs below 32768 keep the host's pattern (read tests); the rest is scratch.
+
+mod common;
+
+use common::{fill_random, T};
+use ubdirect_core::testbed::{self, NVME0_NS1, NVME1_NS1, NVME1_NS2};
+use ubdirect_core::UbBuf;
+use ubdirect_nvme::{ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList};
+
+const GUARD: u8 = 0xa5;
+const SIZES: &[usize] = &[
+    512,
+    1024,
+    4096,
+    4608,
+    12 * 1024,
+    65536,
+    129 * 1024,
+    512 * 1024,
+    1 << 20,
+    4 << 20,
+    8 << 20,
+];
+const OFFSETS: &[usize] = &[0, 4, 512, 4092, 8192 + 8];
+
+fn guard_fill(buf: &mut UbBuf) {
+    buf.as_mut_slice().fill(GUARD);
+}
+
+fn guard_check(buf: &UbBuf, off: usize, len: usize) {
+    let s = buf.as_slice();
+    let before = s[..off].iter().position(|&b| b != GUARD);
+    assert!(
+        before.is_none(),
+        "byte {before:?} before the transfer (offset {off}) was written"
+    );
+    let after = s[off + len..(off + len + 8192).min(s.len())]
+        .iter()
+        .position(|&b| b != GUARD);
+    assert!(
+        after.is_none(),
+        "byte {after:?} after the transfer (offset {off}, len {len}) was written"
+    );
+}
+
+fn read_check(
+    qp: &mut IoQueuePair,
+    buf: UbBuf,
+    nsid: u32,
+    lba: u64,
+    lba_size: u64,
+    id: u8,
+    off: usize,
+    len: usize,
+) -> UbBuf {
+    let mut buf = buf;
+    guard_fill(&mut buf);
+    let buf = qp
+        .read_blocking(nsid, lba, buf, off, len, T)
+        .unwrap_or_else(|r| panic!("read ns{nsid} lba {lba} len {len} off {off}: {}", r.error));
+    if let Err(m) = testbed::check_pattern(id, lba * lba_size, &buf.as_slice()[off..off + len]) {
+        panic!("ns{nsid} lba {lba} len {len} buffer offset {off}: {m:?}");
+    }
+    guard_check(&buf, off, len);
+    buf
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn reads_512b_to_8mib_at_unaligned_buffer_offsets() {
+    let bed = common::open(0, 16 << 20, 2);
+    let mut qp = bed.qp(64, 1);
+    let mut buf = bed.pool.get().unwrap();
+    let mut n = 0;
+    for (i, &len) in SIZES.iter().enumerate() {
+        for (j, &off) in OFFSETS.iter().enumerate() {
+            let lba = ((i * 7919 + j * 104_729) as u64 * 8) % (32768 - 16384);
+            buf = read_check(&mut qp, buf, 1, lba, 512, NVME0_NS1.id, off, len);
+            n += 1;
+        }
+    }
+    let st = qp.stats();
+    println!("{n} reads, {st:?}");
+    assert!(
+        st.commands > st.requests,
+        "8 MiB reads were split at MDTS (512 KiB)"
+    );
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn writes_read_back_512b_to_8mib_at_unaligned_offsets() {
+    let bed = common::open(0, 16 << 20, 2);
+    let mut qp = bed.qp(64, 1);
+    let mut src = bed.pool.get().unwrap();
+    let mut dst = bed.pool.get().unwrap();
+    let base = 65536u64; // upper half of nvme0
+    for (i, &len) in SIZES.iter().enumerate() {
+        for (j, &off) in OFFSETS.iter().enumerate() {
+            let lba = base + (i as u64 * 977 + j as u64 * 31) * 8 % 8192;
+            fill_random(
+                (i * 100 + j) as u64 + 1,
+                &mut src.as_mut_slice()[off..off + len],
+            );
+            src = qp
+                .write_blocking(1, lba, src, off, len, j % 2 == 0, T)
+                .unwrap_or_else(|r| panic!("write lba {lba} len {len} off {off}: {}", r.error));
+            let doff = OFFSETS[(j + 1) % OFFSETS.len()];
+            guard_fill(&mut dst);
+            dst = qp
+                .read_blocking(1, lba, dst, doff, len, T)
+                .unwrap_or_else(|r| panic!("read back: {}", r.error));
+            assert!(
+                src.as_slice()[off..off + len] == dst.as_slice()[doff..doff + len],
+                "len {len}: data read back at buffer offset {doff} differs from what was written from offset {off}"
+            );
+            guard_check(&dst, doff, len);
+        }
+    }
+    // One write the host verifies in the backing file after the guest exits.
+    let pattern: Vec<u8> = (0..32u8).map(|b| b.wrapping_mul(7) ^ 0x5a).collect();
+    src.as_mut_slice()[..512].fill(0);
+    src.as_mut_slice()[..32].copy_from_slice(&pattern);
+    let lba = 131_000u64; // near the end, outside every other test's range
+    src = qp
+        .write_blocking(1, lba, src, 0, 512, true, T)
+        .expect("fua write");
+    qp.flush_blocking(1, T).expect("flush");
+    drop(src);
+    println!(
+        "{}",
+        testbed::hostcheck_file_bytes(
+            "nvme-write-lands-in-nvme0.img",
+            NVME0_NS1.file,
+            lba * 512,
+            &pattern
+        )
+    );
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn mdts_splitting_on_nvme1_and_page_crossing_offsets() {
+    let bed = common::open(1, 4 << 20, 2);
+    let mut qp = bed.qp(128, 1);
+    let before = qp.stats();
+    let buf = bed.pool.get().unwrap();
+    // 1 MiB at a 12-byte buffer offset: 64 commands of 16 KiB, each crossing 5 pages (PRP list).
+    let buf = read_check(&mut qp, buf, 1, 1000, 512, NVME1_NS1.id, 12, 1 << 20);
+    let st = qp.stats();
+    assert_eq!(st.requests - before.requests, 1);
+    assert_eq!(
+        st.commands - before.commands,
+        64,
+        "1 MiB / 16 KiB MDTS = 64 commands"
+    );
+    // A request needing more commands than the queue holds is refused whole.
+    let mut small = bed.qp(8, 1);
+    let r = small.submit_read(1, 0, buf, 0, 1 << 20, 1).unwrap_err();
+    assert!(
+        matches!(
+            r.error,
+            NvmeError::RequestTooLarge {
+                commands: 64,
+                depth: 8,
+                ..
+            }
+        ),
+        "{}",
+        r.error
+    );
+    assert!(r.error.to_string().contains("more than the queue depth 8"));
+    let mut buf = r.bufs.into_one().expect("buffer back");
+    assert_eq!(small.in_flight(), 0);
+    // Write + read back across MDTS with an odd offset.
+    let mut dst = bed.pool.get().unwrap();
+    fill_random(77, &mut buf.as_mut_slice()[20..20 + 300 * 512]);
+    let buf = qp
+        .write_blocking(1, 70_000, buf, 20, 300 * 512, false, T)
+        .expect("write");
+    dst = qp
+        .read_blocking(1, 70_000, dst, 4, 300 * 512, T)
+        .expect("read");
+    assert!(buf.as_slice()[20..20 + 300 * 512] == dst.as_slice()[4..4 + 300 * 512]);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn four_kib_lba_namespace() {
+    let bed = common::open(1, 4 << 20, 2);
+    let mut qp = bed.qp(64, 2);
+    let buf = bed.pool.get().unwrap();
+    let buf = read_check(&mut qp, buf, 2, 3, 4096, NVME1_NS2.id, 0, 65536);
+    let mut buf = read_check(&mut qp, buf, 2, 100, 4096, NVME1_NS2.id, 516, 3 * 4096);
+    let r = qp.submit_read(2, 0, buf, 0, 512, 1).unwrap_err();
+    assert!(
+        matches!(
+            r.error,
+            NvmeError::LengthNotBlockMultiple {
+                lba_size: 4096,
+                len: 512,
+                nsid: 2
+            }
+        ),
+        "{}",
+        r.error
+    );
+    buf = r.bufs.into_one().unwrap();
+    fill_random(5, &mut buf.as_mut_slice()[..1 << 20]);
+    let buf = qp
+        .write_blocking(2, 12_000, buf, 0, 1 << 20, false, T)
+        .expect("write");
+    let dst = qp
+        .read_blocking(2, 12_000, bed.pool.get().unwrap(), 4096, 1 << 20, T)
+        .expect("read");
+    assert!(buf.as_slice()[..1 << 20] == dst.as_slice()[4096..4096 + (1 << 20)]);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn both_namespaces_through_one_queue() {
+    let bed = common::open(1, 1 << 20, 4);
+    let mut qp = bed.qp(64, 1);
+    let a = bed.pool.get().unwrap();
+    let b = bed.pool.get().unwrap();
+    qp.submit_read(1, 64, a, 0, 8192, 1).unwrap();
+    qp.submit_read(2, 8, b, 0, 8192, 2).unwrap();
+    qp.ring();
+    let mut got = Vec::new();
+    qp.wait_for(2, T, |c| got.push(c)).unwrap();
+    got.sort_by_key(|c| c.tag);
+    for c in got {
+        let (id, off) = if c.tag == 1 {
+            (NVME1_NS1.id, 64 * 512)
+        } else {
+            (NVME1_NS2.id, 8 * 4096)
+        };
+        assert_eq!(c.result.as_ref().unwrap(), &8192);
+        let buf = c.bufs.into_one().unwrap();
+        testbed::check_pattern(id, off, &buf.as_slice()[..8192]).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn scatter_list_of_three_buffers() {
+    let bed = common::open(0, 64 << 10, 8);
+    let mut qp = bed.qp(32, 1);
+    let mut sg = Box::new(SgList::new());
+    // First segment from a dword offset to its page end, a whole middle page run, a short tail.
+    for (off, len) in [(1024usize, 3072usize), (0, 8192), (0, 1536)] {
+        sg.push(Segment {
+            buf: bed.pool.get().unwrap(),
+            offset: off,
+            len,
+        })
+        .unwrap();
+    }
+    let total = sg.total_len();
+    assert_eq!(total, 12_800);
+    let lba = 4000u64;
+    let sg = qp.readv_blocking(1, lba, sg, T).expect("readv");
+    let mut pos = lba * 512;
+    for s in sg.iter() {
+        testbed::check_pattern(
+            NVME0_NS1.id,
+            pos,
+            &s.buf.as_slice()[s.offset..s.offset + s.len],
+        )
+        .unwrap();
+        pos += s.len as u64;
+    }
+    // A middle segment that does not start on a page is refused before submission.
+    let mut bad = Box::new(SgList::new());
+    bad.push(Segment {
+        buf: bed.pool.get().unwrap(),
+        offset: 0,
+        len: 4096,
+    })
+    .unwrap();
+    bad.push(Segment {
+        buf: bed.pool.get().unwrap(),
+        offset: 512,
+        len: 512,
+    })
+    .unwrap();
+    let r = qp.submit_readv(1, 0, bad, 9).unwrap_err();
+    assert!(
+        r.error.to_string().contains("breaks page alignment"),
+        "{}",
+        r.error
+    );
+    assert!(matches!(r.bufs, IoBufs::Sg(ref s) if s.len() == 2));
+    // writev + readv round trip in the scratch half.
+    let mut sg = sg;
+    drop(r);
+    let mut w = Box::new(SgList::new());
+    for (i, s) in std::mem::take(&mut *sg).into_segments().enumerate() {
+        let mut s = s;
+        fill_random(
+            i as u64 + 9,
+            &mut s.buf.as_mut_slice()[s.offset..s.offset + s.len],
+        );
+        w.push(s).unwrap();
+    }
+    let w = qp.writev_blocking(1, 90_000, w, T).expect("writev");
+    let dst = qp
+        .read_blocking(1, 90_000, bed.pool.get().unwrap(), 0, total, T)
+        .expect("read");
+    let mut pos = 0;
+    for s in w.iter() {
+        assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
+        pos += s.len;
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn write_zeroes_deallocate_and_flush() {
+    let bed = common::open(0, 1 << 20, 2);
+    let mut qp = bed.qp(32, 1);
+    let info = bed.ctrl.info().clone();
+    let lba = 110_000u64;
+    let mut buf = bed.pool.get().unwrap();
+    buf.as_mut_slice()[..65536].fill(0xee);
+    let buf = qp
+        .write_blocking(1, lba, buf, 0, 65536, false, T)
+        .expect("write");
+    assert_ne!(
+        info.oncs & ubdirect_nvme::spec::identify::ONCS_WRITE_ZEROES,
+        0
+    );
+    qp.write_zeroes_blocking(1, lba + 8, 64, T)
+        .expect("write zeroes");
+    let buf = qp.read_blocking(1, lba, buf, 0, 65536, T).expect("read");
+    let s = buf.as_slice();
+    assert!(
+        s[..4096].iter().all(|&b| b == 0xee),
+        "before the zeroed range"
+    );
+    assert!(
+        s[4096..4096 + 64 * 512].iter().all(|&b| b == 0),
+        "zeroed range"
+    );
+    assert!(
+        s[4096 + 64 * 512..65536].iter().all(|&b| b == 0xee),
+        "after the zeroed range"
+    );
+    // Write Zeroes above the 16-bit NLB limit is split into several commands.
+    let before = qp.stats().commands;
+    qp.write_zeroes_blocking(1, 65_000, 65536 + 100, T)
+        .expect("large write zeroes");
+    assert_eq!(qp.stats().commands - before, 2);
+    assert_ne!(info.oncs & ubdirect_nvme::spec::identify::ONCS_DSM, 0);
+    qp.deallocate_blocking(1, lba, 128, T).expect("deallocate");
+    qp.flush_blocking(1, T).expect("flush");
+    let e = qp.write_zeroes_blocking(1, 131_000, 100, T).unwrap_err();
+    assert!(
+        matches!(e, NvmeError::LbaOutOfRange { nsze: 131_072, .. }),
+        "{e}"
+    );
+    let e = qp.flush_blocking(7, T).unwrap_err();
+    assert!(
+        matches!(e, NvmeError::NamespaceMissing { nsid: 7, active: 1 }),
+        "{e}"
+    );
+}
+
+fn roundtrip_many(qp: &mut IoQueuePair, bufs: &mut Vec<UbBuf>, base: u64) {
+    for i in 0..64u64 {
+        let mut b = bufs.pop().unwrap();
+        fill_random(i + base, &mut b.as_mut_slice()[..4096]);
+        qp.submit_write(1, base + i * 8, b, 0, 4096, false, i)
+            .unwrap();
+    }
+    qp.ring();
+    qp.wait_for(64, T, |c| {
+        c.result.unwrap();
+        bufs.push(c.bufs.into_one().unwrap());
+    })
+    .unwrap();
+    for i in 0..64u64 {
+        let b = bufs.pop().unwrap();
+        qp.submit_read(1, base + i * 8, b, 0, 4096, i).unwrap();
+    }
+    qp.ring();
+    let mut expect = vec![0u8; 4096];
+    qp.wait_for(64, T, |c| {
+        c.result.unwrap();
+        let b = c.bufs.into_one().unwrap();
+        fill_random(c.tag + base, &mut expect);
+        assert!(
+            b.as_slice()[..4096] == expect[..],
+            "tag {} read back differs",
+            c.tag
+        );
+        bufs.push(b);
+    })
+    .unwrap();
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn shadow_doorbells_on_and_off() {
+    for shadow in [true, false] {
+        let bed = common::open_with(
+            0,
+            1 << 20,
+            64,
+            ControllerOptions {
+                shadow_doorbells: shadow,
+                ..Default::default()
+            },
+        );
+        assert_eq!(bed.ctrl.shadow_doorbells(), shadow);
+        let mut qp = bed.qp(64, 1);
+        assert_eq!(qp.uses_shadow_doorbells(), shadow);
+        let mut bufs: Vec<UbBuf> = (0..64).map(|_| bed.pool.get().unwrap()).collect();
+        roundtrip_many(&mut qp, &mut bufs, 100_000);
+        let st = qp.stats();
+        println!("shadow={shadow}: {st:?}");
+        if shadow {
+            assert!(st.sq_doorbell_writes + st.cq_doorbell_writes + st.shadow_only_updates >= 2);
+        } else {
+            assert_eq!(st.shadow_only_updates, 0);
+            assert_eq!(
+                st.sq_doorbell_writes, 2,
+                "two rings, one doorbell write each"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn auto_ring_submits_without_explicit_ring() {
+    let bed = common::open(0, 1 << 20, 4);
+    let mut qp = bed.qp(16, 1);
+    qp.set_auto_ring(true);
+    qp.submit_read(1, 16, bed.pool.get().unwrap(), 0, 4096, 3)
+        .unwrap();
+    let mut got = None;
+    qp.wait_for(1, T, |c| got = Some(c))
+        .expect("completes without ring()");
+    let c = got.unwrap();
+    assert_eq!(c.tag, 3);
+    testbed::check_pattern(
+        NVME0_NS1.id,
+        16 * 512,
+        &c.bufs.into_one().unwrap().as_slice()[..4096],
+    )
+    .unwrap();
+}

@@ -1,0 +1,278 @@
+//! Guest tests: queue-full, ring wrap-around (many more commands than the depth), several queue
+//! pairs on several threads at once, the BlockQueue seam, validation errors (each provoked,
+//! its message checked, nothing queued).
+
+mod common;
+
+use common::T;
+use ubdirect_core::seams::{BlockErrorKind, BlockQueue};
+use ubdirect_core::testbed::{self, NVME0_NS1};
+use ubdirect_core::{PoolConfig, UbPool};
+use ubdirect_nvme::{IoQueuePair, NvmeError, QueueOptions};
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn queue_full_returns_the_buffer() {
+    let bed = common::open(0, 64 << 10, 8);
+    let mut qp = bed.qp(4, 1);
+    assert_eq!(qp.depth(), 4);
+    for i in 0..4 {
+        qp.submit_read(1, i * 8, bed.pool.get().unwrap(), 0, 4096, i)
+            .unwrap();
+    }
+    let r = qp
+        .submit_read(1, 64, bed.pool.get().unwrap(), 0, 4096, 99)
+        .unwrap_err();
+    assert!(
+        matches!(
+            r.error,
+            NvmeError::QueueFull {
+                depth: 4,
+                needed: 1,
+                ..
+            }
+        ),
+        "{}",
+        r.error
+    );
+    assert!(r
+        .error
+        .to_string()
+        .contains("poll completions, then resubmit"));
+    let back = r.bufs.into_one().expect("the buffer comes back");
+    assert_eq!(qp.in_flight(), 4);
+    qp.ring();
+    let mut tags = Vec::new();
+    qp.wait_for(4, T, |c| {
+        c.result.unwrap();
+        tags.push(c.tag)
+    })
+    .unwrap();
+    tags.sort();
+    assert_eq!(tags, vec![0, 1, 2, 3]);
+    // Now the resubmission goes through.
+    let buf = qp.read_blocking(1, 64, back, 0, 4096, T).unwrap();
+    testbed::check_pattern(NVME0_NS1.id, 64 * 512, &buf.as_slice()[..4096]).unwrap();
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn ring_wraps_many_times() {
+    let bed = common::open(0, 4096, 16);
+    let mut qp = bed.qp(7, 1); // 8 entries: the ring wraps every 8 commands
+    let total = 3000u64;
+    let mut next = 0u64;
+    let mut done = 0u64;
+    let lba_of = |i: u64| (i * 8) % 32768;
+    while next < qp.depth() as u64 {
+        qp.submit_read(1, lba_of(next), bed.pool.get().unwrap(), 0, 4096, next)
+            .unwrap();
+        next += 1;
+    }
+    qp.ring();
+    let mut free = Vec::new();
+    while done < total {
+        qp.poll(16, |c| {
+            c.result.expect("read ok");
+            let b = c.bufs.into_one().unwrap();
+            testbed::check_pattern(NVME0_NS1.id, lba_of(c.tag) * 512, &b.as_slice()[..4096])
+                .unwrap_or_else(|m| panic!("tag {}: {m:?}", c.tag));
+            free.push(b);
+            done += 1;
+        })
+        .unwrap();
+        while let Some(b) = free.pop() {
+            if next < total {
+                qp.submit_read(1, lba_of(next), b, 0, 4096, next).unwrap();
+                next += 1;
+            }
+        }
+        qp.ring();
+    }
+    let st = qp.stats();
+    println!("{st:?}");
+    assert_eq!(st.completions, total);
+    assert_eq!(qp.in_flight(), 0);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn queue_pairs_on_several_threads() {
+    let bed = common::open(0, 16 << 10, 64);
+    let threads = 3usize;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let ctrl = bed.ctrl.clone();
+            let pool = bed.pool.clone();
+            s.spawn(move || {
+                let mut qp = IoQueuePair::new(
+                    &ctrl,
+                    QueueOptions {
+                        depth: 16,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                let base = 70_000 + t as u64 * 10_000;
+                for round in 0..20u64 {
+                    let mut bufs = Vec::new();
+                    for i in 0..8u64 {
+                        let mut b = pool.get().unwrap();
+                        common::fill_random(base + round * 8 + i, &mut b.as_mut_slice()[..16384]);
+                        qp.submit_write(1, base + (round * 8 + i) * 32, b, 0, 16384, false, i)
+                            .unwrap();
+                    }
+                    qp.ring();
+                    qp.wait_for(8, T, |c| bufs.push(c.bufs.into_one().unwrap()))
+                        .unwrap();
+                    for (i, b) in bufs.drain(..).enumerate() {
+                        qp.submit_read(
+                            1,
+                            base + (round * 8 + i as u64) * 32,
+                            b,
+                            0,
+                            16384,
+                            i as u64,
+                        )
+                        .unwrap();
+                    }
+                    qp.ring();
+                    let mut expect = vec![0u8; 16384];
+                    qp.wait_for(8, T, |c| {
+                        c.result.unwrap();
+                        common::fill_random(base + round * 8 + c.tag, &mut expect);
+                        assert!(
+                            c.bufs.into_one().unwrap().as_slice()[..16384] == expect[..],
+                            "thread {t} round {round}"
+                        );
+                    })
+                    .unwrap();
+                }
+                qp.qid()
+            });
+        }
+    });
+    assert_eq!(bed.ctrl.io_queues_in_use(), 0);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn block_queue_seam() {
+    let bed = common::open(0, 64 << 10, 4);
+    let mut qp = bed.qp(32, 1);
+    let q: &mut dyn BlockQueue = &mut qp;
+    assert_eq!(q.block_size(), 512);
+    assert_eq!(q.capacity(), 64 << 20);
+    assert_eq!(q.depth(), 32);
+    assert_eq!(q.max_transfer(), 512 * 1024 * 32);
+    q.submit_read(bed.pool.get().unwrap(), 4096 * 3, 8192, 5)
+        .unwrap();
+    let (b, e) = q
+        .submit_read(bed.pool.get().unwrap(), 100, 512, 6)
+        .unwrap_err();
+    assert_eq!(e.kind, BlockErrorKind::InvalidRequest);
+    assert!(e.message.contains("byte offset 100"), "{}", e.message);
+    let (b, e) = q.submit_read(b, 0, 700, 6).unwrap_err();
+    assert_eq!(e.kind, BlockErrorKind::InvalidRequest);
+    let (_b, e) = q.submit_read(b, 64 << 20, 512, 6).unwrap_err();
+    assert!(e.message.contains("past the end"), "{}", e.message);
+    assert_eq!(q.in_flight(), 1);
+    q.flush().unwrap();
+    let mut n = 0;
+    let start = std::time::Instant::now();
+    while n == 0 && start.elapsed() < T {
+        n += q
+            .poll(4, &mut |c| {
+                assert_eq!(c.tag, 5);
+                assert_eq!(c.result.clone().unwrap(), 8192);
+                testbed::check_pattern(NVME0_NS1.id, 4096 * 3, &c.buf.as_slice()[..8192]).unwrap();
+            })
+            .unwrap();
+    }
+    assert_eq!(n, 1);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn every_validation_error_is_refused_with_its_message() {
+    let bed = common::open(0, 8192, 4);
+    let mut qp = bed.qp(8, 1);
+    let stats = qp.stats();
+    let mut buf = bed.pool.get().unwrap();
+    let cases: Vec<(
+        Box<dyn Fn(&mut IoQueuePair, ubdirect_core::UbBuf) -> Result<(), ubdirect_nvme::Rejected>>,
+        &str,
+    )> = vec![
+        (
+            Box::new(|q, b| q.submit_read(9, 0, b, 0, 512, 0)),
+            "namespace 9 is not an active namespace",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, 131_071, b, 0, 1024, 0)),
+            "LBA range 131071+2 is past the end of namespace 1 (131072 blocks)",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, u64::MAX, b, 0, 512, 0)),
+            "past the end",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, 0, b, 0, 700, 0)),
+            "transfer length 700 is not a positive multiple",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, 0, b, 0, 0, 0)),
+            "transfer length 0",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, 0, b, 0, 16384, 0)),
+            "buffer of 8192 bytes is too small for a 16384-byte transfer",
+        ),
+        (
+            Box::new(|q, b| q.submit_write(1, 0, b, 7680, 1024, false, 0)),
+            "too small",
+        ),
+        (
+            Box::new(|q, b| q.submit_read(1, 0, b, 2, 512, 0)),
+            "is not dword aligned",
+        ),
+    ];
+    for (f, want) in cases {
+        let r = f(&mut qp, buf).expect_err(want);
+        let msg = r.error.to_string();
+        assert!(msg.contains(want), "want {want:?} in {msg:?}");
+        assert!(r.error.is_invalid_request(), "{msg}");
+        buf = r.bufs.into_one().expect("buffer comes back");
+        assert_eq!(qp.in_flight(), 0, "{want}: nothing queued");
+    }
+    assert_eq!(qp.stats(), stats, "no command reached the queue");
+    assert_eq!(qp.free_slots(), 8);
+    // A queue pair on a missing namespace is refused too.
+    let e = IoQueuePair::new(
+        &bed.ctrl,
+        QueueOptions {
+            nsid: Some(3),
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(e, NvmeError::NamespaceMissing { nsid: 3, active: 1 }),
+        "{e}"
+    );
+    // The queue still works after all that.
+    let buf = qp.read_blocking(1, 0, buf, 0, 512, T).unwrap();
+    testbed::check_pattern(NVME0_NS1.id, 0, &buf.as_slice()[..512]).unwrap();
+    // A second pool in the same domain serves the same queue.
+    let pool2 = UbPool::with_hugepages(
+        &bed.registry,
+        PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+        None,
+    )
+    .unwrap();
+    qp.read_blocking(1, 1, pool2.get().unwrap(), 0, 4096, T)
+        .unwrap();
+}
