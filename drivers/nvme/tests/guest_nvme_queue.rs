@@ -192,6 +192,10 @@ fn block_queue_seam() {
     assert_eq!(n, 1);
 }
 
+/// A submission that should be refused.
+type Submit =
+    Box<dyn Fn(&mut IoQueuePair, ubdirect_core::UbBuf) -> Result<(), ubdirect_nvme::Rejected>>;
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn every_validation_error_is_refused_with_its_message() {
@@ -199,10 +203,7 @@ fn every_validation_error_is_refused_with_its_message() {
     let mut qp = bed.qp(8, 1);
     let stats = qp.stats();
     let mut buf = bed.pool.get().unwrap();
-    let cases: Vec<(
-        Box<dyn Fn(&mut IoQueuePair, ubdirect_core::UbBuf) -> Result<(), ubdirect_nvme::Rejected>>,
-        &str,
-    )> = vec![
+    let cases: Vec<(Submit, &str)> = vec![
         (
             Box::new(|q, b| q.submit_read(9, 0, b, 0, 512, 0)),
             "namespace 9 is not an active namespace",
