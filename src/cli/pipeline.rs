@@ -41,6 +41,9 @@ pub struct Args {
     /// Bytes to move (default: the whole source once).
     #[arg(long, value_parser = parse_size, conflicts_with = "seconds")]
     bytes: Option<u64>,
+    /// Source byte offset to start at (logical-block aligned).
+    #[arg(long, default_value = "0", value_parser = parse_offset)]
+    start: u64,
     /// Run this many seconds instead (wrapping around the source).
     #[arg(long)]
     seconds: Option<f64>,
@@ -188,6 +191,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size '{s}' is zero or too large"))
 }
 
+/// An offset: 0 or a size ("64M").
+fn parse_offset(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        Ok(0)
+    } else {
+        parse_size(s)
+    }
+}
+
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 
 /// Run the subcommand.
@@ -266,6 +278,7 @@ pub fn run(args: &Args) -> CliResult {
         verify: args.verify,
         progress: !args.json,
         stall_timeout: Duration::from_secs(30),
+        start: args.start,
     };
 
     let mut reports = Vec::new();
@@ -335,7 +348,7 @@ pub fn run(args: &Args) -> CliResult {
                 Mode::Copy => run_copy(path, sink.as_mut(), &cfg, "pipeline (classic copy)")?,
             };
             if args.verify {
-                let expected = file_checksum(path, r.bytes)?;
+                let expected = file_checksum(path, args.start, r.bytes)?;
                 add_verify(
                     &mut r,
                     sink.as_mut(),
@@ -396,7 +409,7 @@ pub fn run(args: &Args) -> CliResult {
             if args.verify {
                 // A second pass through the driver at QD1 into a host buffer is the reference.
                 let ref_pool = host_pool(&registry, bs.min(q.max_transfer()), 1, true)?;
-                let expected = queue_checksum(&mut q, &ref_pool, r.bytes)?;
+                let expected = queue_checksum(&mut q, &ref_pool, args.start, r.bytes)?;
                 add_verify(
                     &mut r,
                     sink.as_mut(),
@@ -446,7 +459,7 @@ fn limit(args: &Args, cap: u64) -> Result<Limit, BoxErr> {
         (Some(b), _) => Limit::Bytes(b),
         (None, Some(s)) if s > 0.0 && s.is_finite() => Limit::Duration(Duration::from_secs_f64(s)),
         (None, Some(s)) => return Err(format!("--seconds {s} must be a positive number").into()),
-        (None, None) => Limit::Bytes(cap),
+        (None, None) => Limit::Bytes(cap.saturating_sub(args.start).max(1)),
     })
 }
 
@@ -483,7 +496,13 @@ fn make_sink(
         SinkSpec::Null => Box::new(NullSink::new(pool.block_count(), args.verify)),
         SinkSpec::Bar { .. } => {
             let region = bar.ok_or("BAR sink without a BAR region")?.clone();
-            Box::new(BarSink::new(region, pool.block_size(), cap, args.verify))
+            Box::new(BarSink::new(
+                region,
+                pool.block_size(),
+                args.start,
+                cap.saturating_sub(args.start),
+                args.verify,
+            ))
         }
         SinkSpec::Cuda(ordinal) => {
             let cfg = ubdirect_cuda::CudaSinkConfig {

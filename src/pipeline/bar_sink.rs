@@ -31,13 +31,21 @@ pub struct BarSink {
     done: VecDeque<(UbBuf, u64)>,
     landed: Vec<Option<Landed>>,
     checksum: Option<u64>,
-    source_len: u64,
+    source_start: u64,
+    source_span: u64,
 }
 
 impl BarSink {
     /// A sink for buffers from a pool over `region` (a BAR window) with `block_size` blocks.
-    /// `source_len` is the source's capacity (tags are stream offsets, wrapped onto it).
-    pub fn new(region: Arc<UbRegion>, block_size: usize, source_len: u64, verify: bool) -> BarSink {
+    /// The stream covers source bytes [`source_start`, `source_start + source_span`) (tags are
+    /// stream offsets, wrapped onto the span).
+    pub fn new(
+        region: Arc<UbRegion>,
+        block_size: usize,
+        source_start: u64,
+        source_span: u64,
+        verify: bool,
+    ) -> BarSink {
         let blocks = region.len / block_size.max(1);
         BarSink {
             region,
@@ -45,7 +53,8 @@ impl BarSink {
             done: VecDeque::with_capacity(blocks.max(1)),
             landed: vec![None; blocks],
             checksum: verify.then_some(0),
-            source_len: source_len.max(1),
+            source_start,
+            source_span: source_span.max(1),
         }
     }
 
@@ -96,7 +105,7 @@ impl Sink for BarSink {
         if let Some(slot) = self.landed.get_mut((p - base) / self.block_size) {
             *slot = Some(Landed {
                 bar_offset,
-                source_offset: tag % self.source_len,
+                source_offset: self.source_start + tag % self.source_span,
                 len: len as u64,
             });
         }

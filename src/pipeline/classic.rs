@@ -29,6 +29,7 @@ pub fn run_copy<S: PipelineSink + ?Sized>(
         .map_err(io(format!("stat {}", path.display())))?
         .len();
     cfg.validate(cap, 1).map_err(PipelineError::Config)?;
+    let cap = cap - cfg.start;
     let bs = cfg.block_size as u64;
     let mut data = vec![0u8; cfg.block_size];
     let mut lat = LatencyHistogram::default();
@@ -44,6 +45,7 @@ pub fn run_copy<S: PipelineSink + ?Sized>(
         let start = Instant::now();
         let (off, len) = block_range(seq, bs, cap);
         let len = len.min(limit - bytes) as usize;
+        let off = cfg.start + off;
         file.read_exact_at(&mut data[..len], off)
             .map_err(io(format!("read {} at {off}", path.display())))?;
         sink.copy_classic(&data[..len], seq * bs)

@@ -38,6 +38,9 @@ pub struct PipelineConfig {
     pub progress: bool,
     /// Abort when nothing completes for this long.
     pub stall_timeout: Duration,
+    /// Source byte offset the stream starts at (logical-block aligned); the stream wraps
+    /// within [start, capacity).
+    pub start: u64,
 }
 
 impl Default for PipelineConfig {
@@ -49,6 +52,7 @@ impl Default for PipelineConfig {
             verify: false,
             progress: false,
             stall_timeout: Duration::from_secs(30),
+            start: 0,
         }
     }
 }
@@ -68,6 +72,13 @@ impl PipelineConfig {
         if capacity == 0 {
             return Err("the source is empty (0 bytes): nothing to stream".into());
         }
+        if self.start >= capacity || self.start % u64::from(lbs.max(1)) != 0 {
+            return Err(format!(
+                "start offset {} must be a multiple of the {lbs}-byte logical block below the source's {capacity} bytes",
+                self.start
+            ));
+        }
+        let capacity = capacity - self.start;
         match self.limit {
             Limit::Bytes(0) => return Err("--bytes must be > 0".into()),
             Limit::Duration(d) if d.is_zero() => return Err("--seconds must be > 0".into()),

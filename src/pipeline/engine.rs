@@ -143,7 +143,7 @@ where
                     start: Instant::now(),
                     len,
                 };
-                if let Err((buf, e)) = src.submit_read(buf, off, req, tag) {
+                if let Err((buf, e)) = src.submit_read(buf, cfg.start + off, req, tag) {
                     drop(buf);
                     // A queue out of command slots (large blocks split into many commands) is
                     // back-pressure while requests are in flight, an error when none are.

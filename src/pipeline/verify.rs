@@ -1,7 +1,7 @@
 //! Reference checksums of the source, computed independently of the pipeline's data path.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,13 +12,15 @@ use ubdirect_cuda::checksum_at;
 use super::error::PipelineError;
 use super::report::VerifyResult;
 
-/// Checksum of the first `len` bytes of the file at `path`, read with plain read() calls.
-pub fn file_checksum(path: &Path, len: u64) -> Result<u64, PipelineError> {
+/// Checksum of `len` bytes of the file at `path` from byte `start` (checksum offsets relative
+/// to `start`, as the pipeline's stream offsets are), read with plain read() calls.
+pub fn file_checksum(path: &Path, start: u64, len: u64) -> Result<u64, PipelineError> {
     let io = |what: &str| {
         let what = format!("{what} {}", path.display());
         move |source| PipelineError::Io { what, source }
     };
     let mut f = File::open(path).map_err(io("open"))?;
+    f.seek(SeekFrom::Start(start)).map_err(io("seek"))?;
     let mut buf = vec![0u8; 4 << 20];
     let (mut off, mut sum) = (0u64, 0u64);
     while off < len {
@@ -30,11 +32,13 @@ pub fn file_checksum(path: &Path, len: u64) -> Result<u64, PipelineError> {
     Ok(sum)
 }
 
-/// Checksum of the first `len` bytes of a block source read again, one block at a time at queue
-/// depth 1, into one pool buffer (a second pass through the driver, separate from the pipeline).
+/// Checksum of `len` bytes of a block source from byte `start`, read again one block at a time
+/// at queue depth 1 into one pool buffer (a second pass through the driver, separate from the
+/// pipeline). Checksum offsets are relative to `start`.
 pub fn queue_checksum<Q: BlockQueue + ?Sized>(
     src: &mut Q,
     pool: &Arc<UbPool>,
+    start: u64,
     len: u64,
 ) -> Result<u64, PipelineError> {
     let lbs = u64::from(src.block_size().max(1));
@@ -46,7 +50,7 @@ pub fn queue_checksum<Q: BlockQueue + ?Sized>(
         let b = buf
             .take()
             .ok_or_else(|| PipelineError::Verify("buffer lost".into()))?;
-        src.submit_read(b, off, want.next_multiple_of(lbs) as usize, off)
+        src.submit_read(b, start + off, want.next_multiple_of(lbs) as usize, off)
             .map_err(|(_, e)| PipelineError::Source(e))?;
         src.flush().map_err(PipelineError::Source)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# The file -> GPU measurement on a CUDA machine (the H200 device machine): ubdirect's pipeline
+# in direct mode (io_uring into the registered UB pool, CUDA stream copies) against the classic
+# copy path and a cuFile read of the same file, each beside its own limits measured in the same
+# run (the source alone with sink null at the same parallelism; pinned host->device copies alone).
+# Sources: a file in /dev/shm (page cache) and a file on the root disk (O_DIRECT, cache dropped).
+#
+# Usage: scripts/h200-bench.sh [BIN_DIR] [OUT_DIR]
+#   BIN_DIR holds `ubdirect` (and optionally `cuda_sink`, the ubdirect-cuda test binary), built
+#   on the build host with `cargo build --release -p ubdirect` (see BENCHMARKS.md "## H200").
+# Env: SHM_GIB (16), DISK_GIB (8), SECS (3), QD (64), BS (4M), CORE (auto: a CPU near the GPU).
+set -u
+BIN_DIR=${1:-.device-carry}
+OUT=${2:-${OUT:-/tmp/ubd-h200}}
+UBD="$BIN_DIR/ubdirect"
+SHM_GIB=${SHM_GIB:-16}
+DISK_GIB=${DISK_GIB:-8}
+SECS=${SECS:-3}
+QD=${QD:-64}
+BS=${BS:-4M}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+log() { echo "== $*" | tee -a "$LOG"; }
+
+# CUDA libraries (NVRTC for the verify kernel) where the toolkit keeps them.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export RUST_LOG=${RUST_LOG:-warn}
+
+log "machine"
+{ uname -a; nproc; free -g; nvidia-smi -L; nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.width.current --format=csv;
+  df -hT / /dev/shm; ldd --version | head -1; } >> "$LOG" 2>&1
+GPU_BDF=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | head -1 | tr 'A-F' 'a-f' | sed 's/^0000\(....\)/\1/')
+GPU_BDF=${GPU_BDF#0000}
+LOCAL=$(cat "/sys/bus/pci/devices/${GPU_BDF,,}/local_cpulist" 2>/dev/null || echo 0-$(($(nproc)-1)))
+FIRST=$(echo "$LOCAL" | cut -d, -f1 | cut -d- -f1)
+CORE=${CORE:-$((FIRST + 1))}
+log "GPU $GPU_BDF local CPUs $LOCAL; polling core $CORE"
+
+# Hugepages for the UB pool (root here); the pipeline falls back to ordinary memory without.
+echo 1024 > /proc/sys/vm/nr_hugepages 2>/dev/null || true
+grep -i huge /proc/meminfo >> "$LOG"
+
+# GPU tests of the CUDA sink (checksum kernel, stream/event reuse, dma-buf export).
+if [ -x "$BIN_DIR/cuda_sink" ]; then
+    log "cuda_sink tests (--ignored)"
+    timeout 120 "$BIN_DIR/cuda_sink" --ignored --test-threads=1 --nocapture > "$OUT/cuda_sink_tests.txt" 2>&1
+    echo "rc=$?" >> "$OUT/cuda_sink_tests.txt"
+    tail -5 "$OUT/cuda_sink_tests.txt" | tee -a "$LOG"
+fi
+
+# Source files: random data (1 GiB of urandom, repeated; the checksum is position-aware).
+SHM=/dev/shm/ubd-src.bin
+DISK=/var/tmp/ubd-disk.bin
+log "making $SHM (${SHM_GIB} GiB) and $DISK (${DISK_GIB} GiB)"
+head -c 1G /dev/urandom > /dev/shm/ubd-1g.bin
+: > "$SHM"
+for _ in $(seq "$SHM_GIB"); do cat /dev/shm/ubd-1g.bin >> "$SHM"; done
+mkdir -p /var/tmp
+: > "$DISK"
+for _ in $(seq "$DISK_GIB"); do cat /dev/shm/ubd-1g.bin >> "$DISK"; done
+sync
+rm -f /dev/shm/ubd-1g.bin
+ls -l "$SHM" "$DISK" >> "$LOG"
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
+
+# run NAME ARGS...: one pipeline run, JSON kept, stderr kept.
+run() {
+    local name=$1; shift
+    log "$name: ubdirect pipeline $*"
+    timeout 120 "$UBD" pipeline "$@" --json > "$OUT/$name.json" 2> "$OUT/$name.err"
+    local rc=$?
+    echo "   rc=$rc $(python3 -c "import json,sys; [print('%s %.2f GB/s' % (r['label'], r['gb_per_s']), end='; ') for r in json.load(open(sys.argv[1]))]" "$OUT/$name.json" 2>/dev/null)" | tee -a "$LOG"
+    [ $rc -eq 0 ] || tail -3 "$OUT/$name.err" | tee -a "$LOG"
+}
+
+# cuFile read of the same file into GPU memory (python cuda.bindings.cufile), N threads.
+cat > "$OUT/cufile_probe.py" <<'PY'
+import json, os, sys, threading, time
+from cuda.bindings import driver as cu, cufile
+path, secs, nthreads, bs, direct, limit = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1", int(sys.argv[6])
+def ck(r):
+    if r[0] != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(str(r[0]))
+    return r[1] if len(r) == 2 else r[1:]
+ck(cu.cuInit(0)); dev = ck(cu.cuDeviceGet(0)); ctx = ck(cu.cuDevicePrimaryCtxRetain(dev)); ck(cu.cuCtxSetCurrent(ctx))
+cufile.driver_open()
+fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+descr = cufile.Descr(); descr.type = cufile.FileHandleType.OPAQUE_FD; descr.handle.fd = fd; descr.fs_ops = 0
+fh = cufile.handle_register(descr.ptr)
+size = os.fstat(fd).st_size
+nblocks = size // bs
+limit_blocks = (limit // bs) if limit > 0 else None
+bufs = []
+for _ in range(nthreads):
+    p = ck(cu.cuMemAlloc(bs)); cufile.buf_register(int(p), bs, 0); bufs.append(p)
+totals = [0] * nthreads
+errors = []
+start = time.perf_counter(); deadline = start + secs
+def worker(t):
+    ck(cu.cuCtxSetCurrent(ctx))
+    i = t
+    try:
+        while (limit_blocks is None and time.perf_counter() < deadline) or (limit_blocks is not None and i < limit_blocks):
+            n = cufile.read(fh, int(bufs[t]), bs, (i % nblocks) * bs, 0)
+            if n != bs:
+                raise RuntimeError(f"cufile.read returned {n}")
+            totals[t] += n
+            i += nthreads
+    except Exception as e:
+        errors.append(repr(e))
+ths = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
+[t.start() for t in ths]; [t.join() for t in ths]
+el = time.perf_counter() - start
+tot = sum(totals)
+print(json.dumps([{"label": f"cuFile read, {nthreads} thread(s){' O_DIRECT' if direct else ''}", "bytes": tot, "seconds": el, "gb_per_s": tot / el / 1e9, "errors": errors[:3]}]))
+PY
+cufile_run() {
+    local name=$1; shift
+    log "$name: cufile_probe $*"
+    timeout 120 python3 "$OUT/cufile_probe.py" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+    echo "   rc=$? $(cat "$OUT/$name.json" 2>/dev/null | head -c 300)" | tee -a "$LOG"
+}
+
+S="--source file:$SHM"
+C="--core $CORE --block-size $BS"
+# ---- page cache (/dev/shm) ----
+run shm-segments-qd$QD   $S --sink cuda $C --qd $QD --seconds $SECS --segments
+run shm-null-qd1         $S --sink null $C --qd 1 --seconds $SECS
+run shm-null-qd8         $S --sink null $C --qd 8 --seconds $SECS
+run shm-cuda-qd8         $S --sink cuda $C --qd 8 --seconds $SECS
+run shm-cuda-qd32        $S --sink cuda $C --qd 32 --seconds $SECS
+run shm-cuda-qd128       $S --sink cuda $C --qd 128 --seconds $SECS
+run shm-cuda-inline-qd$QD $S --sink cuda $C --qd $QD --seconds $SECS --uring-async off
+run shm-cuda-bs1M-qd128  $S --sink cuda --core $CORE --block-size 1M --qd 128 --seconds $SECS
+run shm-cuda-bs16M-qd32  $S --sink cuda --core $CORE --block-size 16M --qd 32 --seconds $SECS
+run shm-copy             $S --sink cuda $C --mode copy --seconds $SECS
+run shm-verify           $S --sink cuda $C --qd $QD --bytes "${SHM_GIB}G" --verify
+cufile_run shm-cufile-1t  "$SHM" "$SECS" 1 4194304 0 0
+cufile_run shm-cufile-8t  "$SHM" "$SECS" 8 4194304 0 0
+# ---- disk (ext4 on the root device), O_DIRECT, cold cache ----
+D="--source file:$DISK"
+DB="$((DISK_GIB))G"
+drop_caches; run disk-null-qd32   $D --sink null $C --qd 32 --bytes $DB --io direct
+drop_caches; run disk-cuda-qd32   $D --sink cuda $C --qd 32 --bytes $DB --io direct
+drop_caches; run disk-cuda-verify $D --sink cuda $C --qd 32 --bytes $DB --io direct --verify
+drop_caches; run disk-copy        $D --sink cuda $C --mode copy --bytes $DB
+drop_caches; cufile_run disk-cufile-1t "$DISK" 600 1 4194304 1 $((DISK_GIB << 30))
+drop_caches; cufile_run disk-cufile-8t "$DISK" 600 8 4194304 1 $((DISK_GIB << 30))
+
+# ---- table ----
+python3 - "$OUT" > "$OUT/table.md" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+print("| run | what | GB/s | CPU-s/GB | p50 us | p99 us | verify |")
+print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+for f in sorted(glob.glob(os.path.join(out, "*.json"))):
+    name = os.path.basename(f)[:-5]
+    try:
+        rs = json.load(open(f))
+    except Exception:
+        print(f"| {name} | (failed: see {name}.err) | | | | | |"); continue
+    for r in rs:
+        lat = r.get("latency") or {}
+        v = r.get("verify")
+        what = r["label"] + (f" ({r['source']} -> {r['sink']}, qd {r['qd']}, {r['block_size']>>10} KiB)" if "source" in r else "")
+        print(f"| {name} | {what} | {r['gb_per_s']:.2f} | {r.get('cpu_s_per_gb', float('nan')):.3f} | {lat.get('p50_us', 0):.0f} | {lat.get('p99_us', 0):.0f} | {'' if not v else ('OK' if v['ok'] else 'MISMATCH')} |")
+PY
+cat "$OUT/table.md" | tee -a "$LOG"
+rm -f "$SHM" "$DISK"
