@@ -48,6 +48,7 @@ fn guard_check(buf: &UbBuf, off: usize, len: usize) {
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 fn read_check(
     qp: &mut IoQueuePair,
     buf: UbBuf,
