@@ -18,7 +18,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
-host=1 guest=1 lint=1 deps=1 filter= suite_args=()
+host=1 guest=1 lint=1 deps=1 filter='' suite_args=()
 while (($# > 0)); do
     case $1 in
     --host-only) guest=0 && shift ;;

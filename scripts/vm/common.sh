@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sourced; the variables are used by the sourcing scripts
 # Shared settings and helpers for scripts/vm/*.sh (sourced, not run).
 #
 # Everything built here is cached under $UBD_VM_CACHE (default <repo>/.vm-cache, git-ignored).

@@ -17,7 +17,7 @@ if [[ -f $out && $out -nt $kdir/.ready && $out -nt /bin/busybox && $out -nt ${BA
 fi
 
 bb=/bin/busybox
-[[ -x $bb ]] && $bb --list-full >/dev/null 2>&1 || vm_die "busybox-static missing: run scripts/deps.sh"
+if ! [[ -x $bb ]] || ! $bb --list-full >/dev/null 2>&1; then vm_die "busybox-static missing: run scripts/deps.sh"; fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,proc,sys,dev,tmp,run,root,etc,mnt,var}

@@ -21,7 +21,8 @@
 #                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=3 are kept)
 #
 # Always in the guest: scripts/ and tests/guest/ of this repository (in /ubd), target/debug/ubdirect
-# when built (in /ubd/bin), bash, busybox, bind-vfio / bind-kernel / ubd-plan.
+# when built and no other --bin .../ubdirect is given (in /ubd/bin), bash, busybox, bind-vfio,
+# bind-kernel, ubd-plan.
 # Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
 # guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
 set -euo pipefail
@@ -70,7 +71,6 @@ command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found
 
 t_start=$(date +%s.%N)
 kdir=$("$UBD_VM_DIR/kernel.sh" "$UBD_VM_KERNEL")
-kver=$(cat "$kdir/kver")
 base=$("$UBD_VM_DIR/initramfs.sh" "$kdir")
 images=$("$UBD_VM_DIR/images.sh")
 
@@ -124,7 +124,8 @@ done
 add_elf /bin/bash /bin/bash
 cp -a "$UBD_REPO/scripts" "$stage/ubd/scripts"
 if [[ -d $UBD_REPO/tests/guest ]]; then cp -a "$UBD_REPO/tests/guest" "$stage/ubd/tests/guest"; fi
-if [[ -x $UBD_REPO/target/debug/ubdirect ]]; then add_elf "$UBD_REPO/target/debug/ubdirect" /ubd/bin/ubdirect; fi
+default_cli="${CARGO_TARGET_DIR:-$UBD_REPO/target}/debug/ubdirect"
+if [[ -x $default_cli && " ${bins[*]##*/} " != *" ubdirect "* ]]; then add_elf "$default_cli" /ubd/bin/ubdirect; fi
 for d in "${files[@]}"; do
     [[ -d $d ]] || vm_die "--files $d: not a directory"
     cp -a "$d/." "$stage/ubd/"
@@ -184,6 +185,7 @@ done
 
 append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 $UBD_VM_HUGEPAGES $(cat "$kdir/cmdline") $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
+# shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max
     -machine q35,kernel-irqchip=split -m "$UBD_VM_MEM" -smp "$UBD_VM_SMP"
     -display none -vga none -serial stdio -no-reboot
@@ -195,6 +197,8 @@ echo >>"$run_dir/qemu.cmd"
 
 # ---- boot; the console goes to guest.log, the guest's dmesg to dmesg.log ----
 t_boot=$(date +%s.%N)
+: >"$run_dir/guest.log"
+: >"$run_dir/dmesg.log"
 set +e
 timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" </dev/null 2>"$run_dir/qemu.stderr" |
     awk -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" '

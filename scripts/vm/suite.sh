@@ -18,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-filter= skip= explicit_bins=() test_timeout=600 run_args=() run_timeout=${UBD_VM_SUITE_TIMEOUT:-1800}
+filter='' skip='' explicit_bins=() test_timeout=600 run_args=() run_timeout=${UBD_VM_SUITE_TIMEOUT:-1800}
 while (($# > 0)); do
     case $1 in
     --filter) filter=$2 && shift 2 ;;
@@ -42,12 +42,16 @@ test_bins=("${explicit_bins[@]}")
 if ((${#explicit_bins[@]} == 0)); then
     cargo_q=()
     [[ -n ${CI:-} ]] && cargo_q=(--quiet)
-    if [[ -f src/main.rs ]]; then
-        cargo build "${cargo_q[@]}" --bin ubdirect >&2 || vm_die "cargo build --bin ubdirect failed"
-    fi
     json=$(mktemp)
     trap 'rm -f "$json"' EXIT
-    cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json >"$json" ||
+    if [[ -f src/main.rs ]]; then
+        cargo build "${cargo_q[@]}" --bin ubdirect --message-format=json-render-diagnostics >"$json" ||
+            vm_die "cargo build --bin ubdirect failed"
+        cli=$(jq -r 'select(.reason == "compiler-artifact" and .target.name == "ubdirect"
+            and .executable != null) | .executable' "$json" | tail -n1)
+        [[ -n $cli ]] && test_bins+=(--bin "$cli")
+    fi
+    cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json-render-diagnostics >"$json" ||
         vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
     mapfile -t all_bins < <(jq -r 'select(.reason == "compiler-artifact" and .profile.test == true
         and .executable != null) | .executable' "$json" | sort -u)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2034 # variables read through eval in t()
 # Guest test: the test bed itself. The devices, their order and shape, the IOMMU groups, the
 # hugepages, binding to vfio-pci (/dev/vfio/<group>) and back to the kernel driver.
 # POSIX sh (busybox). Prints TAP.
@@ -27,6 +28,7 @@ count_words() { echo $#; }
 
 nvme=$(echo "$UBD_NVME" | tr ',' ' ')
 nics=$(echo "$UBD_NICS" | tr ',' ' ')
+# shellcheck disable=SC2086 # split the lists
 set -- $nvme
 nvme0=$1 nvme1=$2
 set -- $nics
@@ -62,6 +64,7 @@ t "NIC MACs 52:54:00:00:00:01/02 (got $(mac_of "$nic0") $(mac_of "$nic1"))" \
     '[ "$(mac_of "$nic0")" = 52:54:00:00:00:01 ] && [ "$(mac_of "$nic1")" = 52:54:00:00:00:02 ]'
 
 bar2_size() {
+    # shellcheck disable=SC2046 # start, end, flags
     set -- $(sed -n 3p "$(sysdev "$1")/resource")
     echo $(($2 - $1 + 1))
 }
