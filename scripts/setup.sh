@@ -118,8 +118,10 @@ in_list() { # in_list ITEM LIST
     return 1
 }
 
+# Helpers called outside $(...) share the caller's variables (POSIX sh has no `local`): their
+# own variables carry a prefix.
 has_iommu() {
-    for g in "$SYS"/kernel/iommu_groups/*; do [ -e "$g" ] && return 0; done
+    for hi_g in "$SYS"/kernel/iommu_groups/*; do [ -e "$hi_g" ] && return 0; done
     return 1
 }
 
@@ -280,10 +282,10 @@ group_users() {
 
 # wait_for PATH: up to 5 s for a device node (udev may create it a moment later).
 wait_for() {
-    i=0
-    while [ ! -e "$1" ] && [ $i -lt 50 ]; do
+    wf_i=0
+    while [ ! -e "$1" ] && [ $wf_i -lt 50 ]; do
         sleep 0.1 2>/dev/null || sleep 1
-        i=$((i + 1))
+        wf_i=$((wf_i + 1))
     done
     [ -e "$1" ]
 }

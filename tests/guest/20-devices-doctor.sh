@@ -80,7 +80,8 @@ check "devices table: ivshmem row shows RAM, no driver, its group and 2:64M(p64)
     eval 'grep "^$IVSHMEM " "$OUT" | grep -q "1af4:1110 *RAM (0500) *- *$(grp "$IVSHMEM") .*2:64M(p64)"'
 ubd devices --all
 total=$(ls /sys/bus/pci/devices | wc -l)
-check "devices --all lists every PCI device ($total)" eval '[ "$rc" = 0 ] && [ "$(wc -l <"$OUT")" = $((total + 1)) ]'
+check "devices --all lists every PCI device ($total) and names shared groups" \
+    eval '[ "$rc" = 0 ] && [ "$(sed "/^\$/,\$d" "$OUT" | wc -l)" = $((total + 1)) ] && out_has "shares IOMMU group with"'
 ubd devices "${NVME1#0000:}"
 check "devices BDF (short form) lists that device only" eval '[ "$rc" = 0 ] && [ "$(wc -l <"$OUT")" = 2 ] && out_has "^$NVME1 "'
 ubd devices 00:4.0.1
@@ -96,7 +97,7 @@ check "doctor sees the vfio modules" out_has "^\[ ok \] vfio: "
 check "doctor flags the ivshmem BAR (64M) as small" eval 'out_has "^\[warn\] bar $IVSHMEM: largest BAR is BAR2 = 64M" && out_has "Resizable BAR"'
 check "doctor picks ivshmem as the GPU stand-in" out_has "^gpu: $IVSHMEM"
 check "doctor warns that nvme0 is on the nvme driver" out_has "^\[warn\] driver $NVME0: NVMe $NVME0 is bound to nvme, not vfio-pci"
-check "doctor reports free hugepages per node" out_has "^\[ ok \] hugepages: node0 2048kB"
+check "doctor reports free hugepages per node" out_has "^\[ ok \] hugepages: node0 .*node0 2048kB $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)/"
 
 # ---- doctor with the devices on vfio-pci ---------------------------------------------------------
 bind-vfio $NVME0 $NVME1 $IVSHMEM >/dev/null
