@@ -372,6 +372,8 @@ load_vfio() {
         else
             warn "vfio no-IOMMU mode is on: bound devices can DMA anywhere in memory"
         fi
+    elif [ "$UBD_ALLOW_NOIOMMU" = yes ]; then
+        say "an IOMMU is present: UBD_ALLOW_NOIOMMU=yes is not needed and changes nothing"
     fi
     for m in vfio vfio_iommu_type1 vfio-pci; do
         case $m in

@@ -77,6 +77,35 @@ snapshot() {
 }
 
 
+# ---- a guest booted without an IOMMU (scripts/vm/run.sh --append intel_iommu=off) ------------
+if ! ls /sys/kernel/iommu_groups/* >/dev/null 2>&1; then
+    before=$(snapshot)
+    run_setup config HUGEMEM=0
+    check "no IOMMU: config refuses, says how to enable it, changes nothing" \
+        eval '[ "$rc" = 1 ] && err_has "no IOMMU" && err_has "intel_iommu=on" && err_has "UBD_ALLOW_NOIOMMU=yes" && [ "$before" = "$(snapshot)" ]'
+    if [ -e /sys/module/vfio/parameters/enable_unsafe_noiommu_mode ]; then
+        skip "this kernel has CONFIG_VFIO_NOIOMMU: the missing-option message cannot be shown"
+    else
+        run_setup config HUGEMEM=0 UBD_ALLOW_NOIOMMU=yes
+        check "no IOMMU, UBD_ALLOW_NOIOMMU=yes: says the kernel has no CONFIG_VFIO_NOIOMMU, changes nothing" \
+            eval '[ "$rc" = 1 ] && err_has "no CONFIG_VFIO_NOIOMMU" && [ "$before" = "$(snapshot)" ]'
+    fi
+    run_setup status
+    check "no IOMMU: status says so" eval '[ "$rc" = 0 ] && out_has "^no IOMMU"'
+    if command -v ubdirect >/dev/null; then
+        ubdirect doctor >"$OUT" 2>"$ERR"
+        rc=$?
+        check "no IOMMU: ubdirect doctor fails (exit 1) naming the IOMMU" \
+            eval '[ "$rc" = 1 ] && out_has "^\[FAIL\] iommu: no IOMMU groups"'
+    else
+        skip "ubdirect binary not in the guest"
+    fi
+    echo "1..$n"
+    echo "setup-sh: $((n - failed - skipped)) passed, $failed failed, $skipped skipped (no-IOMMU guest)"
+    [ "$failed" = 0 ]
+    exit
+fi
+
 # ---- status ----------------------------------------------------------------------------------
 run_setup status
 check "status exits 0" [ "$rc" = 0 ]
