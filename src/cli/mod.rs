@@ -12,7 +12,9 @@
 
 mod devices;
 mod doctor;
+mod identify;
 mod loopback;
+mod perf;
 mod pipeline;
 
 use std::process::ExitCode;
@@ -40,6 +42,10 @@ pub enum Command {
     Devices(devices::Args),
     /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
     Doctor(doctor::Args),
+    /// Identify an NVMe controller through vfio: controller fields and every namespace (nvme-cli names).
+    Identify(identify::Args),
+    /// Measure NVMe I/O like spdk_nvme_perf: -q depth, -o size, -w pattern, -t seconds, -c cores.
+    Perf(perf::Args),
     /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: AF_PACKET baseline).
     Loopback(loopback::Args),
     /// Stream a source (NVMe via vfio, file via io_uring) through the UB pool into a sink (CUDA, BAR, null).
@@ -52,6 +58,8 @@ impl Command {
         match self {
             Command::Devices(a) => devices::run(a),
             Command::Doctor(a) => doctor::run(a),
+            Command::Identify(a) => identify::run(a),
+            Command::Perf(a) => perf::run(a),
             Command::Loopback(a) => loopback::run(a),
             Command::Pipeline(a) => pipeline::run(a),
         }

@@ -67,8 +67,8 @@ unsafe impl Sync for ShadowPages {}
 /// [`crate::IoQueuePair`] per thread for I/O. Dropping it (after every queue pair) shuts the
 /// controller down and only then frees its DMA memory.
 pub struct Controller {
-    dev: Arc<PciDevice>,
-    registry: Arc<UbRegistry>,
+    // Field order is drop order: the BAR mapping goes before the device, the device (and its
+    // DMA domain) last.
     mmio: Arc<Mmio>,
     cap: Cap,
     version: Version,
@@ -80,6 +80,8 @@ pub struct Controller {
     shadow: Option<ShadowPages>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
+    registry: Arc<UbRegistry>,
+    dev: Arc<PciDevice>,
 }
 
 impl Controller {

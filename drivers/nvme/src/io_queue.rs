@@ -56,7 +56,6 @@ pub(crate) enum DataRef<'a> {
 
 /// One I/O queue pair. `Send` (move it to its thread), not `Sync`.
 pub struct IoQueuePair {
-    ctrl: Arc<Controller>,
     qid: u16,
     sq: ManuallyDrop<SqRing>,
     cq: ManuallyDrop<CqRing>,
@@ -81,6 +80,8 @@ pub struct IoQueuePair {
     idle_since: Option<Instant>,
     aborted: bool,
     stats: QueueStats,
+    // Last: the doorbells' BAR mapping must go before the controller (and its device) can.
+    ctrl: Arc<Controller>,
 }
 
 // The raw shadow pointers inside the doorbells are owned by `ctrl` (kept alive by the Arc).

@@ -29,6 +29,7 @@ pub mod info;
 mod io_commands;
 pub mod io_queue;
 pub mod io_types;
+pub mod perf;
 pub mod prp;
 mod ring;
 pub mod spec;
@@ -43,3 +44,11 @@ pub use io_types::{
     IoBufs, IoCompletion, QueueOptions, QueueStats, Rejected, Segment, SgList, MAX_SEGMENTS,
 };
 pub use status::NvmeStatus;
+
+// The threading contract: a controller is shared, a queue pair moves to its thread.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Controller>();
+    send::<IoQueuePair>();
+};

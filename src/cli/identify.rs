@@ -1,0 +1,146 @@
+//! `ubdirect identify`: Identify Controller and Identify Namespace through vfio, with nvme-cli's
+//! field names.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use ubdirect_core::{DmaDomain, UbRegistry};
+use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, Namespace};
+
+use super::{parse_bdf, CliResult, Outcome};
+
+/// Identify an NVMe controller bound to vfio-pci: controller fields and every active namespace.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// PCI address of the controller (0000:00:04.0 or 00:04.0), bound to vfio-pci.
+    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    addr: String,
+
+    /// JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Register-level facts the driver read, beside the identify data.
+#[derive(Serialize)]
+struct Registers {
+    cap: String,
+    mqes: u16,
+    dstrd: u8,
+    to_ms: u128,
+    mpsmin: usize,
+    mpsmax: usize,
+    version: String,
+    io_queues_granted: u16,
+    shadow_doorbells: bool,
+    max_command_bytes: usize,
+}
+
+#[derive(Serialize)]
+struct IdentifyJson<'a> {
+    address: &'a str,
+    controller: &'a ControllerInfo,
+    registers: Registers,
+    namespaces: &'a [Namespace],
+}
+
+/// Run it.
+pub fn run(args: &Args) -> CliResult {
+    let registry = UbRegistry::new(DmaDomain::new()?);
+    let ctrl: Arc<Controller> =
+        Controller::open(&registry, args.addr.parse()?, ControllerOptions::default())?;
+    let cap = ctrl.cap();
+    let regs = Registers {
+        cap: format!("{:#018x}", cap.0),
+        mqes: cap.mqes(),
+        dstrd: cap.dstrd(),
+        to_ms: cap.timeout().as_millis(),
+        mpsmin: cap.min_page_size(),
+        mpsmax: cap.max_page_size(),
+        version: ctrl.version().to_string(),
+        io_queues_granted: ctrl.io_queues_granted(),
+        shadow_doorbells: ctrl.shadow_doorbells(),
+        max_command_bytes: ctrl.max_command_bytes(),
+    };
+    if args.json {
+        let doc = IdentifyJson {
+            address: &args.addr,
+            controller: ctrl.info(),
+            registers: regs,
+            namespaces: ctrl.namespaces(),
+        };
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(Outcome::Success);
+    }
+    print_controller(&args.addr, ctrl.info(), &regs);
+    for ns in ctrl.namespaces() {
+        print_namespace(ns);
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_controller(addr: &str, c: &ControllerInfo, r: &Registers) {
+    println!("NVME Identify Controller {addr}:");
+    let kv = |k: &str, v: String| println!("{k:<9} : {v}");
+    kv("vid", format!("{:#06x}", c.vid));
+    kv("ssvid", format!("{:#06x}", c.ssvid));
+    kv("sn", c.sn.clone());
+    kv("mn", c.mn.clone());
+    kv("fr", c.fr.clone());
+    kv(
+        "mdts",
+        if c.mdts == 0 {
+            "0 (unlimited)".to_string()
+        } else {
+            format!("{} ({} KiB)", c.mdts, (r.mpsmin << c.mdts) / 1024)
+        },
+    );
+    kv("cntlid", format!("{:#x}", c.cntlid));
+    kv("ver", format!("{:#x} ({})", c.ver, r.version));
+    kv("rtd3e", c.rtd3e.to_string());
+    kv("oacs", format!("{:#x}", c.oacs));
+    kv("acl", c.acl.to_string());
+    kv("elpe", c.elpe.to_string());
+    kv("sqes", format!("{:#x}", c.sqes));
+    kv("cqes", format!("{:#x}", c.cqes));
+    kv("maxcmd", c.maxcmd.to_string());
+    kv("nn", c.nn.to_string());
+    kv("oncs", format!("{:#x}", c.oncs));
+    kv("vwc", format!("{:#x}", c.vwc));
+    kv("sgls", format!("{:#x}", c.sgls));
+    kv("subnqn", c.subnqn.clone());
+    println!(
+        "registers : cap {} mqes {} dstrd {} to {} ms mps {}..{} B",
+        r.cap, r.mqes, r.dstrd, r.to_ms, r.mpsmin, r.mpsmax
+    );
+    println!(
+        "driver    : {} I/O queue pairs granted, shadow doorbells {}, max {} bytes per command",
+        r.io_queues_granted,
+        if r.shadow_doorbells { "on" } else { "off" },
+        r.max_command_bytes
+    );
+}
+
+fn print_namespace(ns: &Namespace) {
+    println!("NVME Identify Namespace {}:", ns.nsid);
+    println!("nsze    : {:#x}", ns.nsze);
+    println!("ncap    : {:#x}", ns.ncap);
+    println!("nuse    : {:#x}", ns.nuse);
+    println!("flbas   : {:#x}", ns.flbas);
+    println!("nlbaf   : {}", ns.lbaf.len().saturating_sub(1));
+    for (i, f) in ns.lbaf.iter().enumerate() {
+        println!(
+            "lbaf {i:>2} : ms:{:<3} lbads:{:<2} rp:{:#x}{}",
+            f.ms,
+            f.lbads,
+            f.rp,
+            if f.in_use { " (in use)" } else { "" }
+        );
+    }
+    println!(
+        "size    : {} bytes ({} blocks of {} bytes)",
+        ns.size_bytes(),
+        ns.nsze,
+        ns.lba_size
+    );
+}

@@ -1,0 +1,634 @@
+//! `ubdirect perf`: NVMe I/O measurement in the manner of spdk_nvme_perf, on the userspace
+//! driver. Each core gets its own pinned thread and queue pair; latency goes into a fixed-size
+//! histogram; the driver's own submit and completion cost is timed with the cycle counter.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+
+use super::{parse_bdf, CliResult, Outcome};
+
+/// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// PCI address of the controller (bound to vfio-pci).
+    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    addr: String,
+
+    /// Queue depth per core.
+    #[arg(short = 'q', long = "queue-depth", default_value_t = 32)]
+    queue_depth: usize,
+
+    /// I/O size in bytes (a multiple of the LBA size).
+    #[arg(short = 'o', long = "io-size", default_value_t = 4096)]
+    io_size: usize,
+
+    /// I/O pattern.
+    #[arg(short = 'w', long = "workload", value_enum, default_value = "randread")]
+    workload: Workload,
+
+    /// Read percentage for -w rw (0..=100).
+    #[arg(short = 'M', long = "rwmixread", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    rwmixread: u8,
+
+    /// Seconds to run.
+    #[arg(short = 't', long = "time", default_value_t = 5.0)]
+    time: f64,
+
+    /// Cores to run on, each with its own queue pair: a list "0,2" or a mask "0x5".
+    #[arg(short = 'c', long = "cores", default_value = "0", value_parser = parse_cores)]
+    cores: CoreList,
+
+    /// Namespace id.
+    #[arg(long = "ns", default_value_t = 1)]
+    nsid: u32,
+
+    /// Limit I/O to the first MiB of the namespace (default: all of it).
+    #[arg(long = "span-mib")]
+    span_mib: Option<u64>,
+
+    /// Writes stamp each block with its LBA; reads check stamps they find (misdirected or stale data).
+    #[arg(long)]
+    verify: bool,
+
+    /// Do not use shadow doorbells (Doorbell Buffer Config) even when the controller has them.
+    #[arg(long)]
+    no_shadow_doorbell: bool,
+
+    /// JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// -w values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Workload {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random reads.
+    Randread,
+    /// Random writes.
+    Randwrite,
+    /// Random mix of reads and writes (-M read percentage).
+    Rw,
+}
+
+/// Parsed -c.
+#[derive(Debug, Clone)]
+struct CoreList(Vec<usize>);
+
+fn parse_cores(s: &str) -> Result<CoreList, String> {
+    let s = s.trim();
+    let v: Vec<usize> = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        let mask = u64::from_str_radix(hex, 16).map_err(|e| format!("core mask {s:?}: {e}"))?;
+        (0..64).filter(|b| mask >> b & 1 == 1).collect()
+    } else {
+        s.split(',')
+            .map(|c| {
+                c.trim()
+                    .parse::<usize>()
+                    .map_err(|e| format!("core {c:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if v.is_empty() {
+        return Err("no cores selected".into());
+    }
+    Ok(CoreList(v))
+}
+
+/// What one core measured.
+#[derive(Debug, Serialize)]
+struct CoreResult {
+    core: usize,
+    qid: u16,
+    ios: u64,
+    reads: u64,
+    writes: u64,
+    errors: u64,
+    seconds: f64,
+    iops: f64,
+    mib_s: f64,
+    lat_avg_us: f64,
+    lat_min_us: f64,
+    lat_p50_us: f64,
+    lat_p99_us: f64,
+    lat_p999_us: f64,
+    lat_max_us: f64,
+    submit_cycles_per_io: f64,
+    complete_cycles_per_io: f64,
+    sq_doorbell_writes_per_io: f64,
+    cq_doorbell_writes_per_io: f64,
+    shadow_only_updates_per_io: f64,
+    verified_blocks: u64,
+    verify_errors: u64,
+    #[serde(skip)]
+    hist: Option<LatencyHistogram>,
+    #[serde(skip)]
+    submit_cycles: u64,
+    #[serde(skip)]
+    complete_cycles: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct PerfReport<'a> {
+    address: &'a str,
+    nsid: u32,
+    workload: Workload,
+    rwmixread: u8,
+    io_size: usize,
+    queue_depth: usize,
+    shadow_doorbells: bool,
+    tsc_hz: f64,
+    cores: &'a [CoreResult],
+    total: Total,
+}
+
+#[derive(Debug, Serialize)]
+struct Total {
+    ios: u64,
+    iops: f64,
+    mib_s: f64,
+    lat_avg_us: f64,
+    lat_p50_us: f64,
+    lat_p99_us: f64,
+    lat_p999_us: f64,
+    submit_cycles_per_io: f64,
+    complete_cycles_per_io: f64,
+    errors: u64,
+    verify_errors: u64,
+}
+
+/// Settings shared by the workers.
+struct Job {
+    nsid: u32,
+    io_size: usize,
+    depth: usize,
+    workload: Workload,
+    rwmixread: u8,
+    lba_size: u64,
+    span_blocks: u64,
+    duration: Duration,
+    verify: bool,
+    shadow: bool,
+    tsc: Tsc,
+    cores: usize,
+}
+
+const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
+
+/// Run it.
+pub fn run(args: &Args) -> CliResult {
+    if args.queue_depth == 0 {
+        return Err("-q must be at least 1".into());
+    }
+    let registry = UbRegistry::new(DmaDomain::new()?);
+    let opts = ControllerOptions {
+        io_queues: args.cores.0.len().max(1) as u16,
+        shadow_doorbells: !args.no_shadow_doorbell,
+        ..Default::default()
+    };
+    let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
+    let ns = ctrl.namespace(args.nsid).ok_or_else(|| {
+        format!(
+            "namespace {} is not active on {} (active: {:?})",
+            args.nsid,
+            args.addr,
+            ctrl.namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>()
+        )
+    })?;
+    let lba = ns.lba_size as u64;
+    if args.io_size == 0 || args.io_size as u64 % lba != 0 {
+        return Err(format!(
+            "-o {} is not a positive multiple of namespace {}'s {lba}-byte LBA",
+            args.io_size, args.nsid
+        )
+        .into());
+    }
+    let mut span_blocks = ns.nsze;
+    if let Some(m) = args.span_mib {
+        span_blocks = span_blocks.min((m << 20) / lba);
+    }
+    if span_blocks < args.io_size as u64 / lba {
+        return Err("the namespace (or --span-mib) is smaller than one I/O".into());
+    }
+    if args.cores.0.len() > ctrl.io_queues_granted() as usize {
+        return Err(format!(
+            "{} cores asked for but the controller granted {} I/O queues",
+            args.cores.0.len(),
+            ctrl.io_queues_granted()
+        )
+        .into());
+    }
+    let block = args.io_size.div_ceil(4096) * 4096;
+    let pool = UbPool::with_hugepages(
+        &registry,
+        PoolConfig {
+            block_size: block,
+            block_count: args.queue_depth * args.cores.0.len(),
+        },
+        ctrl.device().numa_node(),
+    )?;
+    let tsc = Tsc::calibrate(Duration::from_millis(100));
+    let job = Arc::new(Job {
+        nsid: args.nsid,
+        io_size: args.io_size,
+        depth: args.queue_depth,
+        workload: args.workload,
+        rwmixread: args.rwmixread,
+        lba_size: lba,
+        span_blocks,
+        duration: Duration::from_secs_f64(args.time.max(0.01)),
+        verify: args.verify,
+        shadow: !args.no_shadow_doorbell,
+        tsc,
+        cores: args.cores.0.len(),
+    });
+    let start = Arc::new(Barrier::new(args.cores.0.len()));
+    let results: Vec<Result<CoreResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = args
+            .cores
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, &core)| {
+                let (ctrl, pool, job, start) =
+                    (ctrl.clone(), pool.clone(), job.clone(), start.clone());
+                s.spawn(move || worker(&ctrl, &pool, &job, i, core, &start))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
+            .collect()
+    });
+    let mut cores = Vec::new();
+    for r in results {
+        cores.push(r?);
+    }
+    let total = summarize(&cores, &tsc, args.io_size);
+    let report = PerfReport {
+        address: &args.addr,
+        nsid: args.nsid,
+        workload: args.workload,
+        rwmixread: args.rwmixread,
+        io_size: args.io_size,
+        queue_depth: args.queue_depth,
+        shadow_doorbells: ctrl.shadow_doorbells() && !args.no_shadow_doorbell,
+        tsc_hz: tsc.hz,
+        cores: &cores,
+        total,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    if report.total.errors > 0 || report.total.verify_errors > 0 {
+        return Ok(Outcome::Findings);
+    }
+    Ok(Outcome::Success)
+}
+
+fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
+    let mut h = LatencyHistogram::new();
+    for c in cores {
+        if let Some(ch) = &c.hist {
+            h.merge(ch);
+        }
+    }
+    let ios: u64 = cores.iter().map(|c| c.ios).sum();
+    let iops: f64 = cores.iter().map(|c| c.iops).sum();
+    let us = |t: u64| tsc.to_ns(t as f64) / 1000.0;
+    let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
+    Total {
+        ios,
+        iops,
+        mib_s: iops * io_size as f64 / (1 << 20) as f64,
+        lat_avg_us: tsc.to_ns(h.mean()) / 1000.0,
+        lat_p50_us: us(h.quantile(0.5)),
+        lat_p99_us: us(h.quantile(0.99)),
+        lat_p999_us: us(h.quantile(0.999)),
+        submit_cycles_per_io: per_io(cores.iter().map(|c| c.submit_cycles).sum()),
+        complete_cycles_per_io: per_io(cores.iter().map(|c| c.complete_cycles).sum()),
+        errors: cores.iter().map(|c| c.errors).sum(),
+        verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
+    }
+}
+
+fn print_report(r: &PerfReport<'_>) {
+    println!(
+        "ubdirect perf: {} nsid {} -w {:?} -o {} -q {}{} shadow doorbells {}",
+        r.address,
+        r.nsid,
+        r.workload,
+        r.io_size,
+        r.queue_depth,
+        if r.workload == Workload::Rw {
+            format!(" -M {}", r.rwmixread)
+        } else {
+            String::new()
+        },
+        if r.shadow_doorbells { "on" } else { "off" }
+    );
+    println!(
+        "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "Latency(us)", "IOPS", "MiB/s", "Average", "min", "max"
+    );
+    for c in r.cores {
+        println!(
+            "{:<40}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            format!(
+                "PCIE ({}) NSID {} from core {:>2}",
+                r.address, r.nsid, c.core
+            ),
+            c.iops,
+            c.mib_s,
+            c.lat_avg_us,
+            c.lat_min_us,
+            c.lat_max_us
+        );
+    }
+    println!("{}", "=".repeat(96));
+    let t = &r.total;
+    println!(
+        "{:<40}: {:>10.2} {:>10.2} {:>10.2}",
+        "Total", t.iops, t.mib_s, t.lat_avg_us
+    );
+    println!(
+        "latency percentiles (us): p50 {:.2}  p99 {:.2}  p99.9 {:.2}",
+        t.lat_p50_us, t.lat_p99_us, t.lat_p999_us
+    );
+    println!(
+        "driver cost per I/O (TSC {:.0} MHz): submit {:.0} cycles, complete {:.0} cycles",
+        r.tsc_hz / 1e6,
+        t.submit_cycles_per_io,
+        t.complete_cycles_per_io
+    );
+    for c in r.cores {
+        println!(
+            "core {:>2} qid {}: doorbell MMIO writes per I/O: SQ {:.3} CQ {:.3}, shadow-only updates {:.3}",
+            c.core, c.qid, c.sq_doorbell_writes_per_io, c.cq_doorbell_writes_per_io, c.shadow_only_updates_per_io
+        );
+    }
+    if t.errors > 0 {
+        println!("I/O errors: {}", t.errors);
+    }
+    if r.cores
+        .iter()
+        .any(|c| c.verified_blocks > 0 || c.verify_errors > 0)
+    {
+        println!(
+            "verify: {} blocks checked, {} errors",
+            r.cores.iter().map(|c| c.verified_blocks).sum::<u64>(),
+            t.verify_errors
+        );
+    }
+}
+
+fn pin_to(core: usize) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if core >= libc::CPU_SETSIZE as usize {
+        return Err(format!("core {core} is beyond CPU_SETSIZE"));
+    }
+    // SAFETY: `core` is below CPU_SETSIZE, checked above.
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of the size given.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot pin to core {core}: {} (does the CPU exist and is it in this cpuset?)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Per-worker state of one I/O slot (its tag is its index).
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    submitted: u64,
+    lba: u64,
+    write: bool,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    #[inline(always)]
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+fn worker(
+    ctrl: &Arc<Controller>,
+    pool: &Arc<UbPool>,
+    job: &Job,
+    index: usize,
+    core: usize,
+    start: &Barrier,
+) -> Result<CoreResult, String> {
+    pin_to(core)?;
+    let mut qp = IoQueuePair::new(
+        ctrl,
+        QueueOptions {
+            depth: job.depth,
+            nsid: Some(job.nsid),
+            shadow_doorbells: job.shadow,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let depth = job.depth.min(qp.depth());
+    let blocks_per_io = job.io_size as u64 / job.lba_size;
+    let ios_in_span = job.span_blocks / blocks_per_io;
+    let mut rng =
+        Rng(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let mut seq = ios_in_span * index as u64 / job.cores as u64;
+    let mut slots = vec![Slot::default(); depth];
+    let mut free: Vec<(usize, UbBuf)> = Vec::with_capacity(depth);
+    for i in 0..depth {
+        free.push((i, pool.get().map_err(|e| e.to_string())?));
+    }
+    let mut hist = LatencyHistogram::new();
+    let (mut ios, mut reads, mut writes, mut errors) = (0u64, 0u64, 0u64, 0u64);
+    let (mut verified, mut verify_errors) = (0u64, 0u64);
+    let (mut submit_cycles, mut complete_cycles) = (0u64, 0u64);
+    let mut first_error: Option<String> = None;
+    start.wait();
+    let stats0 = qp.stats();
+    let t_start = Instant::now();
+    let deadline = rdtsc() + job.tsc.ticks(job.duration);
+    let mut stopping = false;
+    loop {
+        if !stopping {
+            let s0 = rdtsc();
+            while let Some((slot, mut buf)) = free.pop() {
+                let io = match job.workload {
+                    Workload::Read | Workload::Write => {
+                        let v = seq % ios_in_span;
+                        seq += 1;
+                        v
+                    }
+                    _ => rng.next() % ios_in_span,
+                };
+                let lba = io * blocks_per_io;
+                let write = match job.workload {
+                    Workload::Write | Workload::Randwrite => true,
+                    Workload::Rw => rng.next() % 100 >= job.rwmixread as u64,
+                    _ => false,
+                };
+                if write && job.verify {
+                    stamp(&mut buf, lba, job.lba_size as usize, blocks_per_io);
+                }
+                slots[slot] = Slot {
+                    submitted: rdtsc(),
+                    lba,
+                    write,
+                };
+                let r = if write {
+                    qp.submit_write(job.nsid, lba, buf, 0, job.io_size, false, slot as u64)
+                } else {
+                    qp.submit_read(job.nsid, lba, buf, 0, job.io_size, slot as u64)
+                };
+                if let Err(rej) = r {
+                    return Err(format!("submit failed: {}", rej.error));
+                }
+            }
+            qp.ring();
+            submit_cycles += rdtsc() - s0;
+        }
+        let p0 = rdtsc();
+        let n = qp
+            .poll(depth, |c| {
+                let now = rdtsc();
+                let slot = c.tag as usize;
+                let s = slots[slot];
+                hist.record(now.saturating_sub(s.submitted));
+                ios += 1;
+                if s.write {
+                    writes += 1
+                } else {
+                    reads += 1
+                }
+                let buf = match c.bufs.into_one() {
+                    Some(b) => b,
+                    None => return,
+                };
+                match c.result {
+                    Err(e) => {
+                        errors += 1;
+                        first_error.get_or_insert_with(|| e.to_string());
+                    }
+                    Ok(_) if job.verify && !s.write => {
+                        let (v, bad) =
+                            check_stamps(&buf, s.lba, job.lba_size as usize, blocks_per_io);
+                        verified += v;
+                        verify_errors += bad;
+                    }
+                    Ok(_) => {}
+                }
+                free.push((slot, buf));
+            })
+            .map_err(|e| e.to_string())?;
+        let p1 = rdtsc();
+        if n > 0 {
+            complete_cycles += p1 - p0;
+        }
+        if !stopping && p1 >= deadline {
+            stopping = true;
+        }
+        if stopping && qp.in_flight() == 0 {
+            break;
+        }
+    }
+    let secs = t_start.elapsed().as_secs_f64();
+    let st = qp.stats();
+    if let Some(e) = first_error {
+        eprintln!("ubdirect perf: core {core}: {errors} I/O error(s), first: {e}");
+    }
+    let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
+    let us = |t: u64| job.tsc.to_ns(t as f64) / 1000.0;
+    let iops = ios as f64 / secs;
+    Ok(CoreResult {
+        core,
+        qid: qp.qid(),
+        ios,
+        reads,
+        writes,
+        errors,
+        seconds: secs,
+        iops,
+        mib_s: iops * job.io_size as f64 / (1 << 20) as f64,
+        lat_avg_us: job.tsc.to_ns(hist.mean()) / 1000.0,
+        lat_min_us: us(hist.min()),
+        lat_p50_us: us(hist.quantile(0.5)),
+        lat_p99_us: us(hist.quantile(0.99)),
+        lat_p999_us: us(hist.quantile(0.999)),
+        lat_max_us: us(hist.max()),
+        submit_cycles_per_io: per_io(submit_cycles),
+        complete_cycles_per_io: per_io(complete_cycles),
+        sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
+        cq_doorbell_writes_per_io: per_io(st.cq_doorbell_writes - stats0.cq_doorbell_writes),
+        shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
+        verified_blocks: verified,
+        verify_errors,
+        hist: Some(hist),
+        submit_cycles,
+        complete_cycles,
+    })
+}
+
+/// Stamp every block of a write with the magic and its LBA.
+fn stamp(buf: &mut UbBuf, lba: u64, lba_size: usize, blocks: u64) {
+    let s = buf.as_mut_slice();
+    for b in 0..blocks as usize {
+        let o = b * lba_size;
+        s[o..o + 8].copy_from_slice(&STAMP_MAGIC.to_le_bytes());
+        s[o + 8..o + 16].copy_from_slice(&(lba + b as u64).to_le_bytes());
+    }
+}
+
+/// Check the stamps found in a read: (stamped blocks seen, blocks whose stamp names another LBA).
+fn check_stamps(buf: &UbBuf, lba: u64, lba_size: usize, blocks: u64) -> (u64, u64) {
+    let s = buf.as_slice();
+    let (mut seen, mut bad) = (0, 0);
+    for b in 0..blocks as usize {
+        let o = b * lba_size;
+        if s[o..o + 8] == STAMP_MAGIC.to_le_bytes() {
+            seen += 1;
+            if s[o + 8..o + 16] != (lba + b as u64).to_le_bytes() {
+                bad += 1;
+            }
+        }
+    }
+    (seen, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_lists_and_masks() {
+        assert_eq!(parse_cores("0").unwrap().0, vec![0]);
+        assert_eq!(parse_cores("0,2").unwrap().0, vec![0, 2]);
+        assert_eq!(parse_cores("0x5").unwrap().0, vec![0, 2]);
+        assert!(parse_cores("0x0").is_err());
+        assert!(parse_cores("a").is_err());
+    }
+}
