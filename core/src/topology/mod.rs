@@ -59,6 +59,9 @@ pub enum TopologyError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The hugepage pools could not be read.
+    #[error("cannot read the hugepage pools: {0}")]
+    Hugepages(#[source] ubdirect_hugepages::HugeError),
     /// A sysfs file held something unexpected.
     #[error("unexpected contents in {path}: {what}")]
     Parse {

@@ -190,54 +190,24 @@ pub fn vfio_state(root: &SysfsRoot) -> VfioState {
     }
 }
 
-fn read_count(path: &Path) -> Result<u64, TopologyError> {
-    match read_opt(path)? {
-        None => Ok(0),
-        Some(s) => s.parse().map_err(|_| TopologyError::Parse {
-            path: path.to_path_buf(),
-            what: format!("expected a page count, found {s:?}"),
-        }),
-    }
-}
-
-fn pools_in(dir: &Path, node: Option<u32>) -> Result<Vec<HugepagePool>, TopologyError> {
-    let mut pools = Vec::new();
-    for name in dir_names(dir)? {
-        let Some(size_kb) = name
-            .strip_prefix("hugepages-")
-            .and_then(|s| s.strip_suffix("kB"))
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        let d = dir.join(&name);
-        pools.push(HugepagePool {
-            node,
-            size_kb,
-            total: read_count(&d.join("nr_hugepages"))?,
-            free: read_count(&d.join("free_hugepages"))?,
-            surplus: read_count(&d.join("surplus_hugepages"))?,
-        });
-    }
-    Ok(pools)
-}
-
 /// Hugepage pools per node (`/sys/devices/system/node/node*/hugepages`), or the system-wide
-/// pools (`/sys/kernel/mm/hugepages`) when the kernel has no per-node view.
-///
-/// Read here directly: the `ubdirect-hugepages` crate had no `pools()` yet when this was written.
+/// pools (`/sys/kernel/mm/hugepages`) when the kernel has no per-node view; sorted by node, then
+/// page size. Read through `ubdirect_hugepages::pools_in`.
 pub fn hugepage_pools(root: &SysfsRoot) -> Result<Vec<HugepagePool>, TopologyError> {
-    let nodes_dir = root.path("/sys/devices/system/node");
-    let mut pools = Vec::new();
-    for n in dir_names(&nodes_dir)? {
-        let Some(node) = n.strip_prefix("node").and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        pools.extend(pools_in(&nodes_dir.join(&n).join("hugepages"), Some(node))?);
-    }
-    if pools.is_empty() {
-        pools = pools_in(&root.path("/sys/kernel/mm/hugepages"), None)?;
-    }
+    let all = ubdirect_hugepages::pools_in(root.root()).map_err(TopologyError::Hugepages)?;
+    let per_node = all.iter().any(|p| p.node.is_some());
+    let mut pools: Vec<HugepagePool> = all
+        .into_iter()
+        .filter(|p| p.node.is_some() == per_node)
+        .map(|p| HugepagePool {
+            node: p.node,
+            size_kb: p.size.bytes() / 1024,
+            total: p.total,
+            free: p.free,
+            surplus: p.surplus,
+        })
+        .collect();
+    pools.sort_by_key(|p| (p.node, p.size_kb));
     Ok(pools)
 }
 

@@ -282,17 +282,16 @@ fn iommu_translated_passthrough_mixed_off() {
     );
 }
 
+fn pool(f: &FakeSysfs, dir: &str, nr: u64, free: u64) {
+    f.write(&format!("{dir}/nr_hugepages"), &format!("{nr}\n"));
+    f.write(&format!("{dir}/free_hugepages"), &format!("{free}\n"));
+    f.write(&format!("{dir}/surplus_hugepages"), "0\n");
+}
+
 #[test]
 fn hugepages_per_node_and_fallback() {
     let f = FakeSysfs::new();
-    f.write(
-        "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
-        "16\n",
-    );
-    f.write(
-        "sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
-        "12\n",
-    );
+    pool(&f, "sys/kernel/mm/hugepages/hugepages-2048kB", 16, 12);
     let p = hugepage_pools(&f.root()).unwrap();
     assert_eq!(p.len(), 1);
     assert_eq!(
@@ -302,47 +301,33 @@ fn hugepages_per_node_and_fallback() {
     assert_eq!(p[0].free_bytes(), 24 << 20);
 
     let n = "sys/devices/system/node";
-    f.write(
-        &format!("{n}/node0/hugepages/hugepages-2048kB/nr_hugepages"),
-        "8\n",
+    pool(&f, &format!("{n}/node0/hugepages/hugepages-2048kB"), 8, 8);
+    pool(
+        &f,
+        &format!("{n}/node0/hugepages/hugepages-1048576kB"),
+        1,
+        0,
     );
-    f.write(
-        &format!("{n}/node0/hugepages/hugepages-2048kB/free_hugepages"),
-        "8\n",
-    );
-    f.write(
-        &format!("{n}/node0/hugepages/hugepages-1048576kB/nr_hugepages"),
-        "1\n",
-    );
-    f.write(
-        &format!("{n}/node0/hugepages/hugepages-1048576kB/free_hugepages"),
-        "0\n",
-    );
-    f.write(
-        &format!("{n}/node1/hugepages/hugepages-2048kB/nr_hugepages"),
-        "8\n",
-    );
-    f.write(
-        &format!("{n}/node1/hugepages/hugepages-2048kB/free_hugepages"),
-        "4\n",
-    );
+    pool(&f, &format!("{n}/node1/hugepages/hugepages-2048kB"), 8, 4);
     f.mkdir(&format!("{n}/possible"));
     let p = hugepage_pools(&f.root()).unwrap();
     let got: Vec<_> = p.iter().map(|p| (p.node, p.size_kb, p.free)).collect();
     assert_eq!(
         got,
         [
-            (Some(0), 1048576, 0),
             (Some(0), 2048, 8),
+            (Some(0), 1048576, 0),
             (Some(1), 2048, 4)
-        ]
+        ],
+        "per-node pools only (no double counting with the system-wide one), sorted"
     );
 
     f.write(
         &format!("{n}/node1/hugepages/hugepages-2048kB/free_hugepages"),
         "many\n",
     );
-    assert!(hugepage_pools(&f.root()).is_err());
+    let e = hugepage_pools(&f.root()).unwrap_err();
+    assert!(e.to_string().contains("hugepage"), "{e}");
 }
 
 #[test]
