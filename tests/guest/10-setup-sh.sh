@@ -275,6 +275,11 @@ if [ -n "$ifc" ]; then
     run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC1"
     check "a NIC that is up with an address is skipped and named" eval 'is_drv "$NIC1" virtio-pci && err_has "$ifc is up with address 10.77.0.1/24"'
     ip addr flush dev "$ifc"
+    ip route add default dev "$ifc"
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC1"
+    check "a NIC that is up without an address but with the default route is skipped" \
+        eval 'is_drv "$NIC1" virtio-pci && err_has "$ifc carries the default route"'
+    ip route del default dev "$ifc"
     ip link set "$ifc" down
     run_setup config HUGEMEM=0 "PCI_ALLOWED=$NIC1"
     check "the same NIC, down and without address, is bound" is_drv "$NIC1" vfio-pci
@@ -282,6 +287,29 @@ if [ -n "$ifc" ]; then
 else
     skip "no net interface for $NIC1"
     skip "no net interface for $NIC1"
+    skip "no net interface for $NIC1"
+fi
+
+# ---- a shared IOMMU group is named (q35's ICH9 functions 00:1f.x share one) ---------------------
+shared=
+for gdir in /sys/kernel/iommu_groups/*; do
+    [ "$(ls "$gdir/devices" | wc -l)" -gt 1 ] || continue
+    for m in "$gdir"/devices/*; do
+        m=${m##*/}
+        # an SMBus controller without a driver: nothing in the guest uses it
+        [ "$(cat /sys/bus/pci/devices/$m/class)" = 0x0c0500 ] && [ -z "$(drv "$m")" ] && shared=$m
+    done
+done
+if [ -n "$shared" ]; then
+    sg=$(grp "$shared")
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$shared"
+    check "a device in a shared IOMMU group: bound, and the other members named with their drivers" \
+        eval '[ "$rc" = 0 ] && is_drv "$shared" vfio-pci && err_has "IOMMU group $sg of $shared also holds: .*(no driver)"'
+    run_setup reset "PCI_ALLOWED=$shared"
+    check "the shared-group device goes back to no driver" eval '[ "$rc" = 0 ] && is_drv "$shared" ""'
+else
+    skip "no shared IOMMU group with a driverless SMBus controller"
+    skip "no shared IOMMU group with a driverless SMBus controller"
 fi
 
 # ---- leave the devices as the runner expects: on their kernel drivers --------------------------
