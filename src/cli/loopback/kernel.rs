@@ -147,16 +147,26 @@ fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
         return Err(os_err("bind(AF_PACKET)"));
     }
     let big: libc::c_int = 8 << 20;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: setsockopt with an int option value.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&big as *const libc::c_int).cast(),
-                4,
-            );
+    // Socket buffers large enough for the whole window (the *FORCE variants pass rmem_max /
+    // wmem_max as root), so the baseline is not limited by a small default buffer.
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        let set = |opt| {
+            // SAFETY: setsockopt with an int option value of the right size.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&big as *const libc::c_int).cast(),
+                    4,
+                )
+            }
+        };
+        if set(force) < 0 {
+            set(plain);
         }
     }
     Ok(fd)

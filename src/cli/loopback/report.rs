@@ -26,6 +26,8 @@ pub struct Tally {
     pub first_mismatch: Option<Mismatch>,
     /// Times the send side found its ring (or socket) full.
     pub tx_full: u64,
+    /// Frames that arrived after a later one (counted, not lost).
+    pub reordered: u64,
     /// Next expected sequence number.
     pub expect: u64,
     /// True when the run ended because nothing moved for the stall deadline.
@@ -51,6 +53,10 @@ impl Tally {
                 }
                 if seq >= self.expect {
                     self.expect = seq + 1;
+                } else if self.lost > 0 {
+                    // A late frame: counted as lost when the gap was seen; it was only reordered.
+                    self.lost -= 1;
+                    self.reordered += 1;
                 }
                 self.received += 1;
             }
@@ -107,6 +113,7 @@ impl Tally {
             mismatches: self.mismatches,
             first_mismatch: self.first_mismatch,
             tx_full: self.tx_full,
+            reordered: self.reordered,
             stalled: self.stalled,
             tx_stats,
             rx_stats,
@@ -153,6 +160,8 @@ pub struct LoopbackReport {
     pub first_mismatch: Option<Mismatch>,
     /// Times the sender found its ring or socket full.
     pub tx_full: u64,
+    /// Frames that arrived after a later frame (not lost, not an error for a datagram path).
+    pub reordered: u64,
     /// The run ended because nothing moved for the stall deadline.
     pub stalled: bool,
     /// Sending NIC's driver counters (ubdirect mode).
@@ -173,7 +182,7 @@ impl LoopbackReport {
     /// Human-readable summary.
     pub fn text(&self) -> String {
         let mut s = format!(
-            "loopback ({}) {} -> {}{}: {} frames of {} B (max {}), batch {}\n  received {} byte-exact in {:.3} s: {:.0} frames/s, {:.2} MB/s\n  drops {}, mismatches {}, foreign {}, tx ring/socket full {}{}",
+            "loopback ({}) {} -> {}{}: {} frames of {} B (max {}), batch {}\n  received {} byte-exact in {:.3} s: {:.0} frames/s, {:.2} MB/s\n  drops {}, mismatches {}, foreign {}, reordered {}, tx ring/socket full {}{}",
             self.mode,
             self.tx,
             self.rx,
@@ -189,6 +198,7 @@ impl LoopbackReport {
             self.drops,
             self.mismatches,
             self.foreign,
+            self.reordered,
             self.tx_full,
             if self.stalled { " (stalled: nothing moved for the deadline)" } else { "" },
         );
@@ -238,5 +248,18 @@ mod tests {
         assert_eq!(r.first_mismatch, Some(m));
         assert!(r.text().contains("frame 5 offset 30"));
         assert_eq!(r.bytes_received, 180);
+    }
+
+    #[test]
+    fn late_frames_are_reordered_not_lost() {
+        let mut t = Tally::new(60);
+        t.sent = 4;
+        for s in [0, 2, 1, 3] {
+            t.account(Check::Good(s));
+        }
+        assert_eq!(
+            (t.received, t.lost, t.reordered, t.in_flight()),
+            (4, 0, 1, 0)
+        );
     }
 }
