@@ -74,6 +74,7 @@ fn row(d: &PciDeviceInfo) -> Vec<String> {
 /// Run `ubdirect devices`.
 pub fn run(args: &Args) -> CliResult {
     let devs = select(args)?;
+    tracing::debug!(count = devs.len(), all = args.all, "devices selected");
     if args.json {
         println!(
             "{}",
@@ -121,4 +122,54 @@ pub fn run(args: &Args) -> CliResult {
         }
     }
     Ok(Outcome::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::fake_device;
+    use ubdirect_core::topology::GroupPeer;
+
+    #[test]
+    fn rows_show_driver_group_peers_and_bars() {
+        let mut d = fake_device("0000:00:06.0", 0x050000, None);
+        let r = row(&d);
+        assert_eq!(r[0], "0000:00:06.0");
+        assert_eq!(r[1], "1af4:1110");
+        assert_eq!(r[2], "RAM (0500)");
+        assert_eq!(r[3], "-");
+        assert_eq!(r[4], "3");
+        assert_eq!(r[5], "-");
+        assert_eq!(r[7], "2:64M(p64)");
+        d.group_peers = vec![
+            GroupPeer {
+                address: "0000:00:1f.0".into(),
+                driver: None,
+            },
+            GroupPeer {
+                address: "0000:00:1f.2".into(),
+                driver: Some("ahci".into()),
+            },
+        ];
+        d.numa_node = Some(1);
+        d.driver = Some("vfio-pci".into());
+        let r = row(&d);
+        assert_eq!(
+            (r[3].as_str(), r[4].as_str(), r[5].as_str()),
+            ("vfio-pci", "3(+2)", "1")
+        );
+    }
+
+    #[test]
+    fn json_has_the_device_fields() {
+        let d = [fake_device("0000:00:06.0", 0x050000, None)];
+        let v: serde_json::Value = serde_json::to_value(DevicesJson { devices: &d }).unwrap();
+        let dev = &v["devices"][0];
+        assert_eq!(dev["address"], "0000:00:06.0");
+        assert_eq!(dev["role"], "memory");
+        assert_eq!(dev["driver"], serde_json::Value::Null);
+        assert_eq!(dev["iommu_group"], 3);
+        assert_eq!(dev["bars"][0]["size"], 64u64 << 20);
+        assert_eq!(dev["bars"][0]["prefetchable"], true);
+    }
 }

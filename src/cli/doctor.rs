@@ -110,6 +110,11 @@ pub fn run(args: &Args) -> CliResult {
     let system = topology::system(&root)?;
     let selected = select(&all, &args.addresses)?;
     let gpu = pick_gpu(&all, args.gpu.as_ref())?;
+    tracing::info!(
+        devices = ?selected.iter().map(|d| d.address.as_str()).collect::<Vec<_>>(),
+        gpu = ?gpu.map(|g| g.address.as_str()),
+        "doctor: selection"
+    );
     let findings = preflight(&PreflightInput {
         system: &system,
         selected: &selected,
@@ -169,4 +174,66 @@ pub fn run(args: &Args) -> CliResult {
     } else {
         Outcome::Success
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::fake_device;
+
+    fn machine() -> Vec<PciDeviceInfo> {
+        vec![
+            fake_device("0000:00:04.0", 0x010802, Some("nvme")),
+            fake_device("0000:00:06.0", 0x050000, None),
+            fake_device("0000:00:07.0", 0x020000, Some("virtio-pci")),
+            fake_device("0000:00:1f.0", 0x060100, None),
+        ]
+    }
+
+    fn addrs(v: &[PciDeviceInfo]) -> Vec<&str> {
+        v.iter().map(|d| d.address.as_str()).collect()
+    }
+
+    #[test]
+    fn default_selection_is_nvme_and_bar_targets_until_something_is_on_vfio() {
+        let mut all = machine();
+        assert_eq!(
+            addrs(&select(&all, &[]).unwrap()),
+            ["0000:00:04.0", "0000:00:06.0"]
+        );
+        all[2].driver = Some("vfio-pci".into());
+        assert_eq!(addrs(&select(&all, &[]).unwrap()), ["0000:00:07.0"]);
+    }
+
+    #[test]
+    fn named_devices_must_exist() {
+        let all = machine();
+        let sel = select(&all, &["0000:00:1f.0".into()]).unwrap();
+        assert_eq!(addrs(&sel), ["0000:00:1f.0"]);
+        let e = select(&all, &["0000:00:09.0".into()]).unwrap_err();
+        assert!(e.to_string().contains("no PCI device 0000:00:09.0"), "{e}");
+    }
+
+    #[test]
+    fn gpu_is_explicit_or_the_only_gpu_or_the_only_bar_target() {
+        let mut all = machine();
+        assert_eq!(
+            pick_gpu(&all, None).unwrap().unwrap().address,
+            "0000:00:06.0"
+        );
+        all.push(fake_device("0000:01:00.0", 0x030200, Some("nvidia")));
+        assert_eq!(
+            pick_gpu(&all, None).unwrap().unwrap().address,
+            "0000:01:00.0"
+        );
+        let g = "0000:00:06.0".to_string();
+        assert_eq!(pick_gpu(&all, Some(&g)).unwrap().unwrap().address, g);
+        assert!(pick_gpu(&all, Some(&"0000:00:09.0".to_string())).is_err());
+        all.push(fake_device("0000:02:00.0", 0x030200, None));
+        all.retain(|d| d.role != DeviceRole::Memory);
+        assert!(
+            pick_gpu(&all, None).unwrap().is_none(),
+            "two GPUs: the user must choose"
+        );
+    }
 }

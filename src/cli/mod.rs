@@ -126,3 +126,61 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
         line(r.iter().map(String::as_str).collect());
     }
 }
+
+/// A device for the subcommands' unit tests.
+#[cfg(test)]
+pub(crate) fn fake_device(
+    addr: &str,
+    class: u32,
+    driver: Option<&str>,
+) -> ubdirect_core::topology::PciDeviceInfo {
+    use ubdirect_core::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
+    PciDeviceInfo {
+        address: addr.into(),
+        vendor: 0x1af4,
+        device: 0x1110,
+        class,
+        class_name: class_name(class),
+        role: DeviceRole::of_class(class),
+        driver: driver.map(str::to_string),
+        driver_override: None,
+        iommu_group: Some(3),
+        group_peers: vec![],
+        numa_node: None,
+        link: LinkInfo::default(),
+        bars: vec![BarInfo {
+            index: 2,
+            start: 1 << 40,
+            size: 64 << 20,
+            memory: true,
+            prefetchable: true,
+            is_64bit: true,
+        }],
+        root_complex: Some("pci0000:00".into()),
+        root_port: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bdf_values_are_canonical_or_usage_errors() {
+        assert_eq!(parse_bdf("00:04.0").unwrap(), "0000:00:04.0");
+        let e = parse_bdf("04.0").unwrap_err();
+        assert!(e.contains("0000:00:04.0"), "{e}");
+    }
+
+    #[test]
+    fn cli_parses_and_rejects() {
+        use clap::Parser;
+        let c = Cli::try_parse_from(["ubdirect", "-vv", "devices", "--json", "00:04.0"]).unwrap();
+        assert_eq!(c.verbose, 2);
+        assert!(matches!(c.command, Command::Devices(_)));
+        let e = Cli::try_parse_from(["ubdirect", "devices", "zz"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let e = Cli::try_parse_from(["ubdirect", "doctor", "--pool-mib", "lots"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+}
