@@ -41,7 +41,8 @@ Environment:
                        (devices can then DMA anywhere; needs CONFIG_VFIO_NOIOMMU)
   UBD_STATE_DIR=dir    where the original drivers are remembered (default /run/ubdirect)
 
-Exit status: 0 done (or nothing to do), 1 an error or something left undone, 2 bad usage.
+Exit status: 0 done (or nothing to do; devices skipped because they are in use are named on
+stderr), 1 an error or something left undone, 2 bad usage. `config` and `reset` need root.
 EOF
 }
 
@@ -253,6 +254,8 @@ if [ "$mode" = status ]; then
     exit 0
 fi
 
+[ "$(id -u)" = 0 ] || die "'$mode' changes drivers and hugepages: run it as root (sudo scripts/setup.sh $mode)"
+
 # ---------------------------------------------------------------------------------------------
 # shared by config and reset
 
@@ -425,7 +428,6 @@ hugepages() {
         say "mounted hugetlbfs on $mnt"
         changes=$((changes + 1))
     fi
-    HUGE_MOUNTS=$(awk '$3 == "hugetlbfs" { print $2 }' /proc/mounts)
 }
 
 # bind ADDR: hand one device to vfio-pci.
@@ -511,7 +513,7 @@ target_user() {
             changes=$((changes + 1))
         fi
     done
-    for mnt in ${HUGE_MOUNTS:-}; do
+    for mnt in $(awk '$3 == "hugetlbfs" { print $2 }' /proc/mounts); do
         if [ "$(stat -c %U "$mnt")" != "$TARGET_USER" ]; then
             chown "$TARGET_USER" "$mnt" || die "chown $TARGET_USER $mnt failed"
             say "hugetlbfs $mnt now owned by $TARGET_USER"

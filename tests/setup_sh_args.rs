@@ -151,3 +151,36 @@ fn status_is_read_only_and_prints_the_tables() {
     );
     assert!(text.contains("Hugepages"), "{text}");
 }
+
+#[test]
+fn config_as_non_root_is_refused_before_any_change() {
+    // As root, drop to nobody with setpriv (util-linux); as a normal user, run directly.
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    let mut cmd = if is_root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh"]);
+        c
+    } else {
+        Command::new("sh")
+    };
+    cmd.arg(script()).arg("config").env(
+        "UBD_STATE_DIR",
+        std::env::temp_dir().join("ubd-setup-args-test"),
+    );
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) if is_root => {
+            eprintln!("setpriv not available ({e}): cannot drop root here");
+            return;
+        }
+        Err(e) => panic!("run sh: {e}"),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("run it as root"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
