@@ -8,7 +8,8 @@
 # Usage: scripts/h200-bench.sh [BIN_DIR] [OUT_DIR]
 #   BIN_DIR holds `ubdirect` (and optionally `cuda_sink`, the ubdirect-cuda test binary), built
 #   on the build host with `cargo build --release -p ubdirect` (see BENCHMARKS.md "## H200").
-# Env: SHM_GIB (16), DISK_GIB (8), SECS (3), QD (64), BS (4M), CORE (auto: a CPU near the GPU).
+# Env: SHM_GIB (16), DISK_GIB (8), SECS (3), QD (64), BS (4M), CORE (auto: a CPU near the GPU),
+#      SECTIONS ("tests shm disk cufile": which parts to run).
 set -u
 BIN_DIR=${1:-.device-carry}
 OUT=${2:-${OUT:-/tmp/ubd-h200}}
@@ -18,6 +19,8 @@ DISK_GIB=${DISK_GIB:-8}
 SECS=${SECS:-3}
 QD=${QD:-64}
 BS=${BS:-4M}
+SECTIONS=${SECTIONS:-tests shm disk cufile}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 log() { echo "== $*" | tee -a "$LOG"; }
@@ -29,10 +32,10 @@ done
 export RUST_LOG=${RUST_LOG:-warn}
 
 log "machine"
-{ uname -a; nproc; free -g; nvidia-smi -L; nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.width.current --format=csv;
+{ uname -a; nproc; free -g; nvidia-smi -L; python3 -c "import cuda.bindings as b; print('cuda.bindings', b.__version__)";
+  cat /etc/cufile.json 2>/dev/null | grep -i -E "allow_compat_mode|compat" ; nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.width.current --format=csv;
   df -hT / /dev/shm; ldd --version | head -1; } >> "$LOG" 2>&1
 GPU_BDF=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | head -1 | tr 'A-F' 'a-f' | sed 's/^0000\(....\)/\1/')
-GPU_BDF=${GPU_BDF#0000}
 LOCAL=$(cat "/sys/bus/pci/devices/${GPU_BDF,,}/local_cpulist" 2>/dev/null || echo 0-$(($(nproc)-1)))
 FIRST=$(echo "$LOCAL" | cut -d, -f1 | cut -d- -f1)
 CORE=${CORE:-$((FIRST + 1))}
@@ -43,7 +46,7 @@ echo 1024 > /proc/sys/vm/nr_hugepages 2>/dev/null || true
 grep -i huge /proc/meminfo >> "$LOG"
 
 # GPU tests of the CUDA sink (checksum kernel, stream/event reuse, dma-buf export).
-if [ -x "$BIN_DIR/cuda_sink" ]; then
+if want tests && [ -x "$BIN_DIR/cuda_sink" ]; then
     log "cuda_sink tests (--ignored)"
     timeout 120 "$BIN_DIR/cuda_sink" --ignored --test-threads=1 --nocapture > "$OUT/cuda_sink_tests.txt" 2>&1
     echo "rc=$?" >> "$OUT/cuda_sink_tests.txt"
@@ -78,24 +81,49 @@ run() {
 
 # cuFile read of the same file into GPU memory (python cuda.bindings.cufile), N threads.
 cat > "$OUT/cufile_probe.py" <<'PY'
-import json, os, sys, threading, time
-from cuda.bindings import driver as cu, cufile
+import json, os, sys, threading, time, traceback
+try:
+    from cuda.bindings import driver as cu, cufile
+except Exception:
+    print(json.dumps([{"label": "cuFile read", "error": traceback.format_exc()}])); sys.exit(1)
 path, secs, nthreads, bs, direct, limit = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1", int(sys.argv[6])
 def ck(r):
     if r[0] != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(str(r[0]))
     return r[1] if len(r) == 2 else r[1:]
-ck(cu.cuInit(0)); dev = ck(cu.cuDeviceGet(0)); ctx = ck(cu.cuDevicePrimaryCtxRetain(dev)); ck(cu.cuCtxSetCurrent(ctx))
-cufile.driver_open()
+def fail(stage):
+    print(json.dumps([{"label": f"cuFile read, {nthreads} thread(s)", "error": f"{stage}: " + traceback.format_exc()}])); sys.exit(1)
+try:
+    ck(cu.cuInit(0)); dev = ck(cu.cuDeviceGet(0)); ctx = ck(cu.cuDevicePrimaryCtxRetain(dev)); ck(cu.cuCtxSetCurrent(ctx))
+    cufile.driver_open()
+except Exception:
+    fail("init")
 fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-descr = cufile.Descr(); descr.type = cufile.FileHandleType.OPAQUE_FD; descr.handle.fd = fd; descr.fs_ops = 0
-fh = cufile.handle_register(descr.ptr)
+def register_ctypes():
+    # CUfileDescr_t by hand: { int type; union { int fd; void *handle; } handle; const void *fs_ops; }
+    import ctypes
+    class D(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("pad", ctypes.c_int), ("fd", ctypes.c_int64), ("fs_ops", ctypes.c_void_p)]
+    d = D(1, 0, fd, None)  # CU_FILE_HANDLE_TYPE_OPAQUE_FD = 1
+    return cufile.handle_register(ctypes.addressof(d)), d
+try:
+    descr = cufile.Descr(); descr.type = cufile.FileHandleType.OPAQUE_FD; descr.handle.fd = fd; descr.fs_ops = 0
+    fh = cufile.handle_register(descr.ptr)
+except Exception:
+    first = traceback.format_exc()
+    try:
+        fh, keep = register_ctypes()
+    except Exception:
+        fail("handle_register (Descr, then a ctypes CUfileDescr_t; first error: " + first + ")")
 size = os.fstat(fd).st_size
 nblocks = size // bs
 limit_blocks = (limit // bs) if limit > 0 else None
 bufs = []
-for _ in range(nthreads):
-    p = ck(cu.cuMemAlloc(bs)); cufile.buf_register(int(p), bs, 0); bufs.append(p)
+try:
+    for _ in range(nthreads):
+        p = ck(cu.cuMemAlloc(bs)); cufile.buf_register(int(p), bs, 0); bufs.append(p)
+except Exception:
+    fail("alloc/buf_register")
 totals = [0] * nthreads
 errors = []
 start = time.perf_counter(); deadline = start + secs
@@ -109,8 +137,8 @@ def worker(t):
                 raise RuntimeError(f"cufile.read returned {n}")
             totals[t] += n
             i += nthreads
-    except Exception as e:
-        errors.append(repr(e))
+    except Exception:
+        errors.append(traceback.format_exc())
 ths = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
 [t.start() for t in ths]; [t.join() for t in ths]
 el = time.perf_counter() - start
@@ -120,35 +148,60 @@ PY
 cufile_run() {
     local name=$1; shift
     log "$name: cufile_probe $*"
-    timeout 120 python3 "$OUT/cufile_probe.py" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+    (cd "$OUT" && CUFILE_FORCE_COMPAT_MODE=${CUFILE_FORCE_COMPAT_MODE:-true} CUFILE_LOGGING_LEVEL=${CUFILE_LOGGING_LEVEL:-INFO} \
+        timeout 120 python3 "$OUT/cufile_probe.py" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err")
     echo "   rc=$? $(cat "$OUT/$name.json" 2>/dev/null | head -c 300)" | tee -a "$LOG"
 }
 
 S="--source file:$SHM"
 C="--core $CORE --block-size $BS"
 # ---- page cache (/dev/shm) ----
+if want shm; then
 run shm-segments-qd$QD   $S --sink cuda $C --qd $QD --seconds $SECS --segments
 run shm-null-qd1         $S --sink null $C --qd 1 --seconds $SECS
-run shm-null-qd8         $S --sink null $C --qd 8 --seconds $SECS
-run shm-cuda-qd8         $S --sink cuda $C --qd 8 --seconds $SECS
-run shm-cuda-qd32        $S --sink cuda $C --qd 32 --seconds $SECS
+for qd in 8 32; do
+    run shm-null-qd$qd   $S --sink null $C --qd $qd --seconds $SECS
+    run shm-cuda-qd$qd   $S --sink cuda $C --qd $qd --seconds $SECS
+done
 run shm-cuda-qd128       $S --sink cuda $C --qd 128 --seconds $SECS
 run shm-cuda-inline-qd$QD $S --sink cuda $C --qd $QD --seconds $SECS --uring-async off
 run shm-cuda-bs1M-qd128  $S --sink cuda --core $CORE --block-size 1M --qd 128 --seconds $SECS
 run shm-cuda-bs16M-qd32  $S --sink cuda --core $CORE --block-size 16M --qd 32 --seconds $SECS
 run shm-copy             $S --sink cuda $C --mode copy --seconds $SECS
 run shm-verify           $S --sink cuda $C --qd $QD --bytes "${SHM_GIB}G" --verify
-cufile_run shm-cufile-1t  "$SHM" "$SECS" 1 4194304 0 0
-cufile_run shm-cufile-8t  "$SHM" "$SECS" 8 4194304 0 0
-# ---- disk (ext4 on the root device), O_DIRECT, cold cache ----
+fi
+# ---- disk (ext4 on the root device), O_DIRECT, cold cache; alternated and repeated, since a
+# virtual disk's rate drifts (bursts, host cache) ----
 D="--source file:$DISK"
 DB="$((DISK_GIB))G"
-drop_caches; run disk-null-qd32   $D --sink null $C --qd 32 --bytes $DB --io direct
-drop_caches; run disk-cuda-qd32   $D --sink cuda $C --qd 32 --bytes $DB --io direct
+if want disk; then
+for rep in 1 2; do
+    drop_caches; run disk-null-qd32-r$rep   $D --sink null $C --qd 32 --bytes $DB --io direct
+    drop_caches; run disk-cuda-qd32-r$rep   $D --sink cuda $C --qd 32 --bytes $DB --io direct
+done
 drop_caches; run disk-cuda-verify $D --sink cuda $C --qd 32 --bytes $DB --io direct --verify
 drop_caches; run disk-copy        $D --sink cuda $C --mode copy --bytes $DB
-drop_caches; cufile_run disk-cufile-1t "$DISK" 600 1 4194304 1 $((DISK_GIB << 30))
-drop_caches; cufile_run disk-cufile-8t "$DISK" 600 8 4194304 1 $((DISK_GIB << 30))
+drop_caches; run disk-null-qd32-r3      $D --sink null $C --qd 32 --bytes $DB --io direct
+fi
+if want cufile; then
+    # cuFile's handle registration asks udev for the volume's ID_FS_USAGE; a VM without a udev
+    # database fails it ("unable to get volume attributes"). Describe both volumes to it.
+    for f in "$DISK" "$SHM"; do
+        mm=$(python3 -c "import os,sys; d=os.stat(sys.argv[1]).st_dev; print(f'{os.major(d)}:{os.minor(d)}')" "$f")
+        if [ ! -e "/run/udev/data/b$mm" ] && [ "${CUFILE_FAKE_UDEV:-1}" = 1 ]; then
+            mkdir -p /run/udev/data
+            printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=%s\n' "$(findmnt -no FSTYPE --target "$f")" > "/run/udev/data/b$mm"
+            log "wrote /run/udev/data/b$mm for $f (no udev database on this machine) for cuFile"
+        fi
+    done
+    drop_caches; cufile_run disk-cufile-1t "$DISK" 600 1 4194304 1 $((DISK_GIB << 30))
+    drop_caches; cufile_run disk-cufile-8t "$DISK" 600 8 4194304 1 $((DISK_GIB << 30))
+    drop_caches; run disk-cuda-qd8      $D --sink cuda $C --qd 8 --bytes $DB --io direct
+    cufile_run shm-cufile-1t  "$SHM" "$SECS" 1 4194304 0 0
+    cufile_run shm-cufile-8t  "$SHM" "$SECS" 8 4194304 0 0
+    run shm-cuda-qd1          $S --sink cuda $C --qd 1 --seconds $SECS
+    want shm || run shm-cuda-qd8 $S --sink cuda $C --qd 8 --seconds $SECS
+fi
 
 # ---- table ----
 python3 - "$OUT" > "$OUT/table.md" <<'PY'
@@ -163,6 +216,8 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
     except Exception:
         print(f"| {name} | (failed: see {name}.err) | | | | | |"); continue
     for r in rs:
+        if "gb_per_s" not in r:
+            print(f"| {name} | {r.get('label', '?')}: failed (see {name}.json) | | | | | |"); continue
         lat = r.get("latency") or {}
         v = r.get("verify")
         what = r["label"] + (f" ({r['source']} -> {r['sink']}, qd {r['qd']}, {r['block_size']>>10} KiB)" if "source" in r else "")
@@ -170,3 +225,6 @@ for f in sorted(glob.glob(os.path.join(out, "*.json"))):
 PY
 cat "$OUT/table.md" | tee -a "$LOG"
 rm -f "$SHM" "$DISK"
+cp "$OUT"/cufile*.log "$OUT"/ 2>/dev/null || true
+# One archive of everything (the device tool brings back a limited number of files).
+tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "results: $OUT.tgz"
