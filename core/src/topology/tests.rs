@@ -378,3 +378,28 @@ fn upstream_from_sysfs_paths() {
     assert_eq!(rp, None);
     assert_eq!(upstream_of(Path::new("/tmp/x")), (None, None));
 }
+
+mod address_props {
+    use super::super::normalize_address;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn canonical_addresses_round_trip(dom in 0u32..0x10000, bus in 0u32..0x100, dev in 0u32..32, func in 0u32..8) {
+            let canon = format!("{dom:04x}:{bus:02x}:{dev:02x}.{func:x}");
+            prop_assert_eq!(normalize_address(&canon).unwrap(), canon.clone());
+            prop_assert_eq!(normalize_address(&canon.to_uppercase()).unwrap(), canon.clone());
+            if dom == 0 {
+                prop_assert_eq!(normalize_address(&canon[5..]).unwrap(), canon);
+            }
+        }
+
+        #[test]
+        fn anything_else_is_an_error_not_a_panic(s in "[0-9a-fA-F:.x ]{0,16}") {
+            if let Ok(n) = normalize_address(&s) {
+                prop_assert_eq!(n.len(), 12);
+                prop_assert_eq!(normalize_address(&n).unwrap(), n);
+            }
+        }
+    }
+}
