@@ -47,7 +47,11 @@ pub struct Args {
     #[arg(long = "ns", default_value_t = 1)]
     nsid: u32,
 
-    /// Limit I/O to the first MiB of the namespace (default: all of it).
+    /// Start of the I/O span in MiB from the start of the namespace.
+    #[arg(long = "offset-mib", default_value_t = 0)]
+    offset_mib: u64,
+
+    /// Length of the I/O span in MiB (default: to the end of the namespace).
     #[arg(long = "span-mib")]
     span_mib: Option<u64>,
 
@@ -174,6 +178,7 @@ struct Job {
     workload: Workload,
     rwmixread: u8,
     lba_size: u64,
+    first_block: u64,
     span_blocks: u64,
     duration: Duration,
     verify: bool,
@@ -212,7 +217,17 @@ pub fn run(args: &Args) -> CliResult {
         )
         .into());
     }
-    let mut span_blocks = ns.nsze;
+    let first_block = (args.offset_mib << 20) / lba;
+    if first_block >= ns.nsze {
+        return Err(format!(
+            "--offset-mib {} is past the end of namespace {} ({} MiB)",
+            args.offset_mib,
+            args.nsid,
+            ns.size_bytes() >> 20
+        )
+        .into());
+    }
+    let mut span_blocks = ns.nsze - first_block;
     if let Some(m) = args.span_mib {
         span_blocks = span_blocks.min((m << 20) / lba);
     }
@@ -244,6 +259,7 @@ pub fn run(args: &Args) -> CliResult {
         workload: args.workload,
         rwmixread: args.rwmixread,
         lba_size: lba,
+        first_block,
         span_blocks,
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
@@ -486,7 +502,7 @@ fn worker(
                     }
                     _ => rng.next() % ios_in_span,
                 };
-                let lba = io * blocks_per_io;
+                let lba = job.first_block + io * blocks_per_io;
                 let write = match job.workload {
                     Workload::Write | Workload::Randwrite => true,
                     Workload::Rw => rng.next() % 100 >= job.rwmixread as u64,

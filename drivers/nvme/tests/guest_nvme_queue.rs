@@ -277,3 +277,78 @@ fn every_validation_error_is_refused_with_its_message() {
     qp.read_blocking(1, 1, pool2.get().unwrap(), 0, 4096, T)
         .unwrap();
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn timeout_sends_abort_and_the_buffers_still_come_back() {
+    let bed = common::open(0, 8 << 20, 2);
+    // A zero I/O timeout: the first idle check after submission declares a timeout.
+    let mut qp = IoQueuePair::new(
+        &bed.ctrl,
+        QueueOptions {
+            depth: 32,
+            io_timeout: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut saw_timeout = None;
+    let mut buf = bed.pool.get().unwrap();
+    for attempt in 0..20u64 {
+        qp.submit_read(1, 0, buf, 0, 8 << 20, attempt).unwrap();
+        qp.ring();
+        let mut back = None;
+        let start = std::time::Instant::now();
+        while back.is_none() {
+            match qp.poll(1, |c| back = Some(c)) {
+                Ok(_) => {}
+                Err(e @ (NvmeError::Timeout { .. } | NvmeError::Wedged { .. })) => {
+                    saw_timeout.get_or_insert(e.to_string());
+                }
+                Err(e) => panic!("unexpected poll error {e}"),
+            }
+            assert!(start.elapsed() < T, "the read never came back");
+        }
+        let c = back.unwrap();
+        assert_eq!(c.tag, attempt);
+        // QEMU does not abort commands it has started: the read completes, data intact.
+        if c.result.is_ok() {
+            let b = c.bufs.into_one().unwrap();
+            testbed::check_pattern(NVME0_NS1.id, 0, &b.as_slice()[..8 << 20]).unwrap();
+            buf = b;
+        } else {
+            buf = c.bufs.into_one().unwrap();
+        }
+        if saw_timeout.is_some() {
+            break;
+        }
+    }
+    let msg = saw_timeout.expect("a zero timeout fired at least once in 20 reads of 8 MiB");
+    println!("timeout path: {msg}");
+    assert!(
+        msg.contains("did not complete within") || msg.contains("wedged"),
+        "{msg}"
+    );
+    assert_eq!(qp.in_flight(), 0);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn dropping_a_busy_queue_pair_deletes_it_and_returns_the_buffers() {
+    let bed = common::open(0, 1 << 20, 8);
+    let mut qp = bed.qp(16, 1);
+    for i in 0..8u64 {
+        qp.submit_read(1, i * 2048, bed.pool.get().unwrap(), 0, 1 << 20, i)
+            .unwrap();
+    }
+    qp.ring();
+    assert_eq!(bed.pool.stats().in_use, 8);
+    drop(qp); // Delete I/O SQ/CQ first, then the request buffers go back to the pool.
+    assert_eq!(bed.pool.stats().in_use, 0);
+    assert_eq!(bed.ctrl.io_queues_in_use(), 0);
+    let mut qp = bed.qp(16, 1);
+    let b = qp
+        .read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
+        .unwrap();
+    testbed::check_pattern(NVME0_NS1.id, 0, &b.as_slice()[..4096]).unwrap();
+}

@@ -1,0 +1,102 @@
+//! Guest tests of the CLI tools on the driver: `ubdirect identify --json` fields match the QEMU
+//! command line; `ubdirect perf --json --verify` runs I/O without errors. The suite puts the
+//! `ubdirect` binary in the guest's PATH.
+
+use std::process::Command;
+
+use serde_json::Value;
+use ubdirect_core::testbed;
+
+fn ubdirect(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("ubdirect")
+        .args(args)
+        .output()
+        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn identify_json_matches_the_qemu_command_line() {
+    let tb = testbed::require();
+    let (rc, out, err) = ubdirect(&["identify", "--json", &tb.nvme[1]]);
+    assert_eq!(rc, 0, "stderr: {err}");
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["controller"]["sn"], "ubd1");
+    assert_eq!(v["controller"]["mdts"], 2);
+    assert_eq!(v["controller"]["vid"], 0x1b36);
+    assert_eq!(v["registers"]["max_command_bytes"], 16384);
+    let ns = v["namespaces"].as_array().unwrap();
+    assert_eq!(ns.len(), 2);
+    assert_eq!(ns[0]["nsze"], 131072);
+    assert_eq!(ns[0]["lba_size"], 512);
+    assert_eq!(ns[1]["nsze"], 16384);
+    assert_eq!(ns[1]["lba_size"], 4096);
+    let in_use: Vec<_> = ns[1]["lbaf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["in_use"] == true)
+        .collect();
+    assert_eq!(in_use.len(), 1);
+    assert_eq!(in_use[0]["lbads"], 12);
+    // Text output carries nvme-cli's names.
+    let (rc, out, _) = ubdirect(&["identify", &tb.nvme[0]]);
+    assert_eq!(rc, 0);
+    for key in [
+        "vid", "ssvid", "sn", "mn", "fr", "mdts", "cntlid", "ver", "oacs", "nn", "sqes", "cqes",
+        "oncs", "vwc", "nsze", "ncap", "nuse", "flbas", "lbaf  0", "(in use)",
+    ] {
+        assert!(out.contains(key), "{key} missing in:\n{out}");
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn perf_json_verify_runs_clean() {
+    let tb = testbed::require();
+    let (rc, out, err) = ubdirect(&[
+        "perf",
+        &tb.nvme[1],
+        "--ns",
+        "2",
+        "-q",
+        "8",
+        "-o",
+        "8192",
+        "-w",
+        "rw",
+        "-M",
+        "50",
+        "-t",
+        "1",
+        "--verify",
+        "--offset-mib",
+        "48",
+        "--span-mib",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    let t = &v["total"];
+    assert!(t["ios"].as_u64().unwrap() > 0);
+    assert_eq!(t["errors"], 0);
+    assert_eq!(t["verify_errors"], 0);
+    assert!(t["lat_p50_us"].as_f64().unwrap() > 0.0);
+    assert!(t["lat_p99_us"].as_f64().unwrap() >= t["lat_p50_us"].as_f64().unwrap());
+    let core = &v["cores"][0];
+    assert!(core["writes"].as_u64().unwrap() > 0 && core["reads"].as_u64().unwrap() > 0);
+    assert!(
+        core["verified_blocks"].as_u64().unwrap() > 0,
+        "reads found stamped blocks: {core}"
+    );
+    // Bad arguments are refused with a message.
+    let (rc, _, err) = ubdirect(&["perf", &tb.nvme[1], "--ns", "2", "-o", "512", "-t", "1"]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("not a positive multiple"), "{err}");
+}
