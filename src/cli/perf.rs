@@ -242,7 +242,8 @@ pub fn run(args: &Args) -> CliResult {
         )
         .into());
     }
-    let block = args.io_size.div_ceil(4096) * 4096;
+    // Pool blocks are powers of two of at least 4 KiB.
+    let block = args.io_size.next_power_of_two().max(4096);
     let pool = UbPool::with_hugepages(
         &registry,
         PoolConfig {

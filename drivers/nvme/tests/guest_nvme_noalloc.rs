@@ -1,0 +1,87 @@
+//! Guest test: the I/O path (submit, ring, poll, resubmit) performs no heap allocation. A
+//! counting global allocator wraps the system one for this test binary.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::T;
+use ubdirect_core::UbBuf;
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn submit_and_poll_allocate_nothing() {
+    let bed = common::open(1, 64 << 10, 16);
+    let mut qp = bed.qp(16, 1);
+    let mut free: Vec<UbBuf> = Vec::with_capacity(16);
+    for _ in 0..16 {
+        free.push(bed.pool.get().unwrap());
+    }
+    // Warm up once (first-use paths in std), then count over many rounds, with reads split at
+    // MDTS (32 KiB on nvme1 = 2 commands) and writes, and a rejected submission.
+    let round = |qp: &mut ubdirect_nvme::IoQueuePair, free: &mut Vec<UbBuf>, n: u64| {
+        let mut tag = 0;
+        while let Some(b) = free.pop() {
+            let r = if tag % 3 == 0 {
+                qp.submit_write(1, 100_000 + tag * 64, b, 0, 32 << 10, false, tag)
+            } else {
+                qp.submit_read(1, tag * 64 + n % 7, b, 0, 32 << 10, tag)
+            };
+            r.unwrap();
+            tag += 1;
+        }
+        qp.ring();
+        let start = std::time::Instant::now();
+        while free.len() < 16 {
+            qp.poll(16, |c| {
+                assert!(c.result.is_ok());
+                free.push(c.bufs.into_one().unwrap());
+            })
+            .unwrap();
+            assert!(start.elapsed() < T);
+        }
+        // A refused submission (LBA out of range) gives the buffer back without allocating.
+        let b = free.pop().unwrap();
+        let r = qp.submit_read(1, u64::MAX - 1, b, 0, 512, 0).unwrap_err();
+        free.push(r.bufs.into_one().unwrap());
+    };
+    round(&mut qp, &mut free, 0);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for n in 1..50 {
+        round(&mut qp, &mut free, n);
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let st = qp.stats();
+    println!(
+        "{allocs} allocations over {} requests / {} commands",
+        st.requests, st.commands
+    );
+    assert!(st.commands > st.requests, "the reads were split at MDTS");
+    assert_eq!(allocs, 0, "the I/O path allocated");
+}
