@@ -38,7 +38,8 @@ static GLOBAL: Counting = Counting;
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn submit_and_poll_allocate_nothing() {
     let bed = common::open(1, 64 << 10, 16);
-    let mut qp = bed.qp(16, 1);
+    // 16 requests of 2 commands each (32 KiB at nvme1's 16 KiB MDTS) fill 32 command slots.
+    let mut qp = bed.qp(32, 1);
     let mut free: Vec<UbBuf> = Vec::with_capacity(16);
     for _ in 0..16 {
         free.push(bed.pool.get().unwrap());
