@@ -13,6 +13,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 #[cfg(not(target_endian = "little"))]
 compile_error!(
     "ubdirect-nvme writes NVMe structures in native byte order: little-endian hosts only"
