@@ -20,18 +20,29 @@ impl Sim {
             let avail = std::ptr::read_volatile(self.base.add(self.l.avail_idx()).cast::<u16>());
             while self.last_avail != avail {
                 let slot = self.last_avail & (self.l.size - 1);
-                let id = std::ptr::read_volatile(self.base.add(self.l.avail_entry(slot)).cast::<u16>());
-                let d = std::ptr::read_volatile(self.base.add(self.l.desc + 16 * id as usize).cast::<Descriptor>());
+                let id =
+                    std::ptr::read_volatile(self.base.add(self.l.avail_entry(slot)).cast::<u16>());
+                let d = std::ptr::read_volatile(
+                    self.base
+                        .add(self.l.desc + 16 * id as usize)
+                        .cast::<Descriptor>(),
+                );
                 let uslot = self.used & (self.l.size - 1);
                 std::ptr::write_volatile(
                     self.base.add(self.l.used_entry(uslot)).cast::<UsedElem>(),
-                    UsedElem { id: id as u32, len: d.len },
+                    UsedElem {
+                        id: id as u32,
+                        len: d.len,
+                    },
                 );
                 self.used = self.used.wrapping_add(1);
                 self.last_avail = self.last_avail.wrapping_add(1);
             }
             std::ptr::write_volatile(self.base.add(self.l.used_idx()).cast::<u16>(), self.used);
-            std::ptr::write_volatile(self.base.add(self.l.avail_event()).cast::<u16>(), self.last_avail);
+            std::ptr::write_volatile(
+                self.base.add(self.l.avail_event()).cast::<u16>(),
+                self.last_avail,
+            );
         }
     }
 }
@@ -45,12 +56,18 @@ fn ring_cycle(c: &mut Criterion) {
         let base = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: mem outlives the ring and the simulation in this closure.
         let mut ring = unsafe { SplitRing::new(base, 0x1000_0000, size, true) }.unwrap();
-        let mut sim = Sim { l, base, last_avail: 0, used: 0 };
+        let mut sim = Sim {
+            l,
+            base,
+            last_avail: 0,
+            used: 0,
+        };
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_with_input(BenchmarkId::from_parameter(batch), &batch, |bch, &batch| {
             bch.iter(|| {
                 for i in 0..batch {
-                    ring.push(0x2000_0000 + (i as u64) * 4096, 1526, false).unwrap();
+                    ring.push(0x2000_0000 + (i as u64) * 4096, 1526, false)
+                        .unwrap();
                 }
                 ring.publish();
                 let kick = ring.kick_needed();

@@ -1,11 +1,55 @@
 //! Counting and reporting a loop-back run (both the ubdirect and the kernel path).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{Check, Mismatch};
 use ubdirect_virtio_net::NetStats;
+
+/// Time spent per segment of the ubdirect loop.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Segments {
+    fill: Duration,
+    tx: Duration,
+    rx: Duration,
+    verify: Duration,
+}
+
+impl Segments {
+    /// Adds one loop iteration's timestamps: start, after fill, after TX, after RX, after verify.
+    #[inline]
+    pub fn add(&mut self, t0: Instant, fill: Instant, tx: Instant, rx: Instant, verify: Instant) {
+        self.fill += fill - t0;
+        self.tx += tx - fill;
+        self.rx += rx - tx;
+        self.verify += verify - rx;
+    }
+
+    /// Nanoseconds per frame of each segment.
+    pub fn per_frame(&self, frames: u64) -> Option<SegmentsNs> {
+        let f = |d: Duration| d.as_nanos() as f64 / frames as f64;
+        Some(SegmentsNs {
+            fill: f(self.fill),
+            tx_burst: f(self.tx),
+            rx_burst: f(self.rx),
+            verify: f(self.verify),
+        })
+    }
+}
+
+/// Nanoseconds per frame spent in each segment of the ubdirect loop.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SegmentsNs {
+    /// Writing the pattern into the (GPU-BAR) buffers: the "GPU write" segment.
+    pub fill: f64,
+    /// `tx_burst` (descriptor writes, reclaim, doorbell when asked): the device-DMA hand-off.
+    pub tx_burst: f64,
+    /// `rx_burst` (reaping used entries, refilling the ring): completion handling.
+    pub rx_burst: f64,
+    /// Reading the received frames back and comparing them.
+    pub verify: f64,
+}
 
 /// Running counts of a loop-back.
 #[derive(Debug, Default)]
@@ -117,6 +161,7 @@ impl Tally {
             stalled: self.stalled,
             tx_stats,
             rx_stats,
+            segments_ns_per_frame: None,
         }
     }
 }
@@ -168,6 +213,8 @@ pub struct LoopbackReport {
     pub tx_stats: Option<NetStats>,
     /// Receiving NIC's driver counters (ubdirect mode).
     pub rx_stats: Option<NetStats>,
+    /// Where the time went, per frame (ubdirect mode).
+    pub segments_ns_per_frame: Option<SegmentsNs>,
 }
 
 impl LoopbackReport {
@@ -202,6 +249,12 @@ impl LoopbackReport {
             self.tx_full,
             if self.stalled { " (stalled: nothing moved for the deadline)" } else { "" },
         );
+        if let Some(g) = &self.segments_ns_per_frame {
+            s += &format!(
+                "\n  per frame: pattern fill {:.0} ns, tx_burst {:.0} ns, rx_burst {:.0} ns, verify {:.0} ns",
+                g.fill, g.tx_burst, g.rx_burst, g.verify
+            );
+        }
         if let Some(m) = &self.first_mismatch {
             s += &format!(
                 "\n  first mismatch: frame {} offset {}: expected {:#x}, got {:#x}",

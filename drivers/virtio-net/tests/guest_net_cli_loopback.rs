@@ -1,0 +1,180 @@
+//! Guest tests of `ubdirect loopback` end to end (the binary the test bed puts in PATH): the
+//! userspace path with GPU-BAR buffers, the kernel AF_PACKET baseline, and refused arguments.
+
+use std::process::{Command, Output};
+
+use ubdirect_core::testbed;
+
+fn ubdirect(args: &[&str]) -> Output {
+    Command::new("ubdirect")
+        .args(args)
+        .output()
+        .expect("run `ubdirect` (the test bed puts target/debug/ubdirect in the guest's PATH)")
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn nics() -> (String, String, String) {
+    let tb = testbed::require();
+    assert!(tb.nics.len() >= 2, "two NICs needed: {:?}", tb.nics);
+    (
+        tb.nics[0].clone(),
+        tb.nics[1].clone(),
+        tb.ivshmem.expect("ivshmem"),
+    )
+}
+
+/// Rebinds the NICs to vfio-pci when dropped (the plan expects every device on vfio-pci).
+struct BackToVfio(Vec<String>);
+impl Drop for BackToVfio {
+    fn drop(&mut self) {
+        let st = Command::new("bind-vfio").args(&self.0).status();
+        assert!(
+            st.is_ok_and(|s| s.success()),
+            "bind-vfio {:?} failed",
+            self.0
+        );
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn loopback_through_gpu_bar_is_byte_exact() {
+    let (a, b, iv) = nics();
+    let o = ubdirect(&[
+        "loopback",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--gpu-bar",
+        &iv,
+        "--frames",
+        "3000",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = json(&o);
+    assert_eq!(r["mode"], "ubdirect");
+    assert_eq!(r["frames_sent"], 3000);
+    assert_eq!(r["frames_received"], 3000);
+    assert_eq!(r["mismatches"], 0);
+    assert_eq!(r["drops"], 0);
+    assert_eq!(
+        r["frame_size"], 1514,
+        "default frame size is the device maximum"
+    );
+    assert!(r["buffers"].as_str().unwrap().starts_with("gpu-bar"));
+    assert_eq!(r["rx_stats"]["rx_packets"], 3000);
+    assert!(r["segments_ns_per_frame"]["tx_burst"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn loopback_refuses_bad_arguments() {
+    let (a, b, iv) = nics();
+    let o = ubdirect(&[
+        "loopback",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--frame-size",
+        "65536",
+        "--frames",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--frame-size 65536 is out of range") && err.contains("1514"),
+        "{err}"
+    );
+    let o = ubdirect(&["loopback", "--tx", &a, "--rx", &a]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("two NICs"));
+    let o = ubdirect(&[
+        "loopback",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--gpu-bar",
+        &format!("{iv}/7"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("BAR 7 does not exist"));
+    // The NICs still work after the refusals.
+    let o = ubdirect(&[
+        "loopback",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--frames",
+        "100",
+        "--frame-size",
+        "60",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn kernel_baseline_moves_the_same_frames() {
+    let (a, b, _) = nics();
+    let _back = BackToVfio(vec![a.clone(), b.clone()]);
+    let st = Command::new("bind-kernel")
+        .args([&a, &b])
+        .status()
+        .expect("bind-kernel");
+    assert!(st.success(), "bind-kernel failed");
+    let o = ubdirect(&[
+        "loopback",
+        "--kernel",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--frames",
+        "500",
+        "--frame-size",
+        "512",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = json(&o);
+    assert_eq!(r["mode"], "kernel");
+    assert_eq!(r["frames_received"], 500);
+    assert_eq!(r["mismatches"], 0);
+    // --gpu-bar makes no sense on the kernel path.
+    let o = ubdirect(&[
+        "loopback",
+        "--kernel",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--gpu-bar",
+        "00:06.0",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+}
