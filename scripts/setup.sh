@@ -582,7 +582,13 @@ default_driver() {
         return
         ;;
     esac
-    [ "$(read_attr "$(dev_dir "$1")/vendor")" = 0x1af4 ] && echo virtio-pci && return
+    # virtio: vendor 0x1af4, devices 0x1000-0x107f (0x1af4:0x1110 is ivshmem: no kernel driver)
+    dd_v=$(read_attr "$(dev_dir "$1")/vendor")
+    dd_d=$(read_attr "$(dev_dir "$1")/device")
+    if [ "$dd_v" = 0x1af4 ] && [ $((dd_d)) -ge $((0x1000)) ] && [ $((dd_d)) -le $((0x107f)) ]; then
+        echo virtio-pci
+        return
+    fi
     echo none
 }
 

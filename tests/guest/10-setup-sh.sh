@@ -77,6 +77,9 @@ snapshot() {
 }
 
 
+# Start from the kernel drivers whatever ran before (00-testbed.sh leaves devices on vfio-pci).
+bind-kernel $UBD_TEST_DEVICES >/dev/null 2>&1
+
 # ---- a guest booted without an IOMMU (scripts/vm/run.sh --append intel_iommu=off) ------------
 if ! ls /sys/kernel/iommu_groups/* >/dev/null 2>&1; then
     before=$(snapshot)
@@ -207,6 +210,10 @@ run_setup config HUGEMEM=0 "PCI_ALLOWED=$IVSHMEM"
 check "ivshmem bound to vfio-pci when listed" eval '[ "$rc" = 0 ] && is_drv "$IVSHMEM" vfio-pci && vfio_node "$IVSHMEM"'
 run_setup reset "PCI_ALLOWED=$IVSHMEM"
 check "ivshmem reset to no driver" eval '[ "$rc" = 0 ] && is_drv "$IVSHMEM" "" && out_has "vfio-pci -> no driver"'
+bind-vfio "$NVME1" "$IVSHMEM" "$NIC1" >/dev/null
+run_setup reset
+check "reset without remembered drivers uses the class defaults (nvme, virtio-pci, none for ivshmem)" \
+    eval '[ "$rc" = 0 ] && is_drv "$NVME1" nvme && is_drv "$NIC1" virtio-pci && is_drv "$IVSHMEM" ""'
 
 # ---- hugepages: grow, never shrink, per node ---------------------------------------------------
 hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages

@@ -57,6 +57,9 @@ json_field() {
         cur && $1 == f { v = $2; sub(/,$/, "", v); gsub(/"/, "", v); print v; exit }' "$OUT"
 }
 
+# Start from the kernel drivers whatever ran before (00-testbed.sh leaves devices on vfio-pci).
+bind-kernel $UBD_TEST_DEVICES >/dev/null 2>&1
+
 # ---- devices ---------------------------------------------------------------------------------
 ubd devices --json
 check "devices --json exits 0" [ "$rc" = 0 ]
