@@ -62,6 +62,21 @@ impl AdminQueue {
         self.cq_db.write_always(self.cq.head());
     }
 
+    /// Back to the state after allocation: empty rings, doorbells without shadow slots. Only
+    /// while the controller is disabled.
+    pub(crate) fn reset(&mut self) {
+        self.sq.reset();
+        self.cq.reset();
+        self.next_cid = 0;
+        self.sq_db = Doorbell::new(self.mmio.clone(), self.sq_db_off, None);
+        self.cq_db = Doorbell::new(self.mmio.clone(), self.cq_db_off, None);
+    }
+
+    /// Number of entries of each admin ring.
+    pub(crate) fn entries(&self) -> u16 {
+        self.entries
+    }
+
     /// Submit `sqe`, wait for its completion up to `timeout`, and decode the status.
     pub(crate) fn execute(
         &mut self,

@@ -150,10 +150,7 @@ impl Controller {
         ctrl.disable()?;
         {
             let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
-            ctrl.mmio
-                .write32(REG_AQA, aqa(admin_entries, admin_entries));
-            ctrl.mmio.write64(REG_ASQ, a.sq.iova());
-            ctrl.mmio.write64(REG_ACQ, a.cq.iova());
+            program_admin(&ctrl.mmio, a);
         }
         ctrl.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
         ctrl.wait_ready(true, "enabling the controller")?;
@@ -481,6 +478,54 @@ impl Controller {
             .count()
     }
 
+    /// Reset the controller (CC.EN 1 -> 0 -> 1) and bring the admin queue, the negotiated number
+    /// of I/O queues and the shadow doorbells back. Use it after [`NvmeError::Wedged`] or a fatal
+    /// status. Refused while any [`crate::IoQueuePair`] of this controller exists (their queues do
+    /// not survive a reset): drop them first, then create new ones.
+    pub fn reset(&self) -> Result<()> {
+        let qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        if qids.iter().any(|&b| b) {
+            return Err(NvmeError::InvalidArgument(
+                "Controller::reset with I/O queue pairs alive: drop every IoQueuePair of this controller first",
+            ));
+        }
+        let mut a = self.admin();
+        self.disable()?;
+        a.reset();
+        program_admin(&self.mmio, &mut a);
+        self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        self.wait_ready(true, "re-enabling the controller after a reset")?;
+        let want = self.io_queues_granted as u32 - 1;
+        let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
+        sqe.cdw10 = feature::NUMBER_OF_QUEUES as u32;
+        sqe.cdw11 = want << 16 | want;
+        let got = a
+            .execute(sqe, "Set Features", self.opts.admin_timeout)?
+            .result;
+        if (got & 0xffff).min(got >> 16) < want {
+            return Err(NvmeError::Unsupported {
+                what: "as many I/O queues after the reset as before it",
+            });
+        }
+        if let Some(s) = &self.shadow {
+            // SAFETY: both pages are PAGE_SIZE bytes of our DMA memory; the controller was just
+            // reset and knows no shadow buffer, so nothing else accesses them.
+            unsafe {
+                std::ptr::write_bytes(s.db.as_ptr(), 0, PAGE_SIZE);
+                std::ptr::write_bytes(s.ei.as_ptr(), 0, PAGE_SIZE);
+            }
+            let mut sqe = Sqe::new(admin_opcode::DOORBELL_BUFFER_CONFIG);
+            sqe.prp1 = s.db.iova();
+            sqe.prp2 = s.ei.iova();
+            a.execute(sqe, "Doorbell Buffer Config", self.opts.admin_timeout)?;
+            if let Some((sq, cq)) = self.shadow_slots(0) {
+                a.set_shadow(sq, cq);
+            }
+        }
+        drop(qids);
+        Ok(())
+    }
+
     fn shutdown(&mut self) -> Result<()> {
         let cc = self.mmio.read32(REG_CC);
         if cc == u32::MAX {
@@ -534,6 +579,14 @@ impl Drop for Controller {
             unsafe { ManuallyDrop::drop(&mut self.admin) };
         }
     }
+}
+
+/// Point the controller at the admin rings (AQA, ASQ, ACQ); the controller must be disabled.
+fn program_admin(mmio: &Mmio, a: &mut AdminQueue) {
+    let n = a.entries();
+    mmio.write32(REG_AQA, aqa(n, n));
+    mmio.write64(REG_ASQ, a.sq.iova());
+    mmio.write64(REG_ACQ, a.cq.iova());
 }
 
 /// Copy a structure out of the admin data page.

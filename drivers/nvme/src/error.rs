@@ -36,7 +36,7 @@ pub enum NvmeError {
         register: &'static str,
     },
     /// CSTS.CFS is set.
-    #[error("NVMe controller fatal status (CSTS.CFS=1, CSTS={csts:#x}) while {during}: the controller needs a reset (drop and reopen it)")]
+    #[error("NVMe controller fatal status (CSTS.CFS=1, CSTS={csts:#x}) while {during}: the controller needs a reset: drop its queue pairs and call Controller::reset (or reopen it)")]
     ControllerFatal {
         /// The CSTS value.
         csts: u32,
@@ -80,7 +80,7 @@ pub enum NvmeError {
         waited: Duration,
     },
     /// Commands timed out and Abort did not bring them back either.
-    #[error("NVMe controller is wedged: {outstanding} command(s) on queue {qid} neither completed nor aborted within {waited:?}; drop the queue pair and the controller and reopen it")]
+    #[error("NVMe controller is wedged: {outstanding} command(s) on queue {qid} neither completed nor aborted within {waited:?}; drop the queue pair, then call Controller::reset (or drop and reopen the controller)")]
     Wedged {
         /// Submission queue id.
         qid: u16,

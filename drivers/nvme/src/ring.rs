@@ -24,6 +24,13 @@ impl SqRing {
             tail: 0,
         })
     }
+    /// Zero the ring and start again at slot 0 (after a controller reset).
+    pub(crate) fn reset(&mut self) {
+        // SAFETY: the ring memory is entries * 64 bytes and the controller is disabled, so the
+        // device does not access it.
+        unsafe { std::ptr::write_bytes(self.mem.as_ptr(), 0, self.entries as usize * 64) };
+        self.tail = 0;
+    }
     /// The ring's IOVA (for Create I/O SQ / ASQ).
     pub(crate) fn iova(&self) -> u64 {
         self.mem.iova()
@@ -78,6 +85,14 @@ impl CqRing {
     /// The ring's IOVA.
     pub(crate) fn iova(&self) -> u64 {
         self.mem.iova()
+    }
+    /// Zero the ring and expect phase 1 at slot 0 again (after a controller reset).
+    pub(crate) fn reset(&mut self) {
+        // SAFETY: the ring memory is entries * 16 bytes and the controller is disabled, so the
+        // device does not access it.
+        unsafe { std::ptr::write_bytes(self.mem.as_ptr(), 0, self.entries as usize * 16) };
+        self.head = 0;
+        self.phase = true;
     }
     /// Current head index (the value the head doorbell gets).
     #[inline]

@@ -111,3 +111,31 @@ fn reopen_after_orderly_shutdown_and_queue_ids_are_reused() {
         drop((q2, q3));
     }
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn controller_reset_brings_admin_and_io_back() {
+    use ubdirect_core::testbed::{self, NVME0_NS1};
+    let bed = common::open(0, 1 << 20, 2);
+    let mut qp = bed.qp(16, 1);
+    let buf = qp
+        .read_blocking(1, 8, bed.pool.get().unwrap(), 0, 4096, common::T)
+        .unwrap();
+    let e = bed.ctrl.reset().unwrap_err();
+    assert!(e.to_string().contains("drop every IoQueuePair"), "{e}");
+    drop(qp);
+    for round in 0..2 {
+        bed.ctrl
+            .reset()
+            .unwrap_or_else(|e| panic!("reset {round}: {e}"));
+        let id = bed.ctrl.identify_controller().unwrap();
+        assert_eq!(ubdirect_nvme::spec::identify::ascii_field(&id.sn), "ubd0");
+        let mut qp = bed.qp(16, 1);
+        assert_eq!(qp.uses_shadow_doorbells(), bed.ctrl.shadow_doorbells());
+        let b = qp
+            .read_blocking(1, 8 + round, bed.pool.get().unwrap(), 0, 4096, common::T)
+            .unwrap();
+        testbed::check_pattern(NVME0_NS1.id, (8 + round) * 512, &b.as_slice()[..4096]).unwrap();
+    }
+    drop(buf);
+}
