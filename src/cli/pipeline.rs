@@ -242,6 +242,23 @@ pub fn run(args: &Args) -> CliResult {
     // The pool: carved from the BAR for the BAR sink (the source DMAs straight into it),
     // hugepages otherwise (ordinary memory, with a warning, when there are none).
     let mut device_numa = None;
+    // Devices join the domain before any memory is mapped into it (VFIO sets the IOMMU up when
+    // the first group is attached): the NVMe controller first, then the BAR, then the pool.
+    let ctrl = match &args.source {
+        SourceSpec::Nvme { addr, .. } => {
+            let c = ubdirect_nvme::Controller::open(
+                &registry,
+                *addr,
+                ubdirect_nvme::ControllerOptions {
+                    io_queues: 1,
+                    ..Default::default()
+                },
+            )?;
+            device_numa = c.device().numa_node();
+            Some(c)
+        }
+        SourceSpec::File(_) => None,
+    };
     let bar_region: Option<Arc<UbRegion>> = match &args.sink {
         SinkSpec::Bar { addr, bar } => {
             let dev = PciDevice::open(registry.domain(), *addr)?;
@@ -359,21 +376,13 @@ pub fn run(args: &Args) -> CliResult {
             reports.push(r);
         }
         SourceSpec::Nvme { addr, nsid } => {
-            let ctrl = ubdirect_nvme::Controller::open(
-                &registry,
-                *addr,
-                ubdirect_nvme::ControllerOptions {
-                    io_queues: 1,
-                    ..Default::default()
-                },
-            )?;
-            device_numa = device_numa.or(ctrl.device().numa_node());
+            let ctrl = ctrl.as_ref().ok_or("NVMe controller not opened")?;
             let qopts = ubdirect_nvme::QueueOptions {
                 depth: (args.qd * 4).max(64),
                 nsid: *nsid,
                 ..Default::default()
             };
-            let mut q = ubdirect_nvme::IoQueuePair::new(&ctrl, qopts)?;
+            let mut q = ubdirect_nvme::IoQueuePair::new(ctrl, qopts)?;
             let cap = q.capacity();
             let cfg = PipelineConfig {
                 limit: limit(args, cap)?,
