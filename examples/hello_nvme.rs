@@ -12,7 +12,17 @@ use std::time::Duration;
 use ubdirect::core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
 use ubdirect::nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hello_nvme: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().ok_or("usage: hello_nvme <pci-address> [lba]")?;
 
