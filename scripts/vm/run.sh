@@ -70,6 +70,10 @@ guest_cmd="$*"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 
 t_start=$(date +%s.%N)
+mkdir -p "$UBD_VM_CACHE"
+# Several runs may share the cache (one working tree, several users): prepare under a lock.
+exec 4>"$UBD_VM_CACHE/.prepare.lock"
+flock 4
 kdir=$("$UBD_VM_DIR/kernel.sh" "$UBD_VM_KERNEL")
 base=$("$UBD_VM_DIR/initramfs.sh" "$kdir")
 images=$("$UBD_VM_DIR/images.sh")
@@ -78,13 +82,19 @@ images=$("$UBD_VM_DIR/images.sh")
 runs="$UBD_VM_CACHE/runs"
 if [[ -z $run_dir ]]; then
     mkdir -p "$runs"
-    # Keep the newest UBD_VM_KEEP_RUNS-1 old runs (each holds 256 MiB of backing files).
-    { ls -1dt "$runs"/2* 2>/dev/null || true; } | tail -n "+$UBD_VM_KEEP_RUNS" | xargs -r rm -rf
+    # Keep the newest UBD_VM_KEEP_RUNS-1 old runs (each holds 256 MiB of backing files); a run
+    # still in progress (its .lock held) is never removed.
+    { ls -1dt "$runs"/2* 2>/dev/null || true; } | tail -n "+$UBD_VM_KEEP_RUNS" | while read -r old; do
+        if flock -n "$old/.lock" true 2>/dev/null || [[ ! -e $old/.lock ]]; then rm -rf "$old"; fi
+    done
     run_dir="$runs/$(date +%Y%m%d-%H%M%S)-$$"
     ln -sfn "$(basename "$run_dir")" "$runs/latest"
 fi
 mkdir -p "$run_dir"
 run_dir=$(cd "$run_dir" && pwd)
+exec 5>"$run_dir/.lock"
+flock 5
+exec 4>&-
 vm_log "run directory: $run_dir"
 # For scripts driving run.sh (suite.sh): where this run's files are.
 if [[ -n ${UBD_VM_RUN_DIR_FILE:-} ]]; then echo "$run_dir" >"$UBD_VM_RUN_DIR_FILE"; fi
@@ -196,21 +206,41 @@ printf '%q ' "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
 
 # ---- boot; the console goes to guest.log, the guest's dmesg to dmesg.log ----
+# UBD-HOSTCHECK lines are collected; when the guest prints "@@UBD-SYNC@@ <n>" (ubd-plan does after
+# each test script/binary) and waits, the host runs the checks collected so far against the live
+# backing files, appends the results to hostcheck.log and answers "<n>" on the serial line, so
+# that later tests cannot overwrite what an earlier test asked to check. The rest run at exit.
 t_boot=$(date +%s.%N)
 : >"$run_dir/guest.log"
 : >"$run_dir/dmesg.log"
+: >"$run_dir/hostcheck.log"
+: >"$run_dir/hostcheck.pending"
+fifo="$run_dir/serial-in"
+rm -f "$fifo"
+mkfifo "$fifo"
+exec 3<>"$fifo"
+# mawk (Debian's awk) reads a pipe in blocks unless told to read line by line.
+awk_cmd=(awk)
+if awk -W version 2>&1 | grep -q mawk; then awk_cmd=(awk -W interactive); fi
 set +e
-timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" </dev/null 2>"$run_dir/qemu.stderr" |
-    awk -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" '
+timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
+    "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
+        -v hc="'$UBD_VM_DIR/hostcheck.sh' '$run_dir' '$run_dir/hostcheck.pending' >>'$run_dir/hostcheck.log'" \
+        -v pend="$run_dir/hostcheck.pending" '
+        function checks() { if (npend > 0) { close(pend); system(hc); printf "" > pend; npend = 0 } }
         { sub(/\r+$/, ""); print > lf }
         $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
         $0 == "@@UBD-DMESG-END@@" { d = 0; next }
         d { print > dm; next }
-        { print; fflush() }'
+        index($0, "UBD-HOSTCHECK ") { print > pend; npend++ }
+        /^@@UBD-SYNC@@ [0-9]+$/ { fflush(lf); checks(); print $2 > fifo; fflush(fifo); next }
+        { print; fflush() }
+        END { checks() }'
 statuses=("${PIPESTATUS[@]}")
 set -e
 t_end=$(date +%s.%N)
-rm -f "$initrd"
+exec 3>&-
+rm -f "$initrd" "$fifo" "$run_dir/hostcheck.pending"
 
 qemu_rc=${statuses[0]}
 guest_rc=$(sed -n 's/^@@UBD-EXIT@@ \([0-9]*\).*/\1/p' "$run_dir/guest.log" | tail -n1)
@@ -227,6 +257,10 @@ fi
 if [[ -z $guest_rc ]]; then
     vm_log "FAILED: the guest stopped without reporting an exit status (qemu status $qemu_rc; kernel panic or /init died?); log: $run_dir/guest.log"
     exit 125
+fi
+if [[ -s $run_dir/hostcheck.log ]]; then
+    vm_log "host checks: $(grep -c '^ok ' "$run_dir/hostcheck.log") passed, $(grep -c '^not ok ' "$run_dir/hostcheck.log") failed (hostcheck.log)"
+    grep '^not ok ' "$run_dir/hostcheck.log" | sed 's/^/vm: /' >&2 || true
 fi
 vm_log "guest exit status $guest_rc; $timing; logs and backing files: $run_dir"
 exit "$guest_rc"
