@@ -301,6 +301,7 @@ mod tests {
             lba_shift: 9,
             nsze: 1000,
             max_cmd: 16384,
+            has_metadata: false,
         }
     }
 

@@ -29,6 +29,8 @@ pub(crate) struct NsLimits {
     pub(crate) nsze: u64,
     /// Bytes per command: MDTS, the driver cap and the 16-bit NLB field, in whole blocks.
     pub(crate) max_cmd: usize,
+    /// The LBA format in use carries metadata, which this driver does not transfer.
+    pub(crate) has_metadata: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -131,6 +133,7 @@ impl IoQueuePair {
                     lba_shift: n.lba_size.trailing_zeros(),
                     nsze: n.nsze,
                     max_cmd,
+                    has_metadata: n.metadata_size != 0,
                 }
             })
             .collect();
@@ -262,6 +265,11 @@ impl IoQueuePair {
     pub(crate) fn ns_limits(&self, nsid: u32) -> std::result::Result<NsLimits, NvmeError> {
         for n in self.ns.iter() {
             if n.nsid == nsid {
+                if n.has_metadata {
+                    return Err(NvmeError::Unsupported {
+                        what: "I/O to a namespace formatted with metadata (LBA format MS > 0): reformat it without metadata",
+                    });
+                }
                 return Ok(*n);
             }
         }
