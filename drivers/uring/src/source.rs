@@ -53,7 +53,7 @@ pub fn open_source(
             }
             Err(e) => return Err(open_err(path, e)),
         },
-        DirectMode::Auto if on_page_cache_fs(path) => {
+        DirectMode::Auto if is_regular_file(path) && on_page_cache_fs(path) => {
             tracing::info!(
                 "{} is on tmpfs/ramfs: using buffered I/O (the data lives in the page cache)",
                 path.display()
@@ -110,6 +110,13 @@ pub fn on_page_cache_fs(path: &Path) -> bool {
         return false;
     }
     matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// Regular files only: a device node on devtmpfs is not a page-cache source.
+fn is_regular_file(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|m| m.is_file())
+        .unwrap_or(false)
 }
 
 fn open_err(path: &Path, source: io::Error) -> UringError {
