@@ -342,10 +342,13 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
-        "ubdirect perf: {} nsid {} -w {:?} -o {} -q {}{} shadow doorbells {}",
+        "ubdirect perf: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
         r.address,
         r.nsid,
-        r.workload,
+        serde_json::to_value(r.workload)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default(),
         r.io_size,
         r.queue_depth,
         if r.workload == Workload::Rw {
@@ -459,17 +462,27 @@ fn worker(
     core: usize,
     start: &Barrier,
 ) -> Result<CoreResult, String> {
-    pin_to(core)?;
-    let mut qp = IoQueuePair::new(
-        ctrl,
-        QueueOptions {
-            depth: job.depth,
-            nsid: Some(job.nsid),
-            shadow_doorbells: job.shadow,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    // Every worker reaches the start barrier, also when its set-up failed, so that the others
+    // are not left waiting.
+    let setup = pin_to(core).and_then(|_| {
+        IoQueuePair::new(
+            ctrl,
+            QueueOptions {
+                depth: job.depth,
+                nsid: Some(job.nsid),
+                shadow_doorbells: job.shadow,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| e.to_string())
+    });
+    let mut qp = match setup {
+        Ok(qp) => qp,
+        Err(e) => {
+            start.wait();
+            return Err(e);
+        }
+    };
     let depth = job.depth.min(qp.depth());
     let blocks_per_io = job.io_size as u64 / job.lba_size;
     let ios_in_span = job.span_blocks / blocks_per_io;
@@ -479,7 +492,13 @@ fn worker(
     let mut slots = vec![Slot::default(); depth];
     let mut free: Vec<(usize, UbBuf)> = Vec::with_capacity(depth);
     for i in 0..depth {
-        free.push((i, pool.get().map_err(|e| e.to_string())?));
+        match pool.get() {
+            Ok(b) => free.push((i, b)),
+            Err(e) => {
+                start.wait();
+                return Err(e.to_string());
+            }
+        }
     }
     let mut hist = LatencyHistogram::new();
     let (mut ios, mut reads, mut writes, mut errors) = (0u64, 0u64, 0u64, 0u64);

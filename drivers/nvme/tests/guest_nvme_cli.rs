@@ -100,3 +100,38 @@ fn perf_json_verify_runs_clean() {
     assert_eq!(rc, 1);
     assert!(err.contains("not a positive multiple"), "{err}");
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn perf_on_two_cores_uses_two_queue_pairs() {
+    let tb = testbed::require();
+    let (rc, out, err) = ubdirect(&[
+        "perf",
+        &tb.nvme[0],
+        "-c",
+        "0x3",
+        "-q",
+        "4",
+        "-t",
+        "1",
+        "--span-mib",
+        "16",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "stderr: {err}");
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    let cores = v["cores"].as_array().unwrap();
+    assert_eq!(cores.len(), 2);
+    assert_eq!(cores[0]["core"], 0);
+    assert_eq!(cores[1]["core"], 1);
+    assert_ne!(cores[0]["qid"], cores[1]["qid"], "one queue pair per core");
+    assert!(cores
+        .iter()
+        .all(|c| c["ios"].as_u64().unwrap() > 0 && c["errors"] == 0));
+    let sum: u64 = cores.iter().map(|c| c["ios"].as_u64().unwrap()).sum();
+    assert_eq!(v["total"]["ios"].as_u64().unwrap(), sum);
+    // A core that does not exist is refused with the reason.
+    let (rc, _, err) = ubdirect(&["perf", &tb.nvme[0], "-c", "7", "-t", "1"]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("cannot pin to core 7"), "{err}");
+}
