@@ -4,6 +4,7 @@
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
+#      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #   5. scripts/vm/suite.sh                              guest tests in one QEMU boot
 #      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...", "guest: N passed, N failed"
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
@@ -70,18 +71,22 @@ if ((host == 1)); then
     [[ -n $filter ]] && host_args=(-- "$filter")
     cargo test --workspace "${host_args[@]}" 2>&1 | tee "$logs/host.log"
     rc=${PIPESTATUS[0]}
-    read -r hp hf < <(awk '/^test result: / {
-            for (i = 1; i <= NF; i++) {
-                if ($(i + 1) ~ /^passed/) p += $i
-                if ($(i + 1) ~ /^failed/) f += $i
-            }
-        } END { printf "%d %d\n", p, f }' "$logs/host.log")
+    # libtest's "test result:" lines summed; cargo failing without a failed test (a build
+    # error) counts as one failure.
+    read -r hp hf _ < <(awk -v rc="$rc" -f scripts/vm/guest/libtest-count.awk "$logs/host.log")
     extra=
-    if ((rc != 0 && hf == 0)); then
-        hf=1
+    if ((rc != 0)) && ! grep -q '^test result: FAILED' "$logs/host.log"; then
         extra=" (cargo test exited $rc without a failed test: build error? see $logs/host.log)"
     fi
     note "host: $hp passed, $hf failed$extra ($(elapsed "$t"))" "$hf"
+
+    step "scripts/vm/selftest.sh (the test bed's own logic)"
+    scripts/vm/selftest.sh >"$logs/vm-selftest.log" 2>&1
+    rc=$?
+    grep '^not ok' "$logs/vm-selftest.log"
+    line=$(tail -n1 "$logs/vm-selftest.log")
+    [[ $line == vm-selftest:* ]] || line="vm-selftest: 0 passed, 1 failed (see $logs/vm-selftest.log)"
+    note "$line" "$rc"
 fi
 
 if ((guest == 1)); then
