@@ -560,3 +560,76 @@ fn print_hostchecks(spec: &str, sink: &dyn PipelineSink) -> Result<(), BoxErr> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_or_say_what_is_wrong() {
+        match parse_source("nvme:0000:00:04.0/2").unwrap() {
+            SourceSpec::Nvme { addr, nsid } => {
+                assert_eq!(addr.to_string(), "0000:00:04.0");
+                assert_eq!(nsid, Some(2));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_source("nvme:00:04.0").unwrap(),
+            SourceSpec::Nvme { nsid: None, .. }
+        ));
+        assert!(matches!(
+            parse_source("file:/dev/shm/x").unwrap(),
+            SourceSpec::File(_)
+        ));
+        assert!(parse_source("nvme:00:04.0/0")
+            .unwrap_err()
+            .contains("start at 1"));
+        assert!(parse_source("nvme:00:04.0/x")
+            .unwrap_err()
+            .contains("namespace"));
+        assert!(parse_source("nvme:zz").unwrap_err().contains("PCI address"));
+        assert!(parse_source("file:").unwrap_err().contains("path"));
+        assert!(parse_source("disk:/x")
+            .unwrap_err()
+            .contains("nvme:<pci-addr>"));
+    }
+
+    #[test]
+    fn sinks_parse_or_say_what_is_wrong() {
+        assert!(matches!(parse_sink("null").unwrap(), SinkSpec::Null));
+        assert!(matches!(parse_sink("cuda").unwrap(), SinkSpec::Cuda(0)));
+        assert!(matches!(parse_sink("cuda:3").unwrap(), SinkSpec::Cuda(3)));
+        assert!(matches!(
+            parse_sink("bar:00:06.0/2").unwrap(),
+            SinkSpec::Bar { bar: 2, .. }
+        ));
+        assert!(parse_sink("cuda:x").unwrap_err().contains("ordinal"));
+        assert!(parse_sink("bar:00:06.0")
+            .unwrap_err()
+            .contains("BAR number"));
+        assert!(parse_sink("bar:00:06.0/7").unwrap_err().contains("0..5"));
+        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu]"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
+        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(parse_offset("0").unwrap(), 0);
+        assert_eq!(parse_offset("64M").unwrap(), 64 << 20);
+        assert!(parse_mode("fast").is_err());
+    }
+
+    #[test]
+    fn online_cpu_list_parses() {
+        let cpus = online_cpus();
+        assert!(!cpus.is_empty());
+        assert!(cpus.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -100,17 +100,21 @@ where
     let mut last_progress = Instant::now();
     let mut iter = 0u64;
     let mut draining_since: Option<Instant> = None;
+    let mut past_deadline = false;
+    let mut progressed = false;
 
     loop {
         iter += 1;
-        let now = if iter % 64 == 0 || deadline.is_some() {
+        // The clock is read once every 64 rounds (deadline, stall detection), not per round.
+        let now = if iter % 64 == 0 {
             Some(Instant::now())
         } else {
             None
         };
-        let submitting = err.is_none()
-            && submitted_bytes < byte_limit
-            && deadline.is_none_or(|d| now.is_none_or(|n| n < d));
+        if let (Some(d), Some(n)) = (deadline, now) {
+            past_deadline |= n >= d;
+        }
+        let submitting = err.is_none() && submitted_bytes < byte_limit && !past_deadline;
 
         // 1. Sink backlog first (buffers the sink refused as full).
         while let Some((buf, len, tag)) = backlog.pop_front() {
@@ -243,7 +247,7 @@ where
 
         let in_flight = src.in_flight() + sink.in_flight() + backlog.len();
         if n > 0 || m > 0 {
-            last_progress = now.unwrap_or_else(Instant::now);
+            progressed = true;
             if let Some(pb) = &progress {
                 if iter % 16 == 0 {
                     pb.set_position(match cfg.limit {
@@ -252,8 +256,11 @@ where
                     });
                 }
             }
-        } else if let Some(now) = now {
-            if in_flight > 0 && now.duration_since(last_progress) > cfg.stall_timeout {
+        }
+        if let Some(now) = now {
+            if std::mem::take(&mut progressed) {
+                last_progress = now;
+            } else if in_flight > 0 && now.duration_since(last_progress) > cfg.stall_timeout {
                 err.get_or_insert(PipelineError::Stalled {
                     secs: cfg.stall_timeout.as_secs(),
                     in_flight,
@@ -261,9 +268,7 @@ where
                 break; // the queues keep their buffers; their Drop waits for the device
             }
         }
-        let finished = !(err.is_none()
-            && submitted_bytes < byte_limit
-            && deadline.is_none_or(|d| Instant::now() < d));
+        let finished = !(err.is_none() && submitted_bytes < byte_limit && !past_deadline);
         if finished && in_flight == 0 {
             break;
         }

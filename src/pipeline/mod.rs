@@ -8,6 +8,8 @@ mod classic;
 mod config;
 mod cpu;
 mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod error;
 mod latency;
 mod null_sink;
