@@ -1,5 +1,5 @@
 //! Host benchmarks of the pure pieces of the NVMe I/O path: PRP construction (4 KiB, 128 KiB
-//! unaligned, 2 MiB with a chained list), completion status decoding, latency recording.
+//! unaligned, 2 MiB unaligned: a full list page), completion status decoding, latency recording.
 
 use std::hint::black_box;
 
@@ -14,7 +14,7 @@ fn prp_build(c: &mut Criterion) {
     for (name, iova, len) in [
         ("4KiB", 0x1000_0000u64, 4096usize),
         ("128KiB_offset_512", 0x1000_0200, 128 << 10),
-        ("2MiB_offset_4_chained", 0x1000_0004, 2 << 20),
+        ("2MiB_offset_4_full_list", 0x1000_0004, 2 << 20),
     ] {
         g.bench_function(name, |b| {
             b.iter(|| {
