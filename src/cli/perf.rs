@@ -166,6 +166,8 @@ struct Total {
     lat_p999_us: f64,
     submit_cycles_per_io: f64,
     complete_cycles_per_io: f64,
+    submit_ns_per_io: f64,
+    complete_ns_per_io: f64,
     errors: u64,
     verify_errors: u64,
 }
@@ -325,6 +327,8 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
     let iops: f64 = cores.iter().map(|c| c.iops).sum();
     let us = |t: u64| tsc.to_ns(t as f64) / 1000.0;
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
+    let submit = per_io(cores.iter().map(|c| c.submit_cycles).sum());
+    let complete = per_io(cores.iter().map(|c| c.complete_cycles).sum());
     Total {
         ios,
         iops,
@@ -333,8 +337,10 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
         lat_p50_us: us(h.quantile(0.5)),
         lat_p99_us: us(h.quantile(0.99)),
         lat_p999_us: us(h.quantile(0.999)),
-        submit_cycles_per_io: per_io(cores.iter().map(|c| c.submit_cycles).sum()),
-        complete_cycles_per_io: per_io(cores.iter().map(|c| c.complete_cycles).sum()),
+        submit_cycles_per_io: submit,
+        complete_cycles_per_io: complete,
+        submit_ns_per_io: tsc.to_ns(submit),
+        complete_ns_per_io: tsc.to_ns(complete),
         errors: cores.iter().map(|c| c.errors).sum(),
         verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
     }
@@ -387,10 +393,12 @@ fn print_report(r: &PerfReport<'_>) {
         t.lat_p50_us, t.lat_p99_us, t.lat_p999_us
     );
     println!(
-        "driver cost per I/O (TSC {:.0} MHz): submit {:.0} cycles, complete {:.0} cycles",
+        "driver cost per I/O (TSC {:.0} MHz): submit {:.0} cycles ({:.0} ns), complete {:.0} cycles ({:.0} ns)",
         r.tsc_hz / 1e6,
         t.submit_cycles_per_io,
-        t.complete_cycles_per_io
+        t.submit_ns_per_io,
+        t.complete_cycles_per_io,
+        t.complete_ns_per_io
     );
     for c in r.cores {
         println!(

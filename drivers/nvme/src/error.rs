@@ -164,12 +164,6 @@ pub enum NvmeError {
         /// Queue depth.
         depth: usize,
     },
-    /// A scatter list with too many segments.
-    #[error("scatter list has more than {max} segments")]
-    TooManySegments {
-        /// The limit.
-        max: usize,
-    },
     /// An argument outside what the device reports it supports.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
@@ -205,7 +199,6 @@ impl NvmeError {
                 | NvmeError::BufferTooSmall { .. }
                 | NvmeError::Prp(_)
                 | NvmeError::RequestTooLarge { .. }
-                | NvmeError::TooManySegments { .. }
                 | NvmeError::InvalidArgument(_)
         )
     }
