@@ -15,6 +15,7 @@
 mod buf;
 mod dma_mem;
 mod free_stack;
+mod magazine;
 mod pool;
 mod region;
 mod registry;

@@ -3,6 +3,8 @@
 //! no syscall. Only [`UbPool::get_timeout`] on an empty pool takes a lock and sleeps.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use super::magazine;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -79,8 +81,15 @@ pub struct PoolStats {
     pub failures: u64,
 }
 
+/// Ids of pools, for the per-thread magazines (never reused).
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A fixed-block pool over one registered region.
 pub struct UbPool {
+    id: u64,
+    me: Weak<UbPool>,
+    /// Per-thread magazine size; 0: off.
+    cache: AtomicUsize,
     region: Arc<UbRegion>,
     block_size: usize,
     block_count: usize,
@@ -157,7 +166,10 @@ impl UbPool {
             )));
         }
         registry.add_user(&region)?;
-        Ok(Arc::new(UbPool {
+        Ok(Arc::new_cyclic(|me| UbPool {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            me: me.clone(),
+            cache: AtomicUsize::new(0),
             shift: cfg.block_size.trailing_zeros(),
             block_size: cfg.block_size,
             block_count: cfg.block_count,
@@ -191,9 +203,67 @@ impl UbPool {
         &self.region
     }
 
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn weak_self(&self) -> Weak<UbPool> {
+        self.me.clone()
+    }
+
+    /// Pop from the shared (lock-free) free stack.
+    #[inline]
+    pub(crate) fn pop_shared(&self) -> Option<u32> {
+        self.free.pop()
+    }
+
+    /// Push onto the shared free stack and wake a get_timeout waiter, if any.
+    #[inline]
+    pub(crate) fn push_shared(&self, idx: u32) {
+        self.free.push(idx);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.wait_cv.notify_one();
+        }
+    }
+
+    /// Turn the per-thread block cache on (`per_thread` blocks per thread, 2..=256) or off (0).
+    ///
+    /// With it, a thread that returns and takes blocks over and over touches only its own
+    /// cache. The price: blocks cached by one thread are invisible to the others, so `get` can
+    /// report exhaustion (and `get_timeout` keep waiting) while another thread's cache holds
+    /// free blocks. Use it only for pools with many more blocks than threads x `per_thread`;
+    /// set it before the pool is used. See BENCHMARKS.md for whether it pays off.
+    pub fn set_thread_cache(&self, per_thread: usize) -> Result<()> {
+        if per_thread != 0 && !(2..=256).contains(&per_thread) {
+            return Err(CoreError::InvalidArgument(format!(
+                "thread cache of {per_thread} blocks: use 0 (off) or 2..=256"
+            )));
+        }
+        if per_thread * 4 > self.block_count {
+            return Err(CoreError::InvalidArgument(format!(
+                "thread cache of {per_thread} blocks on a pool of {}: needs at least 4x as many blocks",
+                self.block_count
+            )));
+        }
+        magazine::flush(self);
+        self.cache.store(per_thread, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Give this thread's cached blocks back to the shared stack (no-op without a cache).
+    pub fn flush_thread_cache(&self) {
+        magazine::flush(self);
+    }
+
     #[inline]
     fn take(self: &Arc<Self>) -> Option<UbBuf> {
-        let idx = self.free.pop()?;
+        let cap = self.cache.load(Ordering::Relaxed);
+        let idx = if cap == 0 {
+            self.free.pop()?
+        } else {
+            magazine::get(self, cap)?
+        };
         let a = self.allocs.fetch_add(1, Ordering::Relaxed) + 1;
         let in_use = a.saturating_sub(self.frees.load(Ordering::Relaxed)) as usize;
         if in_use > self.high_water.load(Ordering::Relaxed) {
@@ -262,11 +332,12 @@ impl UbPool {
     /// Return block `idx` (from UbBuf::drop).
     #[inline]
     pub(crate) fn put(&self, idx: u32) {
-        self.free.push(idx);
         self.frees.fetch_add(1, Ordering::Relaxed);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.wait_cv.notify_one();
+        let cap = self.cache.load(Ordering::Relaxed);
+        if cap == 0 {
+            self.push_shared(idx);
+        } else {
+            magazine::put(self, cap, idx);
         }
     }
 
@@ -489,6 +560,76 @@ mod tests {
             }
             Err(e) => assert!(e.to_string().contains("hugepages"), "{e}"),
         }
+    }
+
+    #[test]
+    fn thread_cache_keeps_blocks_distinct_and_flushes() {
+        let (_reg, p) = pool(4096, 64);
+        assert!(p.set_thread_cache(1).is_err());
+        assert!(p.set_thread_cache(32).is_err(), "needs 4x blocks");
+        p.set_thread_cache(8).unwrap();
+        let bufs: Vec<UbBuf> = (0..64).map(|_| p.get().unwrap()).collect();
+        let idx: HashSet<u32> = bufs.iter().map(|b| b.index()).collect();
+        assert_eq!(idx.len(), 64);
+        assert!(p.get().is_err());
+        drop(bufs);
+        assert_eq!(p.stats().in_use, 0);
+        // Another thread sees the blocks this thread's cache does not hold (at most 8 cached).
+        let p2 = p.clone();
+        let n = std::thread::spawn(move || {
+            let v: Vec<UbBuf> = std::iter::from_fn(|| p2.get().ok()).collect();
+            v.len()
+        })
+        .join()
+        .unwrap();
+        assert!((56..=64).contains(&n), "{n}");
+        p.flush_thread_cache();
+        let p3 = p.clone();
+        let n = std::thread::spawn(move || {
+            std::iter::from_fn(|| p3.get().ok())
+                .collect::<Vec<_>>()
+                .len()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            n, 64,
+            "a thread's exit and a flush return every cached block"
+        );
+    }
+
+    #[test]
+    fn thread_cache_under_threads_never_shares_a_block() {
+        let (_reg, p) = pool(4096, 64);
+        p.set_thread_cache(4).unwrap();
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..5000u32 {
+                        let mut held = Vec::new();
+                        for _ in 0..3 {
+                            if let Ok(mut b) = p.get() {
+                                let tag = (t << 24) | i;
+                                b.as_mut_slice()[..4].copy_from_slice(&tag.to_ne_bytes());
+                                held.push((b, tag));
+                            }
+                        }
+                        for (b, tag) in &held {
+                            assert_eq!(&b.as_slice()[..4], &tag.to_ne_bytes(), "block shared");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(p.stats().in_use, 0);
+        let all = std::iter::from_fn(|| p.get().ok())
+            .collect::<Vec<_>>()
+            .len();
+        assert_eq!(all, 64, "threads exited: caches flushed");
     }
 
     #[derive(Debug, Clone)]
