@@ -62,7 +62,7 @@ if ((have_bpo == 0)); then
         >/etc/apt/sources.list.d/ubdirect-backports.list
 fi
 
-log "installing: ${need_base[*]} ${need_bpo[*]}"
+if ((${#need_base[@]} + ${#need_bpo[@]} > 0)); then log "installing: ${need_base[*]} ${need_bpo[*]}"; fi
 apt-get update -qq || die "apt-get update failed: check the network and /etc/apt/sources.list*"
 if ((${#need_base[@]} > 0)); then
     apt-get install -y -qq --no-install-recommends "${need_base[@]}" >/dev/null ||

@@ -168,6 +168,7 @@ initrd="$run_dir/initrd.cpio"
         cpio --null -o -H newc --owner 0:0 --quiet)
 } >"$initrd"
 rm -rf "$stage"
+vm_log "initramfs: $(($(stat -c %s "$initrd") >> 20)) MiB (base $(($(stat -c %s "$base") >> 20)) MiB)"
 
 # ---- the machine ----
 dev_args=()
