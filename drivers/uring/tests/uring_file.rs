@@ -287,3 +287,32 @@ fn io_wq_options_apply_and_reads_still_complete() {
         assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
     }
 }
+
+#[test]
+fn sqpoll_ring_reads_without_enter_per_flush() {
+    let (f, data) = temp_file("sqpoll", 4 * BS);
+    let pool = pool(4);
+    let opts = UringOptions {
+        depth: 4,
+        sqpoll_idle_ms: Some(50),
+        ..Default::default()
+    };
+    let mut q = match UringQueue::open(&f.0, &[pool.region().clone()], &opts) {
+        Ok(q) => q,
+        Err(UringError::Setup(e)) if e.raw_os_error() == Some(libc::EPERM) => {
+            eprintln!("SQPOLL not permitted here ({e}): skipped");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    for i in 0..4u64 {
+        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    for c in wait_all(&mut q, 4) {
+        let off = c.tag as usize * BS;
+        assert_eq!(c.result.as_ref().copied().unwrap(), BS);
+        assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
+    }
+}
