@@ -484,7 +484,11 @@ impl IoQueuePair {
             ),
             DataRef::Sg(sg) => prp::build(
                 PAGE_SIZE,
-                SgRange::new(sg, byte_off, bytes),
+                SubRange::new(
+                    sg.iter().map(|s| (s.buf.iova() + s.offset as u64, s.len)),
+                    byte_off,
+                    bytes,
+                ),
                 list,
                 list_iova,
             ),
@@ -618,37 +622,34 @@ pub(crate) fn opcode_name(op: u8) -> &'static str {
     }
 }
 
-/// The (IOVA, len) pieces of bytes `[start, start+len)` of a scatter list.
-pub(crate) struct SgRange<'a> {
-    sg: &'a crate::io_types::SgList,
-    idx: usize,
+/// The (IOVA, len) pieces of bytes `[start, start+len)` of a sequence of (IOVA, len) segments.
+pub(crate) struct SubRange<I> {
+    segs: I,
     skip: usize,
     left: usize,
 }
 
-impl<'a> SgRange<'a> {
-    pub(crate) fn new(sg: &'a crate::io_types::SgList, start: usize, len: usize) -> SgRange<'a> {
-        SgRange {
-            sg,
-            idx: 0,
+impl<I: Iterator<Item = (u64, usize)>> SubRange<I> {
+    pub(crate) fn new(segs: I, start: usize, len: usize) -> SubRange<I> {
+        SubRange {
+            segs,
             skip: start,
             left: len,
         }
     }
 }
 
-impl Iterator for SgRange<'_> {
+impl<I: Iterator<Item = (u64, usize)>> Iterator for SubRange<I> {
     type Item = (u64, usize);
     fn next(&mut self) -> Option<(u64, usize)> {
         while self.left > 0 {
-            let seg = self.sg.iter().nth(self.idx)?;
-            self.idx += 1;
-            if self.skip >= seg.len {
-                self.skip -= seg.len;
+            let (iova, len) = self.segs.next()?;
+            if self.skip >= len {
+                self.skip -= len;
                 continue;
             }
-            let start = seg.buf.iova() + (seg.offset + self.skip) as u64;
-            let n = (seg.len - self.skip).min(self.left);
+            let start = iova + self.skip as u64;
+            let n = (len - self.skip).min(self.left);
             self.skip = 0;
             self.left -= n;
             return Some((start, n));
@@ -681,6 +682,37 @@ impl Drop for IoQueuePair {
                 // The device may still DMA into the rings and buffers: leak them (and the qid).
                 tracing::warn!(error = %e, qid = self.qid, "deleting NVMe I/O queue failed; its memory stays mapped");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SubRange;
+    use proptest::prelude::*;
+
+    /// Byte addresses covered by a list of pieces, in order.
+    fn bytes(v: &[(u64, usize)]) -> Vec<u64> {
+        v.iter()
+            .flat_map(|&(a, l)| (0..l as u64).map(move |i| a + i))
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn sub_ranges_tile_the_whole(lens in prop::collection::vec(1usize..300, 1..6), cut in 1usize..200) {
+            let segs: Vec<(u64, usize)> = lens.iter().enumerate().map(|(i, &l)| ((i as u64 + 1) << 20, l)).collect();
+            let total: usize = lens.iter().sum();
+            let mut pieces = Vec::new();
+            let mut off = 0;
+            while off < total {
+                let n = cut.min(total - off);
+                let p: Vec<_> = SubRange::new(segs.iter().copied(), off, n).collect();
+                prop_assert_eq!(p.iter().map(|x| x.1).sum::<usize>(), n);
+                pieces.extend(p);
+                off += n;
+            }
+            prop_assert_eq!(bytes(&pieces), bytes(&segs));
         }
     }
 }

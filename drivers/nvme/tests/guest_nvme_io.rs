@@ -457,3 +457,54 @@ fn auto_ring_submits_without_explicit_ring() {
     )
     .unwrap();
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn scatter_list_split_at_mdts_on_nvme1() {
+    let bed = common::open(1, 64 << 10, 12);
+    let mut qp = bed.qp(32, 1);
+    // 3584 + 12288 + 20480 + 4608 = 40 KiB: three 16 KiB-MDTS commands whose boundaries fall
+    // inside segments (at byte 16384, 512 bytes into the third, and at 32768).
+    let layout = [(512usize, 3584usize), (0, 12288), (0, 20480), (0, 4608)];
+    let mut sg = Box::new(SgList::new());
+    for (off, len) in layout {
+        sg.push(Segment {
+            buf: bed.pool.get().unwrap(),
+            offset: off,
+            len,
+        })
+        .unwrap();
+    }
+    let before = qp.stats().commands;
+    let lba = 2000u64;
+    let sg = qp.readv_blocking(1, lba, sg, T).expect("readv");
+    assert_eq!(qp.stats().commands - before, 3);
+    let mut pos = lba * 512;
+    for s in sg.iter() {
+        testbed::check_pattern(
+            NVME1_NS1.id,
+            pos,
+            &s.buf.as_slice()[s.offset..s.offset + s.len],
+        )
+        .unwrap_or_else(|m| panic!("segment at byte {pos}: {m:?}"));
+        pos += s.len as u64;
+    }
+    let mut w = Box::new(SgList::new());
+    for (i, s) in sg.into_segments().enumerate() {
+        let mut s = s;
+        fill_random(
+            i as u64 + 40,
+            &mut s.buf.as_mut_slice()[s.offset..s.offset + s.len],
+        );
+        w.push(s).unwrap();
+    }
+    let w = qp.writev_blocking(1, 110_000, w, T).expect("writev");
+    let dst = qp
+        .read_blocking(1, 110_000, bed.pool.get().unwrap(), 4, 40960, T)
+        .expect("read");
+    let mut pos = 4;
+    for s in w.iter() {
+        assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
+        pos += s.len;
+    }
+}
