@@ -56,6 +56,24 @@ fn rebind(addr: &str, driver: Option<&str>) {
     assert_eq!(driver_of(addr).as_deref(), driver, "rebinding {addr}");
 }
 
+/// Devices rebound for a test; put back to no driver when dropped (also when the test fails).
+struct Rebound(Vec<&'static str>);
+
+impl Rebound {
+    fn bind(&mut self, addr: &'static str, driver: &str) {
+        self.0.push(addr);
+        rebind(addr, Some(driver));
+    }
+}
+
+impl Drop for Rebound {
+    fn drop(&mut self) {
+        for a in self.0.drain(..).rev() {
+            rebind(a, None);
+        }
+    }
+}
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn domain_learns_the_iommu_and_reads_the_device() {
@@ -194,6 +212,38 @@ fn maps_hugepages_and_releases_everything() {
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn numa_bound_hugepages_come_from_the_node() {
+    let node_free = || {
+        ubdirect_hugepages::pools()
+            .unwrap()
+            .iter()
+            .find(|p| p.node == Some(0) && p.size == PageSize::Size2M)
+            .map(|p| p.free)
+            .expect("node 0 hugepage pool in sysfs")
+    };
+    let (d, dev) = open(nvme(0));
+    let reg = UbRegistry::new(d.clone());
+    let before = node_free();
+    let r = reg
+        .register_hugepages(4 << 20, PageSize::Size2M, Some(0))
+        .unwrap();
+    assert_eq!(r.numa, Some(0));
+    assert_eq!(node_free(), before - 2, "pages taken from node 0");
+    // A node that does not exist is named.
+    let e = reg
+        .register_hugepages(2 << 20, PageSize::Size2M, Some(7))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("NUMA node 7 does not exist"), "{e}");
+    // The guest's PCI devices report no NUMA node (-1 in sysfs).
+    assert_eq!(dev.numa_node(), None);
+    drop(r);
+    drop(reg);
+    assert_eq!(node_free(), before);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn maps_a_gigabyte_page() {
     let free_1g = ubdirect_hugepages::pools()
         .unwrap()
@@ -262,11 +312,12 @@ fn wrong_addresses_and_drivers_are_named() {
         "{e}"
     );
     // A device on a host driver: the LPC bridge on the built-in iosf_mbi_pci driver.
-    rebind("0000:00:1f.0", Some("iosf_mbi_pci"));
+    let mut rb = Rebound(Vec::new());
+    rb.bind("0000:00:1f.0", "iosf_mbi_pci");
     let e = PciDevice::open(&d, "00:1f.0".parse().unwrap())
         .unwrap_err()
         .to_string();
-    rebind("0000:00:1f.0", None);
+    drop(rb);
     assert!(
         e.contains("bound to driver iosf_mbi_pci, not vfio-pci"),
         "{e}"
@@ -285,12 +336,12 @@ fn wrong_addresses_and_drivers_are_named() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn non_viable_group_lists_the_other_devices() {
     // 00:1f.x share IOMMU group: put 1f.3 on vfio-pci and 1f.0 on a host driver.
-    rebind("0000:00:1f.3", Some("vfio-pci"));
-    rebind("0000:00:1f.0", Some("iosf_mbi_pci"));
+    let mut rb = Rebound(Vec::new());
+    rb.bind("0000:00:1f.3", "vfio-pci");
+    rb.bind("0000:00:1f.0", "iosf_mbi_pci");
     let d = DmaDomain::new().unwrap();
     let r = PciDevice::open(&d, "00:1f.3".parse().unwrap()).map(|_| ());
-    rebind("0000:00:1f.0", None);
-    rebind("0000:00:1f.3", None);
+    drop(rb);
     let e = r.unwrap_err().to_string();
     assert!(e.contains("is not viable"), "{e}");
     assert!(e.contains("0000:00:1f.0 (iosf_mbi_pci)"), "{e}");
