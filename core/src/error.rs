@@ -93,6 +93,14 @@ pub enum CoreError {
         /// The length.
         len: usize,
     },
+    /// The device's IOMMU group is held by another process or another domain of this one.
+    #[error("IOMMU group {group} of {addr} is already in use (by another process, or by another DmaDomain of this process): stop that user, or open the device in the same DmaDomain")]
+    GroupBusy {
+        /// The device.
+        addr: PciAddress,
+        /// The IOMMU group.
+        group: u32,
+    },
     /// The device is already open in this domain.
     #[error("PCI device {addr} is already open in this DMA domain: share the Arc<PciDevice> instead of opening it twice")]
     AlreadyOpen {

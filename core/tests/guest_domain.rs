@@ -136,6 +136,12 @@ fn two_devices_share_one_domain() {
     let e = PciDevice::open(&d, nvme(0)).unwrap_err().to_string();
     assert!(e.contains("already open in this DMA domain"), "{e}");
     assert_eq!(d.device_count(), 2);
+    // Another domain cannot take a group this one holds.
+    let other = DmaDomain::new().unwrap();
+    let e = PciDevice::open(&other, nvme(0)).unwrap_err();
+    assert!(matches!(e, CoreError::GroupBusy { .. }), "{e}");
+    assert!(e.to_string().contains("already in use"), "{e}");
+    assert_eq!(other.device_count(), 0);
 }
 
 #[test]

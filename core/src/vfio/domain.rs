@@ -340,6 +340,7 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
                 path: format!("/dev/vfio/{g}").into(),
                 user: current_user(),
             },
+            _ if io.raw_os_error() == Some(libc::EBUSY) => CoreError::GroupBusy { addr, group },
             _ => CoreError::VfioUnavailable {
                 reason: format!("opening /dev/vfio/{g} for {addr}: {io}"),
             },
@@ -349,6 +350,7 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             group,
             others: group_members_in(Path::new("/"), group, addr),
         },
+        VfioError::GroupSetContainer => CoreError::GroupBusy { addr, group },
         VfioError::ContainerSetIOMMU(err) => CoreError::VfioUnavailable {
             reason: format!("setting the type1v2 IOMMU on the container: {err}"),
         },
