@@ -525,6 +525,41 @@ mod tests {
     }
 
     #[test]
+    fn vfio_open_failures_name_their_cause() {
+        let addr: PciAddress = "0000:00:04.0".parse().unwrap();
+        let io = |e| std::io::Error::from_raw_os_error(e);
+        let e = open_error(VfioError::OpenGroup(io(libc::EACCES), "7".into()), addr, 7);
+        assert!(
+            e.to_string()
+                .starts_with("permission denied opening /dev/vfio/7 as user "),
+            "{e}"
+        );
+        let e = open_error(VfioError::OpenGroup(io(libc::EBUSY), "7".into()), addr, 7);
+        assert!(matches!(e, CoreError::GroupBusy { group: 7, .. }), "{e}");
+        let e = open_error(VfioError::OpenGroup(io(libc::ENOENT), "7".into()), addr, 7);
+        assert!(
+            e.to_string()
+                .contains("opening /dev/vfio/7 for 0000:00:04.0"),
+            "{e}"
+        );
+        let e = open_error(VfioError::GroupSetContainer, addr, 7);
+        assert!(matches!(e, CoreError::GroupBusy { .. }), "{e}");
+        let e = open_error(VfioError::GroupViable, addr, 999_999);
+        assert!(
+            e.to_string()
+                .contains("IOMMU group 999999 of 0000:00:04.0 is not viable"),
+            "{e}"
+        );
+        let busy = vmm_sys_util::errno::Error::new(libc::EBUSY);
+        let e = open_error(VfioError::GroupGetDeviceFD(busy), addr, 7);
+        assert!(
+            e.to_string()
+                .contains("already open in this or another process"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn user_is_named() {
         assert!(current_user().contains("uid "));
     }
