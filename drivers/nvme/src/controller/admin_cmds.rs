@@ -1,0 +1,137 @@
+//! Admin commands of bring-up and inspection: Identify (controller, namespace, active list),
+//! Get/Set Features, queue negotiation, namespaces, Doorbell Buffer Config.
+
+use ubdirect_core::DmaMem;
+use zerocopy::FromBytes;
+
+use crate::error::{NvmeError, Result};
+use crate::info::Namespace;
+use crate::spec::command::{admin_opcode, cns, feature};
+use crate::spec::identify::{IdentifyController, IdentifyNamespace};
+use crate::spec::Sqe;
+
+use super::{Controller, ShadowPages, PAGE_SIZE};
+
+impl Controller {
+    /// Identify Controller (CNS 01h), raw.
+    pub fn identify_controller(&self) -> Result<Box<IdentifyController>> {
+        let mut a = self.admin();
+        let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
+        sqe.prp1 = a.data.iova();
+        sqe.cdw10 = cns::CONTROLLER as u32;
+        a.execute(sqe, "Identify Controller", self.opts.admin_timeout)?;
+        Ok(Box::new(read_page::<IdentifyController>(&a.data)))
+    }
+
+    /// Identify Namespace (CNS 00h), raw.
+    pub fn identify_namespace(&self, nsid: u32) -> Result<Box<IdentifyNamespace>> {
+        let mut a = self.admin();
+        let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
+        sqe.nsid = nsid;
+        sqe.prp1 = a.data.iova();
+        sqe.cdw10 = cns::NAMESPACE as u32;
+        a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
+        Ok(Box::new(read_page::<IdentifyNamespace>(&a.data)))
+    }
+
+    /// Active Namespace ID list (CNS 02h), all pages.
+    pub fn active_namespace_ids(&self) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut start = 0u32;
+        loop {
+            let mut a = self.admin();
+            let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
+            sqe.nsid = start;
+            sqe.prp1 = a.data.iova();
+            sqe.cdw10 = cns::ACTIVE_NS_LIST as u32;
+            a.execute(
+                sqe,
+                "Identify Active Namespace List",
+                self.opts.admin_timeout,
+            )?;
+            let page = read_page::<[u32; 1024]>(&a.data);
+            drop(a);
+            let ids: Vec<u32> = page.iter().copied().take_while(|&n| n != 0).collect();
+            let full = ids.len() == 1024;
+            out.extend(ids.iter().copied().filter(|&n| n > start));
+            match (full, ids.last()) {
+                (true, Some(&last)) if last > start && last < 0xffff_fffe => start = last,
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Get Features: returns CQE dword 0.
+    pub fn get_features(&self, fid: u8, cdw11: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin_opcode::GET_FEATURES);
+        sqe.cdw10 = fid as u32;
+        sqe.cdw11 = cdw11;
+        Ok(self.admin_exec(sqe, "Get Features")?.result)
+    }
+
+    /// Set Features (not saved): returns CQE dword 0.
+    pub fn set_features(&self, fid: u8, cdw11: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
+        sqe.cdw10 = fid as u32;
+        sqe.cdw11 = cdw11;
+        Ok(self.admin_exec(sqe, "Set Features")?.result)
+    }
+
+    pub(super) fn negotiate_queues(&mut self) -> Result<()> {
+        let want = self.opts.io_queues.clamp(1, 1024) as u32 - 1;
+        let got = self.set_features(feature::NUMBER_OF_QUEUES, want << 16 | want)?;
+        let nsq = (got & 0xffff) + 1;
+        let ncq = (got >> 16) + 1;
+        let granted = nsq.min(ncq).min(self.opts.io_queues.max(1) as u32) as u16;
+        if granted == 0 {
+            return Err(NvmeError::Unsupported {
+                what: "any I/O queue",
+            });
+        }
+        self.io_queues_granted = granted;
+        *self.qids.get_mut().unwrap_or_else(|e| e.into_inner()) = vec![false; granted as usize + 1];
+        Ok(())
+    }
+
+    pub(super) fn load_namespaces(&mut self) -> Result<()> {
+        let ids = self.active_namespace_ids()?;
+        let mut v = Vec::with_capacity(ids.len());
+        for nsid in ids {
+            let id = self.identify_namespace(nsid)?;
+            match Namespace::from_identify(nsid, &id) {
+                Some(ns) if ns.nsze > 0 => v.push(ns),
+                _ => tracing::warn!(nsid, "namespace skipped: empty or invalid LBA format"),
+            }
+        }
+        self.namespaces = v;
+        Ok(())
+    }
+
+    pub(super) fn enable_shadow_doorbells(&mut self) -> Result<()> {
+        // Each queue uses two slots of 4 << DSTRD bytes; one page must hold them all.
+        let per_queue = 2 * (4usize << self.cap.dstrd());
+        if per_queue * (self.io_queues_granted as usize + 1) > PAGE_SIZE {
+            tracing::info!("shadow doorbells off: too many queues for one page");
+            return Ok(());
+        }
+        let db = DmaMem::alloc(&self.registry, PAGE_SIZE)?;
+        let ei = DmaMem::alloc(&self.registry, PAGE_SIZE)?;
+        let mut sqe = Sqe::new(admin_opcode::DOORBELL_BUFFER_CONFIG);
+        sqe.prp1 = db.iova();
+        sqe.prp2 = ei.iova();
+        self.admin_exec(sqe, "Doorbell Buffer Config")?;
+        self.shadow = Some(ShadowPages { db, ei });
+        if let Some((sq, cq)) = self.shadow_slots(0) {
+            self.admin().set_shadow(sq, cq);
+        }
+        Ok(())
+    }
+}
+
+/// Copy a structure out of the admin data page.
+fn read_page<T: FromBytes>(mem: &DmaMem) -> T {
+    // SAFETY: the admin data buffer is ADMIN_DATA_LEN (>= 4096) bytes, live while the admin
+    // lock is held by the caller, and the command that filled it has completed.
+    let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr(), std::mem::size_of::<T>()) };
+    T::read_from_bytes(bytes).expect("size matches")
+}

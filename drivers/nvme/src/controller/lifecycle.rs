@@ -1,0 +1,198 @@
+//! Controller state changes: CSTS checks, disable / wait for ready (bounded by CAP.TO), reset,
+//! orderly shutdown (CC.SHN, bounded by RTD3E) and the drop that keeps memory of a controller
+//! that would not stop.
+
+use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::Mmio;
+
+use crate::admin_queue::AdminQueue;
+use crate::error::{NvmeError, Result};
+use crate::spec::command::{admin_opcode, feature};
+use crate::spec::regs::{
+    aqa, Cc, Csts, ShutdownStatus, REG_ACQ, REG_AQA, REG_ASQ, REG_CC, REG_CSTS,
+};
+use crate::spec::Sqe;
+
+use super::{Controller, PAGE_SIZE};
+
+impl Controller {
+    /// Read CSTS, turning all-ones into DeviceGone and CFS into ControllerFatal.
+    pub fn csts(&self, during: &'static str) -> Result<Csts> {
+        let csts = Csts(self.mmio.read32(REG_CSTS));
+        if csts.is_all_ones() {
+            return Err(NvmeError::DeviceGone { register: "CSTS" });
+        }
+        if csts.cfs() {
+            return Err(NvmeError::ControllerFatal {
+                csts: csts.0,
+                during,
+            });
+        }
+        Ok(csts)
+    }
+
+    pub(super) fn disable(&self) -> Result<()> {
+        let cc = self.mmio.read32(REG_CC);
+        if cc == u32::MAX {
+            return Err(NvmeError::DeviceGone { register: "CC" });
+        }
+        if Cc(cc).en() {
+            self.mmio.write32(REG_CC, cc & !Cc::EN);
+        }
+        // A fatal controller may be disabled: CFS does not stop the wait for RDY=0.
+        self.wait_ready_raw(false)
+    }
+
+    pub(super) fn wait_ready(&self, ready: bool, during: &'static str) -> Result<()> {
+        let timeout = self.cap.timeout();
+        let start = Instant::now();
+        loop {
+            let csts = self.csts(during)?;
+            if csts.rdy() == ready {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(NvmeError::ReadyTimeout {
+                    ready,
+                    timeout,
+                    csts: csts.0,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    fn wait_ready_raw(&self, ready: bool) -> Result<()> {
+        let timeout = self.cap.timeout();
+        let start = Instant::now();
+        loop {
+            let csts = Csts(self.mmio.read32(REG_CSTS));
+            if csts.is_all_ones() {
+                return Err(NvmeError::DeviceGone { register: "CSTS" });
+            }
+            if csts.rdy() == ready {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(NvmeError::ReadyTimeout {
+                    ready,
+                    timeout,
+                    csts: csts.0,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Reset the controller (CC.EN 1 -> 0 -> 1) and bring the admin queue, the negotiated number
+    /// of I/O queues and the shadow doorbells back. Use it after [`NvmeError::Wedged`] or a fatal
+    /// status. Refused while any [`crate::IoQueuePair`] of this controller exists (their queues do
+    /// not survive a reset): drop them first, then create new ones.
+    pub fn reset(&self) -> Result<()> {
+        let qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        if qids.iter().any(|&b| b) {
+            return Err(NvmeError::InvalidArgument(
+                "Controller::reset with I/O queue pairs alive: drop every IoQueuePair of this controller first",
+            ));
+        }
+        let mut a = self.admin();
+        self.disable()?;
+        a.reset();
+        program_admin(&self.mmio, &mut a);
+        self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        self.wait_ready(true, "re-enabling the controller after a reset")?;
+        let want = self.io_queues_granted as u32 - 1;
+        let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
+        sqe.cdw10 = feature::NUMBER_OF_QUEUES as u32;
+        sqe.cdw11 = want << 16 | want;
+        let got = a
+            .execute(sqe, "Set Features", self.opts.admin_timeout)?
+            .result;
+        if (got & 0xffff).min(got >> 16) < want {
+            return Err(NvmeError::Unsupported {
+                what: "as many I/O queues after the reset as before it",
+            });
+        }
+        if let Some(s) = &self.shadow {
+            // SAFETY: both pages are PAGE_SIZE bytes of our DMA memory; the controller was just
+            // reset and knows no shadow buffer, so nothing else accesses them.
+            unsafe {
+                std::ptr::write_bytes(s.db.as_ptr(), 0, PAGE_SIZE);
+                std::ptr::write_bytes(s.ei.as_ptr(), 0, PAGE_SIZE);
+            }
+            let mut sqe = Sqe::new(admin_opcode::DOORBELL_BUFFER_CONFIG);
+            sqe.prp1 = s.db.iova();
+            sqe.prp2 = s.ei.iova();
+            a.execute(sqe, "Doorbell Buffer Config", self.opts.admin_timeout)?;
+            if let Some((sq, cq)) = self.shadow_slots(0) {
+                a.set_shadow(sq, cq);
+            }
+        }
+        drop(qids);
+        Ok(())
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let cc = self.mmio.read32(REG_CC);
+        if cc == u32::MAX {
+            return Err(NvmeError::DeviceGone { register: "CC" });
+        }
+        if Cc(cc).en() {
+            self.mmio
+                .write32(REG_CC, (cc & !Cc::SHN_MASK) | Cc::SHN_NORMAL);
+            let rtd3e = self.info.as_ref().map_or(0, |i| i.rtd3e);
+            let bound = if rtd3e == 0 {
+                self.opts.default_shutdown_timeout
+            } else {
+                Duration::from_micros(rtd3e as u64)
+                    .clamp(Duration::from_secs(1), Duration::from_secs(60))
+            };
+            let start = Instant::now();
+            loop {
+                let csts = Csts(self.mmio.read32(REG_CSTS));
+                if csts.is_all_ones() {
+                    return Err(NvmeError::DeviceGone { register: "CSTS" });
+                }
+                if csts.shst() == ShutdownStatus::Complete || csts.cfs() {
+                    break;
+                }
+                if start.elapsed() > bound {
+                    tracing::warn!(?bound, "NVMe shutdown did not complete; disabling anyway");
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        self.disable()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let mut leak = false;
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "NVMe controller shutdown failed");
+            // A controller that did not stop may still DMA: keep its rings and shadow pages
+            // mapped rather than hand that memory to someone else. A gone device cannot DMA.
+            leak = !matches!(e, NvmeError::DeviceGone { .. });
+        }
+        if leak {
+            if let Some(s) = self.shadow.take() {
+                std::mem::forget(s);
+            }
+        } else {
+            // SAFETY: dropped exactly once, here; `admin` is not used after this point.
+            unsafe { ManuallyDrop::drop(&mut self.admin) };
+        }
+    }
+}
+
+/// Point the controller at the admin rings (AQA, ASQ, ACQ); the controller must be disabled.
+pub(super) fn program_admin(mmio: &Mmio, a: &mut AdminQueue) {
+    let n = a.entries();
+    mmio.write32(REG_AQA, aqa(n, n));
+    mmio.write64(REG_ASQ, a.sq.iova());
+    mmio.write64(REG_ACQ, a.cq.iova());
+}

@@ -1,0 +1,300 @@
+//! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
+
+mod admin_cmds;
+mod lifecycle;
+
+use lifecycle::program_admin;
+
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ubdirect_core::{DmaMem, Mmio, PciAddress, PciDevice, UbRegistry};
+
+use crate::admin_queue::AdminQueue;
+use crate::doorbell::ShadowSlot;
+use crate::error::{NvmeError, Result};
+use crate::info::{ControllerInfo, Namespace};
+use crate::spec::identify::OACS_DOORBELL_BUFFER_CONFIG;
+use crate::spec::regs::{
+    cq_head_doorbell, sq_tail_doorbell, Cap, Cc, Version, REG_CAP, REG_CC, REG_VS,
+};
+use crate::spec::Sqe;
+
+/// PCI class code of an NVM Express controller.
+pub const NVME_CLASS_CODE: u32 = 0x01_08_02;
+/// The memory page size this driver programs (CC.MPS = 0).
+pub const PAGE_SIZE: usize = 4096;
+
+/// Options for [`Controller::open`].
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// I/O queue pairs to ask for (Set Features, Number of Queues); the controller may grant fewer.
+    pub io_queues: u16,
+    /// Use shadow doorbells (Doorbell Buffer Config) when the controller supports them.
+    pub shadow_doorbells: bool,
+    /// Admin queue entries (capped by CAP.MQES + 1).
+    pub admin_entries: u16,
+    /// Deadline of each admin command.
+    pub admin_timeout: Duration,
+    /// Largest single command this driver builds when MDTS is 0 (unlimited) or larger.
+    pub max_command_bytes: usize,
+    /// Bound on shutdown when the controller reports no RTD3E.
+    pub default_shutdown_timeout: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            io_queues: 16,
+            shadow_doorbells: true,
+            admin_entries: 32,
+            admin_timeout: Duration::from_secs(10),
+            max_command_bytes: 2 << 20,
+            default_shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The shadow doorbell and EventIdx pages (Doorbell Buffer Config).
+struct ShadowPages {
+    db: DmaMem,
+    ei: DmaMem,
+}
+
+// SAFETY: plain DMA memory; the per-queue slots are handed to exactly one queue each.
+unsafe impl Sync for ShadowPages {}
+
+/// An open, enabled NVMe controller. `Send + Sync`: the admin queue is behind a lock; take one
+/// [`crate::IoQueuePair`] per thread for I/O. Dropping it (after every queue pair) shuts the
+/// controller down and only then frees its DMA memory.
+pub struct Controller {
+    // Field order is drop order: the BAR mapping goes before the device, the device (and its
+    // DMA domain) last.
+    mmio: Arc<Mmio>,
+    cap: Cap,
+    version: Version,
+    opts: ControllerOptions,
+    info: Option<ControllerInfo>,
+    namespaces: Vec<Namespace>,
+    io_queues_granted: u16,
+    qids: Mutex<Vec<bool>>,
+    shadow: Option<ShadowPages>,
+    // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
+    admin: ManuallyDrop<Mutex<AdminQueue>>,
+    registry: Arc<UbRegistry>,
+    dev: Arc<PciDevice>,
+}
+
+impl Controller {
+    /// Open the controller at `addr` in `registry`'s DMA domain, reset and enable it, identify it
+    /// and its active namespaces, and negotiate I/O queues.
+    pub fn open(
+        registry: &Arc<UbRegistry>,
+        addr: PciAddress,
+        opts: ControllerOptions,
+    ) -> Result<Arc<Controller>> {
+        let dev = PciDevice::open(registry.domain(), addr)?;
+        Self::open_device(registry, dev, opts)
+    }
+
+    /// Like [`Controller::open`] for a device that is already open.
+    pub fn open_device(
+        registry: &Arc<UbRegistry>,
+        dev: Arc<PciDevice>,
+        opts: ControllerOptions,
+    ) -> Result<Arc<Controller>> {
+        let class = dev.class_code() & 0xff_ffff;
+        if class != NVME_CLASS_CODE {
+            return Err(NvmeError::NotNvme {
+                addr: dev.address().to_string(),
+                class,
+            });
+        }
+        dev.enable_bus_master()?;
+        let mmio = Arc::new(dev.map_bar(0)?);
+        let cap_raw = mmio.read64(REG_CAP);
+        if cap_raw == u64::MAX {
+            return Err(NvmeError::DeviceGone { register: "CAP" });
+        }
+        let cap = Cap(cap_raw);
+        let version = Version(mmio.read32(REG_VS));
+        if cap.css() & 1 == 0 {
+            return Err(NvmeError::Unsupported {
+                what: "the NVM command set (CAP.CSS bit 0 clear)",
+            });
+        }
+        if cap.min_page_size() > PAGE_SIZE || cap.max_page_size() < PAGE_SIZE {
+            return Err(NvmeError::Unsupported {
+                what: "a 4 KiB memory page size (CAP.MPSMIN..MPSMAX)",
+            });
+        }
+        let admin_entries = opts
+            .admin_entries
+            .clamp(2, cap.max_queue_entries().min(4096) as u16);
+        let admin = AdminQueue::new(registry, mmio.clone(), admin_entries, cap.dstrd())?;
+        let mut ctrl = Controller {
+            dev,
+            registry: registry.clone(),
+            mmio,
+            cap,
+            version,
+            opts,
+            info: None,
+            namespaces: Vec::new(),
+            io_queues_granted: 0,
+            qids: Mutex::new(Vec::new()),
+            shadow: None,
+            admin: ManuallyDrop::new(Mutex::new(admin)),
+        };
+        // From here on, an error drops `ctrl`, which disables the controller before its admin
+        // rings are freed.
+        ctrl.disable()?;
+        {
+            let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
+            program_admin(&ctrl.mmio, a);
+        }
+        ctrl.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        ctrl.wait_ready(true, "enabling the controller")?;
+
+        let id = ctrl.identify_controller()?;
+        let info = ControllerInfo::from_identify(&id);
+        if info.sqes & 0xf > 6 || info.cqes & 0xf > 4 {
+            return Err(NvmeError::Unsupported {
+                what: "64-byte SQ and 16-byte CQ entries (Identify SQES/CQES)",
+            });
+        }
+        ctrl.info = Some(info);
+        ctrl.negotiate_queues()?;
+        ctrl.load_namespaces()?;
+        if ctrl.opts.shadow_doorbells && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0 {
+            ctrl.enable_shadow_doorbells()?;
+        }
+        tracing::debug!(
+            addr = %ctrl.dev.address(),
+            mn = %ctrl.info().mn,
+            namespaces = ctrl.namespaces.len(),
+            io_queues = ctrl.io_queues_granted,
+            shadow = ctrl.shadow.is_some(),
+            "NVMe controller ready"
+        );
+        Ok(Arc::new(ctrl))
+    }
+
+    /// The PCI device.
+    pub fn device(&self) -> &Arc<PciDevice> {
+        &self.dev
+    }
+    /// The UB registry whose DMA domain the controller lives in.
+    pub fn registry(&self) -> &Arc<UbRegistry> {
+        &self.registry
+    }
+    /// The controller registers.
+    pub(crate) fn mmio(&self) -> &Arc<Mmio> {
+        &self.mmio
+    }
+    /// Controller Capabilities.
+    pub fn cap(&self) -> Cap {
+        self.cap
+    }
+    /// NVMe version register.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+    /// Identify Controller data.
+    pub fn info(&self) -> &ControllerInfo {
+        self.info
+            .as_ref()
+            .expect("identify data is set before the controller is handed out")
+    }
+    /// Active namespaces with a usable LBA format, in NSID order.
+    pub fn namespaces(&self) -> &[Namespace] {
+        &self.namespaces
+    }
+    /// Namespace `nsid`, if active.
+    pub fn namespace(&self, nsid: u32) -> Option<&Namespace> {
+        self.namespaces.iter().find(|n| n.nsid == nsid)
+    }
+    /// I/O queue pairs granted by the controller.
+    pub fn io_queues_granted(&self) -> u16 {
+        self.io_queues_granted
+    }
+    /// Largest I/O queue in entries (CAP.MQES + 1).
+    pub fn max_queue_entries(&self) -> u32 {
+        self.cap.max_queue_entries()
+    }
+    /// Bytes per command this driver will build (MDTS, capped by the options).
+    pub fn max_command_bytes(&self) -> usize {
+        let cap = self.opts.max_command_bytes.max(PAGE_SIZE) / PAGE_SIZE * PAGE_SIZE;
+        self.info()
+            .max_transfer(PAGE_SIZE)
+            .map_or(cap, |m| m.min(cap))
+    }
+    /// Whether I/O queues use shadow doorbells.
+    pub fn shadow_doorbells(&self) -> bool {
+        self.shadow.is_some()
+    }
+    /// Options the controller was opened with.
+    pub fn options(&self) -> &ControllerOptions {
+        &self.opts
+    }
+
+    /// Shadow slots (SQ tail, CQ head) of queue `qid`, when shadow doorbells are on.
+    pub(crate) fn shadow_slots(&self, qid: u16) -> Option<(ShadowSlot, ShadowSlot)> {
+        let s = self.shadow.as_ref()?;
+        let dstrd = self.cap.dstrd();
+        let slot = |off: usize| {
+            let i = off - crate::spec::regs::REG_DOORBELL_BASE;
+            // SAFETY: i < 4096 for every qid the controller grants (checked when enabling:
+            // (2 * 65536) * 4 would exceed, so enable_shadow_doorbells bounds the queues).
+            ShadowSlot {
+                db: unsafe { s.db.as_ptr().add(i) }.cast::<u32>(),
+                // SAFETY: same offset within the EventIdx page.
+                ei: unsafe { s.ei.as_ptr().add(i) }.cast::<u32>(),
+            }
+        };
+        Some((
+            slot(sq_tail_doorbell(qid, dstrd)),
+            slot(cq_head_doorbell(qid, dstrd)),
+        ))
+    }
+
+    /// Lock the admin queue (poisoning is ignored: the queue state stays consistent).
+    pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
+        self.admin.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run one admin command.
+    pub(crate) fn admin_exec(&self, sqe: Sqe, command: &'static str) -> Result<crate::spec::Cqe> {
+        self.admin().execute(sqe, command, self.opts.admin_timeout)
+    }
+
+    /// Reserve a free I/O queue id.
+    pub(crate) fn alloc_qid(&self) -> Result<u16> {
+        let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        let granted = self.io_queues_granted;
+        let i = (1..q.len())
+            .find(|&i| !q[i])
+            .ok_or(NvmeError::NoQueuesLeft { granted })?;
+        q[i] = true;
+        Ok(i as u16)
+    }
+
+    /// Return an I/O queue id.
+    pub(crate) fn free_qid(&self, qid: u16) {
+        let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = q.get_mut(qid as usize) {
+            *s = false;
+        }
+    }
+
+    /// I/O queue ids in use.
+    pub fn io_queues_in_use(&self) -> usize {
+        self.qids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|&&b| b)
+            .count()
+    }
+}

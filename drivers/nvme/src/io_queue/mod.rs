@@ -1,0 +1,323 @@
+//! [`IoQueuePair`]: one I/O SQ/CQ pair owned by one thread. Pre-allocated command slots (each
+//! with its PRP list pages) and request slots on free stacks: the I/O path allocates nothing
+//! and makes no system call. Submissions are queued and the SQ tail doorbell is written once
+//! per [`IoQueuePair::ring`]; the CQ head doorbell once per [`IoQueuePair::poll`] batch.
+
+mod poll;
+mod sub_range;
+mod submit;
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::DmaMem;
+
+use crate::controller::{Controller, PAGE_SIZE};
+use crate::doorbell::Doorbell;
+use crate::error::{NvmeError, Result};
+use crate::io_types::{IoBufs, QueueOptions, QueueStats};
+use crate::prp::list_pages_needed;
+use crate::ring::{CqRing, SqRing};
+use crate::spec::command::admin_opcode;
+use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell};
+use crate::spec::Sqe;
+use crate::status::NvmeStatus;
+
+/// Per-namespace limits copied into the queue so the I/O path needs no lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NsLimits {
+    pub(crate) nsid: u32,
+    pub(crate) lba_size: u32,
+    pub(crate) lba_shift: u32,
+    pub(crate) nsze: u64,
+    /// Bytes per command: MDTS, the driver cap and the 16-bit NLB field, in whole blocks.
+    pub(crate) max_cmd: usize,
+    /// The LBA format in use carries metadata, which this driver does not transfer.
+    pub(crate) has_metadata: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct CmdSlot {
+    req: u16,
+    active: bool,
+}
+
+#[derive(Default)]
+struct ReqSlot {
+    bufs: IoBufs,
+    tag: u64,
+    remaining: u16,
+    bytes: usize,
+    opcode: u8,
+    error: Option<NvmeStatus>,
+}
+
+/// The data of a request being built: where its bytes are.
+pub(crate) enum DataRef<'a> {
+    None,
+    One { iova: u64 },
+    Sg(&'a crate::io_types::SgList),
+}
+
+/// One I/O queue pair. `Send` (move it to its thread), not `Sync`.
+pub struct IoQueuePair {
+    qid: u16,
+    sq: ManuallyDrop<SqRing>,
+    cq: ManuallyDrop<CqRing>,
+    lists: ManuallyDrop<DmaMem>,
+    sq_db: Doorbell,
+    cq_db: Doorbell,
+    depth: usize,
+    list_entries_per_cmd: usize,
+    cmds: Box<[CmdSlot]>,
+    free_cids: Box<[u16]>,
+    free_cid_top: usize,
+    reqs: ManuallyDrop<Box<[ReqSlot]>>,
+    free_reqs: Box<[u16]>,
+    free_req_top: usize,
+    pub(crate) ns: Box<[NsLimits]>,
+    pub(crate) default_ns: usize,
+    in_flight: usize,
+    rung_tail: u16,
+    auto_ring: bool,
+    io_timeout: Duration,
+    idle_polls: u32,
+    idle_since: Option<Instant>,
+    aborted: bool,
+    stats: QueueStats,
+    // Last: the doorbells' BAR mapping must go before the controller (and its device) can.
+    ctrl: Arc<Controller>,
+}
+
+// The raw shadow pointers inside the doorbells are owned by `ctrl` (kept alive by the Arc).
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<IoQueuePair>();
+};
+
+impl IoQueuePair {
+    /// Create an I/O queue pair on `ctrl` (Create I/O CQ, polled, then Create I/O SQ).
+    pub fn new(ctrl: &Arc<Controller>, opts: QueueOptions) -> Result<IoQueuePair> {
+        if ctrl.namespaces().is_empty() {
+            return Err(NvmeError::NamespaceMissing {
+                nsid: opts.nsid.unwrap_or(1),
+                active: 0,
+            });
+        }
+        let default_ns = match opts.nsid {
+            None => 0,
+            Some(nsid) => ctrl
+                .namespaces()
+                .iter()
+                .position(|n| n.nsid == nsid)
+                .ok_or(NvmeError::NamespaceMissing {
+                    nsid,
+                    active: ctrl.namespaces().len(),
+                })?,
+        };
+        if opts.depth == 0 {
+            return Err(NvmeError::InvalidArgument("queue depth must be at least 1"));
+        }
+        let entries = (opts.depth + 1)
+            .min(ctrl.max_queue_entries() as usize)
+            .min(65535) as u16;
+        let depth = entries as usize - 1;
+        let max_cmd_ctrl = ctrl.max_command_bytes();
+        let lpp = list_pages_needed(PAGE_SIZE, max_cmd_ctrl).max(1);
+        let ns: Box<[NsLimits]> = ctrl
+            .namespaces()
+            .iter()
+            .map(|n| {
+                let by_nlb = (n.lba_size as usize) << 16;
+                let max_cmd = max_cmd_ctrl.min(by_nlb) / n.lba_size as usize * n.lba_size as usize;
+                NsLimits {
+                    nsid: n.nsid,
+                    lba_size: n.lba_size,
+                    lba_shift: n.lba_size.trailing_zeros(),
+                    nsze: n.nsze,
+                    max_cmd,
+                    has_metadata: n.metadata_size != 0,
+                }
+            })
+            .collect();
+        let qid = ctrl.alloc_qid()?;
+        let registry = ctrl.registry().clone();
+        let build = || -> Result<(SqRing, CqRing, DmaMem)> {
+            Ok((
+                SqRing::new(&registry, entries)?,
+                CqRing::new(&registry, entries)?,
+                DmaMem::alloc(&registry, depth * lpp * PAGE_SIZE)?,
+            ))
+        };
+        let (sq, cq, lists) = match build() {
+            Ok(m) => m,
+            Err(e) => {
+                ctrl.free_qid(qid);
+                return Err(e);
+            }
+        };
+        // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
+        let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
+        c.prp1 = cq.iova();
+        c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+        c.cdw11 = 1;
+        if let Err(e) = ctrl.admin_exec(c, "Create I/O Completion Queue") {
+            ctrl.free_qid(qid);
+            return Err(e);
+        }
+        let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
+        s.prp1 = sq.iova();
+        s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+        s.cdw11 = (qid as u32) << 16 | 1;
+        if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
+            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+            d.cdw10 = qid as u32;
+            let _ = ctrl.admin_exec(d, "Delete I/O Completion Queue");
+            ctrl.free_qid(qid);
+            return Err(e);
+        }
+        let dstrd = ctrl.cap().dstrd();
+        let shadow = if opts.shadow_doorbells {
+            ctrl.shadow_slots(qid)
+        } else {
+            None
+        };
+        let sq_db = Doorbell::new(
+            ctrl.mmio().clone(),
+            sq_tail_doorbell(qid, dstrd),
+            shadow.map(|s| s.0),
+        );
+        let cq_db = Doorbell::new(
+            ctrl.mmio().clone(),
+            cq_head_doorbell(qid, dstrd),
+            shadow.map(|s| s.1),
+        );
+        let mut reqs = Vec::with_capacity(depth);
+        reqs.resize_with(depth, ReqSlot::default);
+        Ok(IoQueuePair {
+            ctrl: ctrl.clone(),
+            qid,
+            sq: ManuallyDrop::new(sq),
+            cq: ManuallyDrop::new(cq),
+            lists: ManuallyDrop::new(lists),
+            sq_db,
+            cq_db,
+            depth,
+            list_entries_per_cmd: lpp * PAGE_SIZE / 8,
+            cmds: vec![CmdSlot::default(); depth].into_boxed_slice(),
+            free_cids: (0..depth as u16).rev().collect(),
+            free_cid_top: depth,
+            reqs: ManuallyDrop::new(reqs.into_boxed_slice()),
+            free_reqs: (0..depth as u16).rev().collect(),
+            free_req_top: depth,
+            ns,
+            default_ns,
+            in_flight: 0,
+            rung_tail: 0,
+            auto_ring: opts.auto_ring,
+            io_timeout: opts.io_timeout,
+            idle_polls: 0,
+            idle_since: None,
+            aborted: false,
+            stats: QueueStats::default(),
+        })
+    }
+
+    /// The submission/completion queue id.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+    /// Commands this queue holds in flight.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+    /// Requests submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+    /// Free command slots.
+    pub fn free_slots(&self) -> usize {
+        self.free_cid_top
+    }
+    /// The controller.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.ctrl
+    }
+    /// Whether doorbells go through the shadow buffer.
+    pub fn uses_shadow_doorbells(&self) -> bool {
+        self.sq_db.is_shadowed()
+    }
+    /// Counters.
+    pub fn stats(&self) -> QueueStats {
+        let mut s = self.stats;
+        s.sq_doorbell_writes = self.sq_db.mmio_writes;
+        s.cq_doorbell_writes = self.cq_db.mmio_writes;
+        s.shadow_only_updates = self.sq_db.shadow_only + self.cq_db.shadow_only;
+        s
+    }
+    /// Ring the doorbell on every submission (true) or only on [`IoQueuePair::ring`] (false).
+    pub fn set_auto_ring(&mut self, on: bool) {
+        self.auto_ring = on;
+        if on {
+            self.ring();
+        }
+    }
+
+    /// Limits of namespace `nsid`.
+    #[inline]
+    pub(crate) fn ns_limits(&self, nsid: u32) -> std::result::Result<NsLimits, NvmeError> {
+        for n in self.ns.iter() {
+            if n.nsid == nsid {
+                if n.has_metadata {
+                    return Err(NvmeError::Unsupported {
+                        what: "I/O to a namespace formatted with metadata (LBA format MS > 0): reformat it without metadata",
+                    });
+                }
+                return Ok(*n);
+            }
+        }
+        Err(NvmeError::NamespaceMissing {
+            nsid,
+            active: self.ns.len(),
+        })
+    }
+
+    /// Write the SQ tail doorbell for everything queued since the last ring (once).
+    #[inline]
+    pub fn ring(&mut self) {
+        let tail = self.sq.tail();
+        if tail != self.rung_tail {
+            self.sq_db.write(tail);
+            self.rung_tail = tail;
+        }
+    }
+}
+
+impl Drop for IoQueuePair {
+    fn drop(&mut self) {
+        let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
+        d.cdw10 = self.qid as u32;
+        let sq_ok = self.ctrl.admin_exec(d, "Delete I/O Submission Queue");
+        let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+        d.cdw10 = self.qid as u32;
+        let cq_ok = sq_ok.and_then(|_| self.ctrl.admin_exec(d, "Delete I/O Completion Queue"));
+        match cq_ok {
+            Ok(_) => {
+                // SAFETY: each is dropped once, here; the queues are deleted so the device no
+                // longer touches the rings, PRP lists or request buffers.
+                unsafe {
+                    ManuallyDrop::drop(&mut self.sq);
+                    ManuallyDrop::drop(&mut self.cq);
+                    ManuallyDrop::drop(&mut self.lists);
+                    ManuallyDrop::drop(&mut self.reqs);
+                }
+                self.ctrl.free_qid(self.qid);
+            }
+            Err(e) => {
+                // The device may still DMA into the rings and buffers: leak them (and the qid).
+                tracing::warn!(error = %e, qid = self.qid, "deleting NVMe I/O queue failed; its memory stays mapped");
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Queueing the commands of one request: slots from the free stacks, PRPs into the slot's list
+//! pages, SQ entries at the tail; rolled back whole when anything fails.
+
+use crate::controller::PAGE_SIZE;
+use crate::error::NvmeError;
+use crate::io_types::{IoBufs, Rejected};
+use crate::prp;
+use crate::spec::command::io_opcode;
+use crate::spec::Sqe;
+
+use super::sub_range::SubRange;
+use super::{CmdSlot, DataRef, IoQueuePair, NsLimits};
+
+impl IoQueuePair {
+    /// Queue the commands of one request. `data` describes where its `len` bytes are (for
+    /// commands with data); `fill` sets opcode-specific dwords of command `k` covering blocks
+    /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn queue_request(
+        &mut self,
+        opcode: u8,
+        ns: NsLimits,
+        slba: u64,
+        nblocks: u64,
+        max_blocks: u64,
+        cdw12_flags: u32,
+        bufs: IoBufs,
+        data_offset: usize,
+        tag: u64,
+    ) -> std::result::Result<(), Rejected> {
+        let ncmds = nblocks.div_ceil(max_blocks.max(1)).max(1) as usize;
+        if ncmds > self.depth {
+            return Err(Rejected {
+                bufs,
+                error: NvmeError::RequestTooLarge {
+                    len: nblocks << ns.lba_shift,
+                    commands: ncmds,
+                    max_cmd: (max_blocks << ns.lba_shift) as usize,
+                    depth: self.depth,
+                },
+            });
+        }
+        if ncmds > self.free_cid_top || self.free_req_top == 0 {
+            return Err(Rejected {
+                bufs,
+                error: NvmeError::QueueFull {
+                    qid: self.qid,
+                    depth: self.depth,
+                    needed: ncmds,
+                },
+            });
+        }
+        let (nsid, lba_shift) = (ns.nsid, ns.lba_shift);
+        let saved_cid_top = self.free_cid_top;
+        let saved_tail = self.sq.tail();
+        self.free_req_top -= 1;
+        let rid = self.free_reqs[self.free_req_top];
+        let mut done_blocks = 0u64;
+        for _ in 0..ncmds {
+            let nlb = (nblocks - done_blocks).min(max_blocks);
+            self.free_cid_top -= 1;
+            let cid = self.free_cids[self.free_cid_top];
+            let mut sqe = Sqe::new(opcode);
+            sqe.set_cid(cid);
+            sqe.nsid = nsid;
+            let has_data = !matches!(bufs, IoBufs::None);
+            if has_data {
+                let byte_off = (done_blocks << lba_shift) as usize;
+                let bytes = (nlb << lba_shift) as usize;
+                let r = {
+                    let data = match &bufs {
+                        IoBufs::One(b) => DataRef::One {
+                            iova: b.iova() + data_offset as u64,
+                        },
+                        IoBufs::Sg(s) => DataRef::Sg(s),
+                        IoBufs::None => DataRef::None,
+                    };
+                    self.build_prps(cid, &data, byte_off, bytes)
+                };
+                match r {
+                    Ok(p) => {
+                        sqe.prp1 = p.prp1;
+                        sqe.prp2 = p.prp2;
+                    }
+                    Err(e) => {
+                        self.free_cid_top = saved_cid_top;
+                        self.free_req_top += 1;
+                        self.sq.set_tail(saved_tail);
+                        return Err(Rejected {
+                            bufs,
+                            error: e.into(),
+                        });
+                    }
+                }
+            }
+            if opcode != io_opcode::FLUSH {
+                sqe.set_slba(slba + done_blocks);
+                sqe.cdw12 = (nlb as u32 - 1) | cdw12_flags;
+            }
+            self.cmds[cid as usize] = CmdSlot {
+                req: rid,
+                active: true,
+            };
+            self.sq.push(&sqe);
+            done_blocks += nlb;
+        }
+        let r = &mut self.reqs[rid as usize];
+        r.bufs = bufs;
+        r.tag = tag;
+        r.remaining = ncmds as u16;
+        r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
+            (nblocks << lba_shift) as usize
+        } else {
+            0
+        };
+        r.opcode = opcode;
+        r.error = None;
+        self.in_flight += 1;
+        self.stats.requests += 1;
+        self.stats.commands += ncmds as u64;
+        if self.auto_ring {
+            self.ring();
+        }
+        Ok(())
+    }
+
+    /// Queue one command whose data is `len` bytes in the list page of its own slot (Dataset
+    /// Management ranges); `write_page` fills that page.
+    pub(crate) fn queue_with_slot_page(
+        &mut self,
+        mut sqe: Sqe,
+        len: usize,
+        tag: u64,
+        write_page: impl FnOnce(&mut [u64]),
+    ) -> std::result::Result<(), Rejected> {
+        if self.free_cid_top == 0 || self.free_req_top == 0 {
+            return Err(Rejected {
+                bufs: IoBufs::None,
+                error: NvmeError::QueueFull {
+                    qid: self.qid,
+                    depth: self.depth,
+                    needed: 1,
+                },
+            });
+        }
+        debug_assert!(len <= PAGE_SIZE);
+        self.free_req_top -= 1;
+        let rid = self.free_reqs[self.free_req_top];
+        self.free_cid_top -= 1;
+        let cid = self.free_cids[self.free_cid_top];
+        let (list, iova) = self.list_of(cid);
+        write_page(&mut list[..PAGE_SIZE / 8]);
+        sqe.set_cid(cid);
+        sqe.prp1 = iova;
+        self.cmds[cid as usize] = CmdSlot {
+            req: rid,
+            active: true,
+        };
+        self.sq.push(&sqe);
+        let r = &mut self.reqs[rid as usize];
+        r.bufs = IoBufs::None;
+        r.tag = tag;
+        r.remaining = 1;
+        r.bytes = 0;
+        r.opcode = sqe.opcode();
+        r.error = None;
+        self.in_flight += 1;
+        self.stats.requests += 1;
+        self.stats.commands += 1;
+        if self.auto_ring {
+            self.ring();
+        }
+        Ok(())
+    }
+
+    /// The PRP list pages of command slot `cid` and their IOVA.
+    #[inline]
+    fn list_of(&mut self, cid: u16) -> (&mut [u64], u64) {
+        let n = self.list_entries_per_cmd;
+        let off = cid as usize * n * 8;
+        // SAFETY: `lists` holds depth * n u64 entries (page aligned, zeroed); cid < depth; the
+        // slot is free (not in flight), so the device does not read it now; `&mut self`
+        // guarantees no other reference.
+        let slice = unsafe {
+            std::slice::from_raw_parts_mut(self.lists.as_ptr().add(off).cast::<u64>(), n)
+        };
+        (slice, self.lists.iova() + off as u64)
+    }
+
+    #[inline]
+    fn build_prps(
+        &mut self,
+        cid: u16,
+        data: &DataRef<'_>,
+        byte_off: usize,
+        bytes: usize,
+    ) -> std::result::Result<prp::Prps, prp::PrpError> {
+        let (list, list_iova) = self.list_of(cid);
+        match data {
+            DataRef::None => Err(prp::PrpError::Empty),
+            DataRef::One { iova } => prp::build(
+                PAGE_SIZE,
+                [(iova + byte_off as u64, bytes)],
+                list,
+                list_iova,
+            ),
+            DataRef::Sg(sg) => prp::build(
+                PAGE_SIZE,
+                SubRange::new(
+                    sg.iter().map(|s| (s.buf.iova() + s.offset as u64, s.len)),
+                    byte_off,
+                    bytes,
+                ),
+                list,
+                list_iova,
+            ),
+        }
+    }
+}
