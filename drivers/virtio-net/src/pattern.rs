@@ -127,14 +127,19 @@ pub fn verify(frame: &[u8], dst: [u8; 6], src: [u8; 6], len: usize) -> Check {
     }
     let mix = splitmix64(seq);
     let t = table();
-    for (j, c) in frame[PAYLOAD..].chunks(8).enumerate() {
+    let payload = &frame[PAYLOAD..];
+    let words = payload.len() / 8;
+    // Fast path: whole words compared as u64; the slow path below only locates a difference.
+    let mut bad = words;
+    for (j, c) in payload.chunks_exact(8).enumerate() {
+        if u64::from_le_bytes(c.try_into().expect("8-byte chunk")) != t[j] ^ mix {
+            bad = j;
+            break;
+        }
+    }
+    for (j, c) in payload.chunks(8).enumerate().skip(bad) {
         let want = (t[j] ^ mix).to_le_bytes();
-        if c != &want[..c.len()] {
-            let k = c
-                .iter()
-                .zip(want.iter())
-                .position(|(g, e)| g != e)
-                .unwrap_or(0);
+        if let Some(k) = c.iter().zip(want.iter()).position(|(g, e)| g != e) {
             return Check::Mismatch(Mismatch {
                 seq,
                 offset: PAYLOAD + 8 * j + k,
