@@ -28,7 +28,10 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" && -f $kdir/vmlinux ]]; then
     exit 0
 fi
 
+# apt's lists may be empty (container images drop them): refresh once before giving up.
 pkg=$(vm_kernel_package "$series") ||
+    { [[ $(id -u) == 0 ]] && vm_log "no linux-image-amd64 $series.* in apt's lists: apt-get update" &&
+        apt-get update -qq >&2 && pkg=$(vm_kernel_package "$series"); } ||
     vm_die "no linux-image-amd64 $series.* package in apt's lists: run scripts/deps.sh (it adds bookworm-backports and runs apt-get update)"
 
 debs="$UBD_VM_CACHE/debs"

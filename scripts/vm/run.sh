@@ -18,7 +18,7 @@
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
 #   --run-dir DIR          where backing files and logs go (default: a fresh
-#                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=3 are kept)
+#                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=8 are kept)
 #
 # Always in the guest: scripts/ and tests/guest/ of this repository (in /ubd), target/debug/ubdirect
 # when built and no other --bin .../ubdirect is given (in /ubd/bin), bash, busybox, bind-vfio,
@@ -35,7 +35,7 @@ UBD_VM_MEM=${UBD_VM_MEM:-3584M}
 UBD_VM_SMP=${UBD_VM_SMP:-2}
 UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepages=768 hugepagesz=1G hugepages=1}
 UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
-UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-3}
+UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 files=() bins=() test_bins=() envs=() run_dir=
 
