@@ -7,7 +7,6 @@
 #                  dependencies, modules.builtin and a depmod'ed modules.dep (so a busybox
 #                  `modprobe` in the guest works too)
 #   modules.load   their paths relative to that directory, in load order (insmod in the guest)
-#   cmdline        extra kernel arguments this kernel needs (6.1: tsc=reliable)
 # A re-run with the cache in place does nothing and prints the cache directory.
 #
 # Usage: kernel.sh [6.12|6.1]      (env UBD_VM_MODULES: module names to resolve)
@@ -86,8 +85,6 @@ cp "$root/lib/modules/$kver/modules.builtin" "$root/lib/modules/$kver/modules.bu
 cp "$kdir/modules.load" "$mods/modules.order"
 depmod -b "$kdir/modroot" "$kver"
 
-# 6.1 marks the TSC unstable under TCG and falls back to HPET (every clock read traps).
-if [[ $series == 6.1 ]]; then echo "tsc=reliable" >"$kdir/cmdline"; else : >"$kdir/cmdline"; fi
 
 rm -rf "$root"
 echo "$want" >"$stamp"

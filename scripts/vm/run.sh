@@ -25,6 +25,7 @@
 # bind-kernel, ubd-plan.
 # Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
 # guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
+# A guest that dies before reaching /init is booted once more (UBD_VM_BOOT_ATTEMPTS=2).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -196,7 +197,11 @@ done
 
 # init_on_alloc=0: Debian turns zero-on-allocation on; with it the boot-time reservation of
 # 1.5 GiB of hugepages zeroes them all under TCG (4 s of boot, and the host backs the memory).
-append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 init_on_alloc=0 $UBD_VM_HUGEPAGES $(cat "$kdir/cmdline") $UBD_VM_APPEND"
+# no_timer_check: on a loaded host the TCG vCPU can miss the IO-APIC timer check's window and
+# the kernel panics ("timer doesn't work through Interrupt-remapped IO-APIC"; seen here).
+# tsc=reliable: no clocksource watchdog, so a loaded host cannot demote the TSC to the HPET
+# (every clock read would trap).
+append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max
@@ -213,39 +218,56 @@ echo >>"$run_dir/qemu.cmd"
 # each test script/binary) and waits, the host runs the checks collected so far against the live
 # backing files, appends the results to hostcheck.log and answers "<n>" on the serial line, so
 # that later tests cannot overwrite what an earlier test asked to check. The rest run at exit.
-t_boot=$(date +%s.%N)
-: >"$run_dir/guest.log"
-: >"$run_dir/dmesg.log"
-: >"$run_dir/hostcheck.log"
-: >"$run_dir/hostcheck.pending"
-fifo="$run_dir/serial-in"
-rm -f "$fifo"
-mkfifo "$fifo"
-exec 3<>"$fifo"
 # mawk (Debian's awk) reads a pipe in blocks unless told to read line by line.
 awk_cmd=(awk)
 if awk -W version 2>&1 | grep -q mawk; then awk_cmd=(awk -W interactive); fi
-set +e
-timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
-    "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
-        -v hc="'$UBD_VM_DIR/hostcheck.sh' '$run_dir' '$run_dir/hostcheck.pending' >>'$run_dir/hostcheck.log'" \
-        -v pend="$run_dir/hostcheck.pending" '
-        function checks() { if (npend > 0) { close(pend); system(hc); printf "" > pend; npend = 0 } }
-        { sub(/\r+$/, ""); print > lf }
-        $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
-        $0 == "@@UBD-DMESG-END@@" { d = 0; next }
-        d { print > dm; next }
-        index($0, "UBD-HOSTCHECK ") { print > pend; npend++ }
-        /^@@UBD-SYNC@@ [0-9]+$/ { fflush(lf); checks(); print $2 > fifo; fflush(fifo); next }
-        { print; fflush() }
-        END { checks() }'
-statuses=("${PIPESTATUS[@]}")
-set -e
-t_end=$(date +%s.%N)
-exec 3>&-
+fifo="$run_dir/serial-in"
+
+# boot: one QEMU run; sets qemu_rc, t_boot, t_end.
+boot() {
+    t_boot=$(date +%s.%N)
+    : >"$run_dir/guest.log"
+    : >"$run_dir/dmesg.log"
+    : >"$run_dir/hostcheck.log"
+    : >"$run_dir/hostcheck.pending"
+    rm -f "$fifo"
+    mkfifo "$fifo"
+    exec 3<>"$fifo"
+    set +e
+    timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
+        "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
+            -v hc="'$UBD_VM_DIR/hostcheck.sh' '$run_dir' '$run_dir/hostcheck.pending' >>'$run_dir/hostcheck.log'" \
+            -v pend="$run_dir/hostcheck.pending" '
+            function checks() { if (npend > 0) { close(pend); system(hc); printf "" > pend; npend = 0 } }
+            { sub(/\r+$/, ""); print > lf }
+            $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
+            $0 == "@@UBD-DMESG-END@@" { d = 0; next }
+            d { print > dm; next }
+            index($0, "UBD-HOSTCHECK ") { print > pend; npend++ }
+            /^@@UBD-SYNC@@ [0-9]+$/ { fflush(lf); checks(); print $2 > fifo; fflush(fifo); next }
+            { print; fflush() }
+            END { checks() }'
+    qemu_rc=${PIPESTATUS[0]}
+    set -e
+    t_end=$(date +%s.%N)
+    exec 3>&-
+}
+
+# A boot that dies before /init ran anything (a kernel panic on an overloaded host) is retried
+# once: no test has run and no backing file changed. Anything later is never retried.
+attempt=1
+while :; do
+    boot
+    if ((qemu_rc == 124 || qemu_rc == 137)) || grep -q '^@@UBD-READY@@' "$run_dir/guest.log" ||
+        ((attempt >= ${UBD_VM_BOOT_ATTEMPTS:-2})); then
+        break
+    fi
+    mv "$run_dir/guest.log" "$run_dir/guest.boot$attempt.log"
+    vm_log "the guest died before /init (qemu status $qemu_rc; $(grep -m1 -o 'Kernel panic.*' "$run_dir/guest.boot$attempt.log" || echo 'no panic message')); booting again (log: guest.boot$attempt.log)"
+    attempt=$((attempt + 1))
+done
 rm -f "$initrd" "$fifo" "$run_dir/hostcheck.pending"
 
-qemu_rc=${statuses[0]}
 guest_rc=$(sed -n 's/^@@UBD-EXIT@@ \([0-9]*\).*/\1/p' "$run_dir/guest.log" | tail -n1)
 ready=$(sed -n 's/^@@UBD-READY@@ uptime=\([0-9.]*\)s.*/\1/p' "$run_dir/guest.log" | tail -n1)
 timing=$(awk -v a="$t_start" -v b="$t_boot" -v c="$t_end" -v r="${ready:-?}" \
@@ -258,7 +280,8 @@ if ((qemu_rc == 124 || qemu_rc == 137)); then
     exit 124
 fi
 if [[ -z $guest_rc ]]; then
-    vm_log "FAILED: the guest stopped without reporting an exit status (qemu status $qemu_rc; kernel panic or /init died?); log: $run_dir/guest.log"
+    why=$(grep -m1 -o 'Kernel panic.*' "$run_dir/guest.log" || echo "no panic message: /init died?")
+    vm_log "FAILED: the guest stopped without reporting an exit status (qemu status $qemu_rc; $why); log: $run_dir/guest.log"
     exit 125
 fi
 if [[ -s $run_dir/hostcheck.log ]]; then
