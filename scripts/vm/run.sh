@@ -69,6 +69,11 @@ done
 guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
+for d in $UBD_VM_DEVICES; do
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1)" ;;
+    esac
+done
 
 t_start=$(date +%s.%N)
 mkdir -p "$UBD_VM_CACHE"
