@@ -110,6 +110,17 @@ pub const NVME1_NS2: BackingImage = BackingImage {
 /// The ivshmem BAR's backing file (zeros at boot).
 pub const GPUBAR_FILE: &str = "gpubar";
 
+/// The backing image of namespace `nsid` of NVMe controller `ctrl` (0 = nvme0, 1 = nvme1), or
+/// `None` when the test bed has no such namespace.
+pub fn image_of(ctrl: usize, nsid: u32) -> Option<BackingImage> {
+    match (ctrl, nsid) {
+        (0, 1) => Some(NVME0_NS1),
+        (1, 1) => Some(NVME1_NS1),
+        (1, 2) => Some(NVME1_NS2),
+        _ => None,
+    }
+}
+
 /// The pattern word the host wrote at 8-byte-aligned byte `offset` of image `id`:
 /// `(id << 56) | offset`, stored little-endian. Never zero for ids 1..=3.
 pub fn pattern_word(id: u8, offset: u64) -> u64 {
@@ -273,6 +284,50 @@ mod tests {
         assert_eq!(e.offset, 4096 * 5 + 3 + 100);
         assert_eq!(e.found, e.expected ^ 0xff);
         assert!(e.to_string().contains("0x5067"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fill_then_check_holds_and_a_flipped_byte_is_found(
+            id in 1u8..=3,
+            offset in 0u64..(IMAGE_LEN - 8192),
+            len in 1usize..8192,
+            flip in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut buf = vec![0u8; len];
+            fill_pattern(id, offset, &mut buf);
+            proptest::prop_assert_eq!(check_pattern(id, offset, &buf), Ok(()));
+            // Every byte agrees with the word it sits in.
+            for (i, &b) in buf.iter().enumerate() {
+                let at = offset + i as u64;
+                proptest::prop_assert_eq!(b, pattern_word(id, at).to_le_bytes()[(at % 8) as usize]);
+            }
+            let i = flip.index(len);
+            buf[i] = !buf[i];
+            let e = check_pattern(id, offset, &buf).unwrap_err();
+            proptest::prop_assert_eq!(e.offset, offset + i as u64);
+            proptest::prop_assert_eq!(e.id, id);
+        }
+    }
+
+    #[test]
+    fn images_by_controller_and_namespace() {
+        assert_eq!(image_of(0, 1), Some(NVME0_NS1));
+        assert_eq!(
+            image_of(1, 2).map(|i| (i.file, i.block_size)),
+            Some(("nvme1-ns2.img", 4096))
+        );
+        assert_eq!(image_of(0, 2), None);
+        assert_eq!(image_of(2, 1), None);
+        let ids: Vec<u8> = [NVME0_NS1, NVME1_NS1, NVME1_NS2]
+            .iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [1, 2, 3],
+            "ids follow scripts/vm/images.sh's file order"
+        );
     }
 
     #[test]
