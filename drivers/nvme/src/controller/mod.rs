@@ -111,7 +111,6 @@ impl Controller {
                 class,
             });
         }
-        dev.enable_bus_master()?;
         let mmio = Arc::new(dev.map_bar(0)?);
         let cap_raw = mmio.read64(REG_CAP);
         if cap_raw == u64::MAX {
@@ -150,6 +149,9 @@ impl Controller {
         // From here on, an error drops `ctrl`, which disables the controller before its admin
         // rings are freed.
         ctrl.disable()?;
+        // Bus mastering only once the controller is disabled: a controller left running by a
+        // previous owner gets no chance to DMA with its old queue addresses.
+        ctrl.dev.enable_bus_master()?;
         {
             let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
             program_admin(&ctrl.mmio, a);
