@@ -7,6 +7,9 @@ use ubdirect_core::pci::{PciAddress, PciDevice};
 use ubdirect_core::ub::{DmaMem, UbPool, UbRegistry};
 
 use crate::common_cfg::status;
+use crate::ctrl_queue::{
+    CtrlQueue, CTRL_MQ, CTRL_MQ_VQ_PAIRS_SET, CTRL_RX, CTRL_RX_ALLMULTI, CTRL_RX_PROMISC,
+};
 use crate::error::{Result, VirtioNetError};
 use crate::features::{self, Features};
 use crate::frame::{RxFrame, TxFrame};
@@ -73,6 +76,7 @@ pub struct NetInfo {
 pub struct VirtioNet {
     transport: Transport,
     pairs: Vec<QueuePair>,
+    ctrl: Option<CtrlQueue>,
     info: NetInfo,
 }
 
@@ -174,12 +178,20 @@ impl VirtioNet {
             .map(|m| m as usize + ncfg::ETH_HLEN)
             .unwrap_or(ncfg::DEFAULT_MAX_FRAME);
         if cfg.queue_pairs > 1 {
-            // Multiqueue needs VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET on the control queue, which this
-            // driver does not implement yet: refuse instead of silently using one pair.
-            return Err(VirtioNetError::InvalidConfig(format!(
-                "{} queue pairs asked for; this driver drives 1 pair (the device offers {max_pairs}; multiqueue needs the control virtqueue, not implemented)",
-                cfg.queue_pairs
-            )));
+            if !accepted.contains(Features::NET_MQ) {
+                t.reset(RESET_TIMEOUT)?;
+                return Err(VirtioNetError::InvalidConfig(format!(
+                    "{} queue pairs asked for but the device offers no multiqueue (VIRTIO_NET_F_MQ with a control queue; QEMU: mq=on on a multi-queue netdev): use 1",
+                    cfg.queue_pairs
+                )));
+            }
+            if cfg.queue_pairs > max_pairs {
+                t.reset(RESET_TIMEOUT)?;
+                return Err(VirtioNetError::InvalidConfig(format!(
+                    "{} queue pairs asked for; the device has at most {max_pairs}",
+                    cfg.queue_pairs
+                )));
+            }
         }
         let info = NetInfo {
             addr,
@@ -205,6 +217,7 @@ impl VirtioNet {
 
         let event_idx = accepted.contains(Features::EVENT_IDX);
         let mut pairs = Vec::with_capacity(cfg.queue_pairs as usize);
+        let mut ctrl: Option<CtrlQueue> = None;
         let setup = (|| -> Result<()> {
             for p in 0..cfg.queue_pairs {
                 let mut qs = Vec::with_capacity(2);
@@ -263,8 +276,30 @@ impl VirtioNet {
                     ring: pairs[0].rx_ring_size(),
                 });
             }
+            // The control queue follows the data queues: index 2 x max pairs with MQ, else 2.
+            if accepted.contains(Features::NET_CTRL_VQ) {
+                let q = if accepted.contains(Features::NET_MQ) {
+                    2 * max_pairs
+                } else {
+                    2
+                };
+                ctrl = Some(CtrlQueue::new(&t, registry, q)?);
+            }
             t.add_status(status::DRIVER_OK)?;
             t.check_health()?;
+            if cfg.queue_pairs > 1 {
+                let c = ctrl.as_mut().expect("MQ implies the control queue");
+                c.command(
+                    CTRL_MQ,
+                    CTRL_MQ_VQ_PAIRS_SET,
+                    &cfg.queue_pairs.to_le_bytes(),
+                )
+                .map_err(|reason| VirtioNetError::ControlCommand {
+                    addr,
+                    what: "MQ_VQ_PAIRS_SET",
+                    reason,
+                })?;
+            }
             for p in pairs.iter_mut() {
                 p.refill_rx();
             }
@@ -273,6 +308,7 @@ impl VirtioNet {
         let net = VirtioNet {
             transport: t,
             pairs,
+            ctrl,
             info,
         };
         if let Err(e) = setup {
@@ -311,6 +347,35 @@ impl VirtioNet {
             .transport
             .read_device_config(|m| m.read16(ncfg::STATUS))?;
         Ok(s.map(|s| s & ncfg::STATUS_LINK_UP != 0))
+    }
+
+    fn rx_mode(&mut self, cmd: u8, what: &'static str, on: bool) -> Result<()> {
+        let addr = self.info.addr;
+        if !self.info.features.contains(Features::NET_CTRL_RX) {
+            return Err(VirtioNetError::ControlCommand {
+                addr,
+                what,
+                reason: "the device offers no VIRTIO_NET_F_CTRL_RX (receive-filter control)".into(),
+            });
+        }
+        let c = self
+            .ctrl
+            .as_mut()
+            .expect("CTRL_RX implies the control queue");
+        c.command(CTRL_RX, cmd, &[on as u8])
+            .map_err(|reason| VirtioNetError::ControlCommand { addr, what, reason })
+    }
+
+    /// Promiscuous receive on or off (the device's default after reset is on). Off: the device
+    /// delivers only frames for its MAC, broadcast, and multicast per `set_all_multicast`.
+    /// A control-queue command: not for the I/O path.
+    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+        self.rx_mode(CTRL_RX_PROMISC, "RX_PROMISC", on)
+    }
+
+    /// Receive all multicast frames on or off (control-queue command).
+    pub fn set_all_multicast(&mut self, on: bool) -> Result<()> {
+        self.rx_mode(CTRL_RX_ALLMULTI, "RX_ALLMULTI", on)
     }
 
     /// Errors when the device is gone or asks for a reset.
@@ -361,8 +426,8 @@ impl VirtioNet {
         let r = self.quiesce();
         if r.is_err() {
             // The device may still DMA: never free its memory.
-            let pairs = std::mem::take(&mut self.pairs);
-            std::mem::forget(pairs);
+            std::mem::forget(std::mem::take(&mut self.pairs));
+            std::mem::forget(self.ctrl.take());
         }
         r
     }
@@ -385,8 +450,8 @@ impl Drop for VirtioNet {
         if let Err(e) = self.quiesce() {
             tracing::error!(addr = %self.info.addr, error = %e,
                 "virtio-net reset failed at shutdown: leaking ring memory and buffers rather than freeing memory the device may still write");
-            let pairs = std::mem::take(&mut self.pairs);
-            std::mem::forget(pairs);
+            std::mem::forget(std::mem::take(&mut self.pairs));
+            std::mem::forget(self.ctrl.take());
         }
     }
 }

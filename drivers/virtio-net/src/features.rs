@@ -83,21 +83,27 @@ pub const WANTED: Features = Features::VERSION_1
     .union(Features::NET_MTU)
     .union(Features::EVENT_IDX)
     .union(Features::NET_CTRL_VQ)
+    .union(Features::NET_CTRL_RX)
     .union(Features::NET_MQ);
 
-/// The outcome of negotiation: what to write back to the device.
+/// The outcome of negotiation: what to write back to the device, or the required features
+/// that are missing.
 ///
-/// `want_pairs > 1` asks for multiqueue (needs both MQ and CTRL_VQ); otherwise MQ and the
-/// control queue are left off.
+/// The control queue (CTRL_VQ, with CTRL_RX for receive-filter modes) is taken when offered.
+/// Multiqueue is taken only when `want_pairs > 1` and the control queue is there (the pair
+/// count is set through it); with one pair the device stays in its single-pair default.
 pub fn negotiate(offered: Features, want_pairs: u16) -> Result<Features, Features> {
     let missing = REQUIRED.difference(offered);
     if !missing.is_empty() {
         return Err(missing);
     }
     let mut accepted = offered.intersection(WANTED);
-    let mq_ok = accepted.contains(Features::NET_MQ | Features::NET_CTRL_VQ);
-    if want_pairs <= 1 || !mq_ok {
-        accepted.remove(Features::NET_MQ | Features::NET_CTRL_VQ);
+    if !accepted.contains(Features::NET_CTRL_VQ) {
+        // Both depend on the control queue.
+        accepted.remove(Features::NET_CTRL_RX | Features::NET_MQ);
+    }
+    if want_pairs <= 1 {
+        accepted.remove(Features::NET_MQ);
     }
     Ok(accepted)
 }
@@ -132,13 +138,15 @@ mod tests {
                 | Features::RING_PACKED
                 | Features::INDIRECT_DESC
         ));
-        assert!(!got.intersects(Features::NET_MQ | Features::NET_CTRL_VQ));
+        assert!(got.contains(Features::NET_CTRL_VQ | Features::NET_CTRL_RX));
+        assert!(!got.contains(Features::NET_MQ), "one pair: no multiqueue");
     }
 
     #[test]
     fn mq_only_with_ctrl_vq_and_more_than_one_pair() {
-        let base = REQUIRED | Features::NET_MQ;
-        assert!(!negotiate(base, 4).unwrap().contains(Features::NET_MQ));
+        let base = REQUIRED | Features::NET_MQ | Features::NET_CTRL_RX;
+        let no_ctrl = negotiate(base, 4).unwrap();
+        assert!(!no_ctrl.intersects(Features::NET_MQ | Features::NET_CTRL_RX));
         let with_ctrl = base | Features::NET_CTRL_VQ;
         assert!(negotiate(with_ctrl, 4)
             .unwrap()

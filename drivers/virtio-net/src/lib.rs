@@ -13,6 +13,7 @@
 //! rung only when the device asks (VIRTIO_F_EVENT_IDX).
 
 pub mod common_cfg;
+pub mod ctrl_queue;
 pub mod device;
 pub mod error;
 pub mod features;

@@ -272,10 +272,28 @@ impl Transport {
 
     /// Registers `ring` as queue `q` with no MSI-X vector, enables it and returns its doorbell.
     pub fn setup_queue(&self, q: u16, ring: &SplitRing) -> Result<Doorbell> {
+        self.setup_queue_at(
+            q,
+            ring.size(),
+            ring.desc_iova(),
+            ring.avail_iova(),
+            ring.used_iova(),
+        )
+    }
+
+    /// Registers a queue of `size` entries whose three areas are at the given IOVAs.
+    pub fn setup_queue_at(
+        &self,
+        q: u16,
+        size: u16,
+        desc: u64,
+        avail: u64,
+        used: u64,
+    ) -> Result<Doorbell> {
         let addr = self.address();
         let c = self.c();
         c.write16(cc::QUEUE_SELECT, q);
-        c.write16(cc::QUEUE_SIZE, ring.size());
+        c.write16(cc::QUEUE_SIZE, size);
         c.write16(cc::QUEUE_MSIX_VECTOR, NO_VECTOR);
         let read = c.read16(cc::QUEUE_MSIX_VECTOR);
         if read != NO_VECTOR {
@@ -289,9 +307,9 @@ impl Transport {
             c.write32(off, v as u32);
             c.write32(off + 4, (v >> 32) as u32);
         };
-        w64(cc::QUEUE_DESC, ring.desc_iova());
-        w64(cc::QUEUE_DRIVER, ring.avail_iova());
-        w64(cc::QUEUE_DEVICE, ring.used_iova());
+        w64(cc::QUEUE_DESC, desc);
+        w64(cc::QUEUE_DRIVER, avail);
+        w64(cc::QUEUE_DEVICE, used);
         let notify_off = c.read16(cc::QUEUE_NOTIFY_OFF) as u64;
         let offset = notify_off * self.notify_off_multiplier as u64;
         let len = self.notify.mmio().len() as u64;

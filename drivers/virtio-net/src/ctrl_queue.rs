@@ -1,0 +1,196 @@
+//! The control virtqueue (virtio 1.2 §5.1.6.5): synchronous commands such as receive-filter
+//! modes and the number of active queue pairs. Not an I/O path: one command at a time, the
+//! doorbell always rung, the answer awaited with a deadline.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::ub::{DmaMem, UbRegistry};
+
+use crate::ring::layout::{Descriptor, UsedElem, AVAIL_F_NO_INTERRUPT, DESC_F_NEXT, DESC_F_WRITE};
+use crate::ring::RingLayout;
+use crate::transport::{Doorbell, Transport};
+
+/// Control class: receive-filter modes.
+pub const CTRL_RX: u8 = 0;
+/// `CTRL_RX` command: promiscuous mode on (1) / off (0).
+pub const CTRL_RX_PROMISC: u8 = 0;
+/// `CTRL_RX` command: receive all multicast on / off.
+pub const CTRL_RX_ALLMULTI: u8 = 1;
+/// Control class: multiqueue.
+pub const CTRL_MQ: u8 = 4;
+/// `CTRL_MQ` command: set the number of active queue pairs (le16).
+pub const CTRL_MQ_VQ_PAIRS_SET: u8 = 0;
+/// The device's answer: success.
+pub const CTRL_OK: u8 = 0;
+
+/// How long the device may take to answer a control command.
+pub const CTRL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Offset of the device-writable ack byte in the command page.
+const ACK_OFF: usize = 64;
+/// Longest command payload.
+const MAX_DATA: usize = 60;
+
+/// A control virtqueue with its ring and one command page.
+pub(crate) struct CtrlQueue {
+    layout: RingLayout,
+    doorbell: Doorbell,
+    avail: u16,
+    used: u16,
+    ring: DmaMem,
+    page: DmaMem,
+}
+
+impl CtrlQueue {
+    /// Allocates and registers control queue `q` (up to 64 entries; only 2 are ever used).
+    pub(crate) fn new(
+        t: &Transport,
+        registry: &Arc<UbRegistry>,
+        q: u16,
+    ) -> crate::Result<CtrlQueue> {
+        let max = t.queue_max_size(q);
+        if max == 0 {
+            return Err(crate::VirtioNetError::QueueUnavailable {
+                addr: t.address(),
+                queue: q,
+                num_queues: t.num_queues(),
+            });
+        }
+        let size = 1u16 << (15 - max.min(64).leading_zeros().min(15));
+        let layout = RingLayout::new(size).expect("power of two <= 64");
+        let ring = DmaMem::alloc(registry, layout.total)?;
+        let page = DmaMem::alloc(registry, 4096)?;
+        // SAFETY: the ring block is zeroed, at least layout.total bytes, owned by this queue.
+        unsafe {
+            core::ptr::write_volatile(
+                ring.as_ptr().add(layout.avail).cast::<u16>(),
+                AVAIL_F_NO_INTERRUPT,
+            )
+        };
+        let base = ring.iova();
+        let doorbell = t.setup_queue_at(
+            q,
+            size,
+            base + layout.desc as u64,
+            base + layout.avail as u64,
+            base + layout.used as u64,
+        )?;
+        Ok(CtrlQueue {
+            layout,
+            doorbell,
+            avail: 0,
+            used: 0,
+            ring,
+            page,
+        })
+    }
+
+    fn idx(&self, off: usize) -> &AtomicU16 {
+        // SAFETY: `off` is a 2-byte aligned index field of the ring block, which lives as long
+        // as self; the device accesses it concurrently, as an atomic models.
+        unsafe { AtomicU16::from_ptr(self.ring.as_ptr().add(off).cast::<u16>()) }
+    }
+
+    /// Sends `class`/`cmd` with `data` and waits (bounded) for the device's ack.
+    /// `Err` carries the reason (refused, timed out, malformed answer).
+    pub(crate) fn command(
+        &mut self,
+        class: u8,
+        cmd: u8,
+        data: &[u8],
+    ) -> std::result::Result<(), String> {
+        if data.len() > MAX_DATA {
+            return Err(format!(
+                "{} bytes of command data (at most {MAX_DATA})",
+                data.len()
+            ));
+        }
+        let p = self.page.as_ptr();
+        let mask = self.layout.size - 1;
+        // SAFETY: the page is ours (4 KiB); the device reads/writes it only between the avail
+        // publish below and the used entry we wait for; descriptor and avail slots 0/1 are
+        // free (commands are synchronous).
+        unsafe {
+            *p = class;
+            *p.add(1) = cmd;
+            core::ptr::copy_nonoverlapping(data.as_ptr(), p.add(2), data.len());
+            core::ptr::write_volatile(p.add(ACK_OFF), 0xff);
+            let d = self
+                .ring
+                .as_ptr()
+                .add(self.layout.desc)
+                .cast::<Descriptor>();
+            let iova = self.page.iova();
+            core::ptr::write_volatile(
+                d,
+                Descriptor {
+                    addr: iova,
+                    len: 2 + data.len() as u32,
+                    flags: DESC_F_NEXT,
+                    next: 1,
+                },
+            );
+            core::ptr::write_volatile(
+                d.add(1),
+                Descriptor {
+                    addr: iova + ACK_OFF as u64,
+                    len: 1,
+                    flags: DESC_F_WRITE,
+                    next: 0,
+                },
+            );
+            core::ptr::write_volatile(
+                self.ring
+                    .as_ptr()
+                    .add(self.layout.avail_entry(self.avail & mask))
+                    .cast::<u16>(),
+                0,
+            );
+        }
+        self.avail = self.avail.wrapping_add(1);
+        self.idx(self.layout.avail_idx())
+            .store(self.avail, Ordering::Release);
+        self.doorbell.ring();
+        let start = Instant::now();
+        loop {
+            let u = self.idx(self.layout.used_idx()).load(Ordering::Acquire);
+            if u != self.used {
+                if u != self.used.wrapping_add(1) {
+                    return Err(format!(
+                        "used index jumped from {} to {u} for one command (malformed ring)",
+                        self.used
+                    ));
+                }
+                break;
+            }
+            if start.elapsed() > CTRL_TIMEOUT {
+                return Err(format!("no answer within {CTRL_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        // SAFETY: the used element at our slot was published by the Acquire load above.
+        let e: UsedElem = unsafe {
+            core::ptr::read_volatile(
+                self.ring
+                    .as_ptr()
+                    .add(self.layout.used_entry(self.used & mask))
+                    .cast::<UsedElem>(),
+            )
+        };
+        self.used = self.used.wrapping_add(1);
+        if e.id != 0 {
+            return Err(format!(
+                "device completed descriptor {} instead of 0 (malformed completion)",
+                e.id
+            ));
+        }
+        // SAFETY: the device wrote the ack before publishing the used entry.
+        let ack = unsafe { core::ptr::read_volatile(p.add(ACK_OFF)) };
+        match ack {
+            CTRL_OK => Ok(()),
+            a => Err(format!("device answered {a:#04x} (VIRTIO_NET_ERR): command class {class} cmd {cmd} refused")),
+        }
+    }
+}
