@@ -150,7 +150,7 @@ impl VirtioNet {
             }
         };
         t.set_features(accepted)?;
-        t.disable_config_vector();
+        t.disable_config_vector()?;
 
         let cfg_len = t.device_config_len();
         let (mac, max_pairs, mtu) = t

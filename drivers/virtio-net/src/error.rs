@@ -104,8 +104,8 @@ pub enum VirtioNetError {
         /// Queues the device reports.
         num_queues: u16,
     },
-    /// The device did not accept NO_VECTOR for a queue.
-    #[error("{addr}: queue {queue} MSI-X vector reads back {read:#06x} after writing NO_VECTOR (0xffff): the device does not support polling mode")]
+    /// The device did not accept NO_VECTOR for a queue (queue 0xffff: the config vector).
+    #[error("{addr}: queue {queue} MSI-X vector reads back {read:#06x} after writing NO_VECTOR (0xffff; queue 65535 means the config-change vector): the device does not support polling mode")]
     MsixVector {
         /// The device.
         addr: PciAddress,

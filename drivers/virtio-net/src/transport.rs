@@ -254,9 +254,18 @@ impl Transport {
         Ok(())
     }
 
-    /// Turns off the configuration-change interrupt (polling driver).
-    pub fn disable_config_vector(&self) {
+    /// Turns off the configuration-change interrupt (polling driver) and checks it stuck.
+    pub fn disable_config_vector(&self) -> Result<()> {
         self.c().write16(cc::CONFIG_MSIX_VECTOR, NO_VECTOR);
+        let read = self.c().read16(cc::CONFIG_MSIX_VECTOR);
+        if read != NO_VECTOR {
+            return Err(VirtioNetError::MsixVector {
+                addr: self.address(),
+                queue: u16::MAX,
+                read,
+            });
+        }
+        Ok(())
     }
 
     /// Number of virtqueues the device has.
