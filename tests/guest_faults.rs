@@ -1,0 +1,1082 @@
+//! Guest fault-injection tests: what the drivers do when a device disappears, is reset under
+//! them, or loses its IOMMU mappings while I/O is in flight (RELIABILITY.md cites them).
+//!
+//! Each scenario runs in a child process (this binary again, `UBD_FAULT_CHILD=<scenario>`) under
+//! a hard deadline: a driver that hangs is killed and the test fails naming the deadline, a panic
+//! or a signal fails it with the child's output, and whatever a driver leaks on purpose (memory a
+//! device might still write) dies with the child instead of holding the device's IOMMU group for
+//! the next test. The child prints `FAULT-SAW <key>: <value>` lines; the parent asserts on them
+//! and then checks that the device works again.
+//!
+//! "The device vanished" is injected below VFIO: the PCI command register is written through
+//! sysfs (`/sys/bus/pci/devices/<addr>/config`), which reaches the device directly, while VFIO's
+//! virtualised copy (and so its BAR mmaps) stays as it was. With memory decoding off the BAR no
+//! longer answers; with bus mastering off the device cannot DMA: what a surprise removal looks
+//! like from the driver's side.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::testbed::{self, NVME0_NS1};
+use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_virtio_net::pattern;
+use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
+
+const CHILD_ENV: &str = "UBD_FAULT_CHILD";
+/// PCI command register offset and its memory-space / bus-master bits.
+const PCI_COMMAND: u64 = 4;
+const CMD_MEMORY: u16 = 1 << 1;
+const CMD_BUS_MASTER: u16 = 1 << 2;
+/// Deadline of blocking calls that should just work.
+const T: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------------------------
+
+/// What a child run left behind.
+struct ChildRun {
+    /// Exit code (None: killed by a signal or by the deadline).
+    code: Option<i32>,
+    /// stdout + stderr.
+    out: String,
+    /// Wall time until it exited (or was killed).
+    elapsed: Duration,
+    /// True when the deadline killed it.
+    timed_out: bool,
+}
+
+impl ChildRun {
+    /// Every value printed as `FAULT-SAW <key>: <value>`.
+    fn saw(&self, key: &str) -> Vec<String> {
+        let tag = format!("FAULT-SAW {key}: ");
+        self.out
+            .lines()
+            .filter_map(|l| l.find(&tag).map(|i| l[i + tag.len()..].to_string()))
+            .collect()
+    }
+
+    /// The single value printed for `key` (fails the test when missing).
+    fn one(&self, key: &str) -> String {
+        self.saw(key)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("child printed no `FAULT-SAW {key}:` line:\n{}", self.out))
+    }
+
+    /// Fail unless the child exited 0 within its deadline.
+    fn assert_clean_exit(&self) {
+        assert!(
+            !self.timed_out,
+            "the scenario hung: killed at its deadline after {:?}:\n{}",
+            self.elapsed, self.out
+        );
+        assert_eq!(
+            self.code,
+            Some(0),
+            "the scenario did not exit cleanly (panic or signal):\n{}",
+            self.out
+        );
+    }
+}
+
+/// Run test `test` of this binary again as a child in `scenario` mode, killing it at `deadline`.
+fn run_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
+    let start = Instant::now();
+    let mut child = Command::new(std::env::current_exe().expect("test binary path"))
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, scenario)
+        .env("RUST_BACKTRACE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the scenario child");
+    // Drain both pipes on threads so a chatty child cannot block on a full pipe.
+    let mut so = child.stdout.take().expect("stdout pipe");
+    let mut se = child.stderr.take().expect("stderr pipe");
+    let ho = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let he = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for the child") {
+            break st;
+        }
+        if start.elapsed() > deadline {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait().expect("reap the killed child");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    let out = format!(
+        "{}{}",
+        ho.join().unwrap_or_default(),
+        he.join().unwrap_or_default()
+    );
+    ChildRun {
+        code: status.code(),
+        out,
+        elapsed,
+        timed_out,
+    }
+}
+
+fn child_mode() -> Option<String> {
+    std::env::var(CHILD_ENV).ok()
+}
+
+/// Print one observation for the parent.
+fn saw(key: &str, value: impl std::fmt::Display) {
+    println!("FAULT-SAW {key}: {value}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Injection helpers
+// ---------------------------------------------------------------------------------------------
+
+/// The device's PCI command register, accessed through sysfs (below VFIO).
+struct CommandRegister {
+    file: File,
+    original: u16,
+}
+
+impl CommandRegister {
+    fn open(addr: PciAddress) -> CommandRegister {
+        let path = format!("/sys/bus/pci/devices/{addr}/config");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {path}: {e}"));
+        let mut r = CommandRegister { file, original: 0 };
+        r.original = r.read();
+        r
+    }
+
+    fn read(&self) -> u16 {
+        let mut b = [0u8; 2];
+        self.file
+            .read_exact_at(&mut b, PCI_COMMAND)
+            .expect("read the command register");
+        u16::from_le_bytes(b)
+    }
+
+    fn write(&self, v: u16) {
+        self.file
+            .write_all_at(&v.to_le_bytes(), PCI_COMMAND)
+            .expect("write the command register");
+    }
+
+    /// Memory decoding and bus mastering off: the device no longer answers MMIO or DMAs.
+    fn vanish(&self) {
+        self.write(self.original & !(CMD_MEMORY | CMD_BUS_MASTER));
+    }
+
+    fn restore(&self) {
+        self.write(self.original);
+    }
+}
+
+/// One `DMAR: [DMA ...] ... fault addr ...` record of the kernel log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DmarFault {
+    /// "Read" or "Write" (from the device's point of view).
+    access: String,
+    /// The requester, as the kernel prints it ("00:04.0").
+    device: String,
+    /// The faulting IOVA.
+    addr: u64,
+    /// The whole line, for messages.
+    line: String,
+}
+
+/// Parse one kernel log line; `None` for anything that is not a DMAR fault record.
+fn parse_dmar_fault(line: &str) -> Option<DmarFault> {
+    let start = line.find("DMAR: [DMA ")?;
+    let rest = &line[start + "DMAR: [DMA ".len()..];
+    let access = rest.split_whitespace().next()?.trim_end_matches(']');
+    let dev_at = rest.find("Request device [")? + "Request device [".len();
+    let device = rest[dev_at..].split(']').next()?.to_string();
+    let addr_at = rest.find("fault addr ")? + "fault addr ".len();
+    let hex = rest[addr_at..].split_whitespace().next()?;
+    let addr = u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()?;
+    Some(DmarFault {
+        access: access.to_string(),
+        device,
+        addr,
+        line: line[start..].to_string(),
+    })
+}
+
+/// Reads the kernel log records written after [`Kmsg::from_now`] (through /dev/kmsg, which
+/// every reader sees whole, independently of `dmesg -c`).
+struct Kmsg {
+    file: File,
+}
+
+impl Kmsg {
+    /// Start reading at the end of the kernel log.
+    fn from_now() -> Kmsg {
+        use std::os::fd::AsRawFd;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags_nonblock()
+            .open("/dev/kmsg")
+            .expect("open /dev/kmsg");
+        // SAFETY: lseek on our own fd; /dev/kmsg accepts SEEK_END (skip to the newest record).
+        let rc = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_END) };
+        assert!(
+            rc >= 0,
+            "lseek /dev/kmsg: {}",
+            std::io::Error::last_os_error()
+        );
+        Kmsg { file }
+    }
+
+    /// The message text of every record since the last call.
+    fn new_lines(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 8192];
+        loop {
+            match self.file.read(&mut buf) {
+                Ok(0) => break,
+                // One record per read: "prio,seq,time,flags;message\n".
+                Ok(n) => {
+                    let rec = String::from_utf8_lossy(&buf[..n]);
+                    let msg = rec.split_once(';').map_or(&*rec, |(_, m)| m);
+                    out.push(msg.lines().next().unwrap_or("").to_string());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // EPIPE: records were overwritten before we read them; keep reading.
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+                Err(e) => panic!("read /dev/kmsg: {e}"),
+            }
+        }
+        out
+    }
+
+    /// DMAR faults logged since the last call.
+    fn dmar_faults(&mut self) -> Vec<DmarFault> {
+        self.new_lines()
+            .iter()
+            .filter_map(|l| parse_dmar_fault(l))
+            .collect()
+    }
+}
+
+/// `OpenOptions` with O_NONBLOCK, spelled once.
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NONBLOCK)
+    }
+}
+
+/// The kernel's short form of a PCI address ("00:04.0"), as in DMAR fault lines.
+fn short_bdf(addr: PciAddress) -> String {
+    format!("{:02x}:{:02x}.{}", addr.bus, addr.device, addr.function)
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVMe helpers
+// ---------------------------------------------------------------------------------------------
+
+struct NvmeBed {
+    registry: Arc<UbRegistry>,
+    ctrl: Arc<Controller>,
+    pool: Arc<UbPool>,
+}
+
+fn nvme0_addr() -> PciAddress {
+    testbed::require().nvme[0].parse().expect("nvme0 address")
+}
+
+fn open_nvme0(admin_timeout: Duration, blocks: usize) -> NvmeBed {
+    let registry = UbRegistry::new(DmaDomain::new().expect("DMA domain"));
+    let ctrl = Controller::open(
+        &registry,
+        nvme0_addr(),
+        ControllerOptions {
+            admin_timeout,
+            ..Default::default()
+        },
+    )
+    .expect("open nvme0");
+    let pool = UbPool::with_hugepages(
+        &registry,
+        PoolConfig {
+            block_size: 1 << 20,
+            block_count: blocks,
+        },
+        None,
+    )
+    .expect("pool");
+    NvmeBed {
+        registry,
+        ctrl,
+        pool,
+    }
+}
+
+fn queue(ctrl: &Arc<Controller>, io_timeout: Duration) -> IoQueuePair {
+    IoQueuePair::new(
+        ctrl,
+        QueueOptions {
+            depth: 32,
+            io_timeout,
+            ..Default::default()
+        },
+    )
+    .expect("queue pair")
+}
+
+/// Short name of an NVMe error variant, for the parent's assertions.
+fn nvme_kind(e: &NvmeError) -> &'static str {
+    match e {
+        NvmeError::DeviceGone { .. } => "DeviceGone",
+        NvmeError::Timeout { .. } => "Timeout",
+        NvmeError::Wedged { .. } => "Wedged",
+        NvmeError::ControllerFatal { .. } => "ControllerFatal",
+        NvmeError::Command { .. } => "Command",
+        NvmeError::MalformedCompletion { .. } => "MalformedCompletion",
+        _ => "other",
+    }
+}
+
+/// Poll until `limit` passes or `stop` says so; prints every completion and error. Returns the
+/// first error, or None when everything completed.
+fn poll_until_error(qp: &mut IoQueuePair, limit: Duration) -> Option<NvmeError> {
+    let start = Instant::now();
+    let mut ok = 0usize;
+    let mut failed = 0usize;
+    while qp.in_flight() > 0 && start.elapsed() < limit {
+        match qp.poll(64, |c| match c.result {
+            Ok(_) => ok += 1,
+            Err(_) => failed += 1,
+        }) {
+            Ok(_) => {}
+            Err(e) => {
+                saw("first-error-after-ms", start.elapsed().as_millis());
+                saw("first-error-kind", nvme_kind(&e));
+                saw("first-error", &e);
+                saw("completed-ok", ok);
+                saw("completed-with-error", failed);
+                return Some(e);
+            }
+        }
+        std::hint::spin_loop();
+    }
+    saw("completed-ok", ok);
+    saw("completed-with-error", failed);
+    None
+}
+
+/// Submit `n` 1 MiB reads of nvme0 (tags from `tag0`), without ringing.
+fn submit_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>, n: u64, tag0: u64) {
+    for i in 0..n {
+        let tag = tag0 + i;
+        qp.submit_read(1, tag * 2048, pool.get().expect("buffer"), 0, 1 << 20, tag)
+            .map_err(|r| r.error)
+            .expect("submit");
+    }
+}
+
+/// After the child: the controller opens and reads the pattern again.
+fn assert_nvme0_works() {
+    let bed = open_nvme0(Duration::from_secs(10), 1);
+    let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
+    let b = qp
+        .read_blocking(1, 8, bed.pool.get().unwrap(), 0, 4096, T)
+        .expect("nvme0 reads again after the scenario");
+    testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host tests of the helpers
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn dmar_fault_lines_parse() {
+    let l = "DMAR: [DMA Write NO_PASID] Request device [00:04.0] fault addr 0x7fe00000 [fault reason 0x05] PTE Write access is not set";
+    let f = parse_dmar_fault(l).unwrap();
+    assert_eq!(f.access, "Write");
+    assert_eq!(f.device, "00:04.0");
+    assert_eq!(f.addr, 0x7fe0_0000);
+    // Older kernels print no PASID word; the prefix may carry the driver name.
+    let l = "dmar_fault: 2 callbacks suppressed DMAR: [DMA Read] Request device [00:05.0] fault addr 1000 [fault reason 06] PTE Read access is not set";
+    let f = parse_dmar_fault(l).unwrap();
+    assert_eq!(
+        (f.access.as_str(), f.device.as_str(), f.addr),
+        ("Read", "00:05.0", 0x1000)
+    );
+    assert_eq!(parse_dmar_fault("DMAR: IOMMU enabled"), None);
+    assert_eq!(
+        parse_dmar_fault("DMAR: [DMA Write] Request device [00:04.0] fault addr zz"),
+        None
+    );
+}
+
+#[test]
+fn child_lines_are_found() {
+    let r = ChildRun {
+        code: Some(0),
+        out: "noise\nFAULT-SAW kind: Timeout\nx FAULT-SAW kind: Wedged\n".into(),
+        elapsed: Duration::ZERO,
+        timed_out: false,
+    };
+    assert_eq!(r.saw("kind"), vec!["Timeout", "Wedged"]);
+    assert_eq!(r.one("kind"), "Timeout");
+    assert!(r.saw("other").is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guest tests
+// ---------------------------------------------------------------------------------------------
+
+/// Device removed mid-flight (NVMe): memory decoding and bus mastering go off while 8 reads are
+/// with the device and 8 more are queued behind a doorbell that is then lost. The driver must
+/// report a typed error within its deadline, never hang or panic, and keep the memory of the
+/// queue it could not delete.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
+    const TEST: &str = "nvme_device_vanishing_mid_flight_is_a_typed_error";
+    if child_mode().is_some() {
+        let bed = open_nvme0(Duration::from_secs(1), 16);
+        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
+        qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
+            .expect("warm-up read");
+        let cmd = CommandRegister::open(bed.ctrl.device().address());
+        submit_reads(&mut qp, &bed.pool, 8, 0);
+        qp.ring();
+        cmd.vanish();
+        submit_reads(&mut qp, &bed.pool, 8, 8);
+        qp.ring();
+        saw("in-flight-after-vanish", qp.in_flight());
+        match bed.ctrl.csts("probing after the device vanished") {
+            Ok(c) => saw("csts-probe", format!("Ok({:#x})", c.0)),
+            Err(e) => saw("csts-probe", format!("{}: {e}", nvme_kind(&e))),
+        }
+        let e = poll_until_error(&mut qp, Duration::from_secs(60));
+        assert!(e.is_some(), "no error within 60 s");
+        // A second poll keeps failing (no completion can arrive) and does not hang.
+        let t = Instant::now();
+        let again = loop {
+            if let Err(e) = qp.poll(64, |_| {}) {
+                break e;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "second poll: no error"
+            );
+        };
+        saw("second-error-kind", nvme_kind(&again));
+        saw("second-error", &again);
+        let in_use = bed.pool.stats().in_use;
+        let t = Instant::now();
+        drop(qp);
+        saw("queue-drop-ms", t.elapsed().as_millis());
+        saw("pool-in-use-before-drop", in_use);
+        saw("pool-in-use-after-drop", bed.pool.stats().in_use);
+        let t = Instant::now();
+        drop(bed);
+        saw("controller-drop-ms", t.elapsed().as_millis());
+        cmd.restore();
+        return;
+    }
+    let run = run_child(TEST, "vanish", Duration::from_secs(150));
+    println!("{}", run.out.trim_end());
+    run.assert_clean_exit();
+    assert_eq!(run.one("in-flight-after-vanish"), "16");
+    let kind = run.one("first-error-kind");
+    assert!(
+        ["DeviceGone", "Timeout", "Wedged", "ControllerFatal"].contains(&kind.as_str()),
+        "untyped error: {}",
+        run.one("first-error")
+    );
+    // The bound as built: io_timeout, then one Abort per outstanding command, each waiting up to
+    // admin_timeout (a 1 MiB read is two commands at nvme0's 512 KiB MDTS): 1 s + 32 x 1 s.
+    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
+    assert!(
+        ms < 1000 + 32 * 1000 + 5000,
+        "first error only after {ms} ms"
+    );
+    // Requests never completed by the device stay with the driver, never handed back as if done.
+    let ok: usize = run.one("completed-ok").parse().unwrap();
+    assert!(
+        ok <= 8,
+        "{ok} reads completed although 8 never reached the device"
+    );
+    // The queue could not be deleted: its buffers stay out (the device might still write them).
+    let before: usize = run.one("pool-in-use-before-drop").parse().unwrap();
+    let after: usize = run.one("pool-in-use-after-drop").parse().unwrap();
+    assert!(before > 0);
+    assert_eq!(
+        after, before,
+        "buffers of an undeletable queue went back to the pool"
+    );
+    assert_nvme0_works();
+}
+
+/// The controller is reset under the driver (VFIO_DEVICE_RESET, i.e. FLR, while reads are in
+/// flight): no completion can come; the driver must time out, send Abort, report Wedged, leak
+/// rather than free the queue memory, and the controller must open again afterwards.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nvme_reset_under_the_driver_times_out_and_reopens() {
+    const TEST: &str = "nvme_reset_under_the_driver_times_out_and_reopens";
+    if child_mode().is_some() {
+        let bed = open_nvme0(Duration::from_secs(1), 8);
+        assert!(bed.ctrl.device().can_reset(), "nvme0 has no reset method");
+        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
+        submit_reads(&mut qp, &bed.pool, 4, 0);
+        bed.ctrl.device().reset().expect("VFIO_DEVICE_RESET");
+        qp.ring();
+        saw("in-flight-after-reset", qp.in_flight());
+        let e = poll_until_error(&mut qp, Duration::from_secs(60));
+        assert!(e.is_some(), "no error within 60 s");
+        let t = Instant::now();
+        let again = loop {
+            if let Err(e) = qp.poll(64, |_| {}) {
+                break e;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "second poll: no error"
+            );
+        };
+        saw("second-error-after-ms", t.elapsed().as_millis());
+        saw("second-error-kind", nvme_kind(&again));
+        saw("second-error", &again);
+        let t = Instant::now();
+        drop(qp);
+        saw("queue-drop-ms", t.elapsed().as_millis());
+        saw("pool-in-use-after-queue-drop", bed.pool.stats().in_use);
+        match bed.ctrl.reset() {
+            Ok(()) => saw("controller-reset", "Ok"),
+            Err(e) => saw("controller-reset", format!("{}: {e}", nvme_kind(&e))),
+        }
+        let NvmeBed {
+            registry,
+            ctrl,
+            pool,
+        } = bed;
+        let t = Instant::now();
+        drop(ctrl);
+        saw("controller-drop-ms", t.elapsed().as_millis());
+        // The same registry (its leaked queue memory still mapped) opens the controller again.
+        let ctrl = Controller::open(&registry, nvme0_addr(), ControllerOptions::default())
+            .expect("reopen after the reset");
+        let mut qp = queue(&ctrl, Duration::from_secs(10));
+        let b = qp
+            .read_blocking(1, 8, pool.get().expect("a free buffer"), 0, 4096, T)
+            .expect("read after reopening");
+        testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
+        saw("reopened-read", "pattern ok");
+        return;
+    }
+    let run = run_child(TEST, "reset", Duration::from_secs(150));
+    println!("{}", run.out.trim_end());
+    run.assert_clean_exit();
+    assert_eq!(run.one("in-flight-after-reset"), "4");
+    assert_eq!(
+        run.one("completed-ok"),
+        "0",
+        "a reset controller completed reads"
+    );
+    let first = run.one("first-error-kind");
+    assert!(["Timeout", "Wedged"].contains(&first.as_str()), "{first}");
+    // io_timeout + 8 Aborts (4 reads of two commands) x admin_timeout, as built.
+    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
+    assert!(
+        ms < 1000 + 8 * 1000 + 5000,
+        "first error only after {ms} ms"
+    );
+    assert_eq!(run.one("second-error-kind"), "Wedged");
+    assert_eq!(
+        run.one("pool-in-use-after-queue-drop"),
+        "4",
+        "buffers of the undeletable queue must stay out"
+    );
+    assert_eq!(run.one("reopened-read"), "pattern ok");
+    assert_nvme0_works();
+}
+
+/// The IOMMU mapping of the driver's queue memory disappears while the controller is live (an
+/// IOMMU policy change under a running driver): the device's DMA faults, the guest kernel logs
+/// DMAR faults naming the device, and the driver reports a typed error instead of hanging.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
+    const TEST: &str = "nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported";
+    if child_mode().is_some() {
+        let bed = open_nvme0(Duration::from_secs(1), 4);
+        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
+        qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
+            .expect("warm-up read");
+        let pool_region = bed.pool.region().id;
+        let slab = bed
+            .registry
+            .regions()
+            .into_iter()
+            .filter(|r| r.id != pool_region)
+            .min_by_key(|r| r.id)
+            .expect("the driver's DMA slab");
+        saw("slab", format!("iova {:#x} len {:#x}", slab.iova, slab.len));
+        let mut kmsg = Kmsg::from_now();
+        bed.registry
+            .domain()
+            .unmap(slab.iova, slab.len)
+            .expect("unmap the slab behind the driver's back");
+        submit_reads(&mut qp, &bed.pool, 2, 0);
+        qp.ring();
+        let e = poll_until_error(&mut qp, Duration::from_secs(60));
+        assert!(e.is_some(), "no error within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+        let dev = short_bdf(bed.ctrl.device().address());
+        let faults: Vec<_> = kmsg
+            .dmar_faults()
+            .into_iter()
+            .filter(|f| f.device == dev)
+            .collect();
+        saw("dmar-faults", faults.len());
+        let end = slab.iova + slab.len as u64;
+        saw(
+            "dmar-faults-in-slab",
+            faults
+                .iter()
+                .filter(|f| (slab.iova..end).contains(&f.addr))
+                .count(),
+        );
+        if let Some(f) = faults.first() {
+            saw("dmar-first", &f.line);
+        }
+        let t = Instant::now();
+        drop(qp);
+        drop(bed);
+        saw("teardown-ms", t.elapsed().as_millis());
+        return;
+    }
+    let run = run_child(TEST, "unmap", Duration::from_secs(150));
+    println!("{}", run.out.trim_end());
+    run.assert_clean_exit();
+    let kind = run.one("first-error-kind");
+    assert!(
+        ["ControllerFatal", "Timeout", "Wedged"].contains(&kind.as_str()),
+        "{}",
+        run.one("first-error")
+    );
+    let n: usize = run.one("dmar-faults-in-slab").parse().unwrap();
+    assert!(n > 0, "no DMAR fault inside the unmapped slab was logged");
+    assert_nvme0_works();
+}
+
+/// The "lost direct path": a pool's IOMMU mapping is gone (policy change, unmap by mistake) and
+/// a READ targets it. QEMU completes the command with success status although nothing landed;
+/// only the kernel's DMAR fault log shows it. The test proves the detection: the data did not
+/// arrive, and a DMAR fault naming the device and an address inside the buffer was logged.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
+    const TEST: &str = "read_into_an_unmapped_pool_is_detected_through_dmar_faults";
+    if child_mode().is_some() {
+        let bed = open_nvme0(Duration::from_secs(5), 2);
+        let mut qp = queue(&bed.ctrl, Duration::from_secs(5));
+        let mut buf = bed.pool.get().unwrap();
+        buf.as_mut_slice()[..8192].fill(0x5a);
+        let (iova, region) = (buf.iova(), bed.pool.region().clone());
+        let mut kmsg = Kmsg::from_now();
+        bed.registry
+            .domain()
+            .unmap(region.iova, region.len)
+            .expect("unmap the pool region");
+        let r = qp.read_blocking(1, 0, buf, 0, 8192, T);
+        match &r {
+            Ok(_) => saw("read-status", "success"),
+            Err(e) => saw(
+                "read-status",
+                format!("{}: {}", nvme_kind(&e.error), e.error),
+            ),
+        }
+        if let Ok(b) = &r {
+            let untouched = b.as_slice()[..8192].iter().all(|&x| x == 0x5a);
+            saw("buffer-untouched", untouched);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let dev = short_bdf(bed.ctrl.device().address());
+        let faults: Vec<_> = kmsg
+            .dmar_faults()
+            .into_iter()
+            .filter(|f| f.device == dev)
+            .collect();
+        let inside = faults
+            .iter()
+            .filter(|f| f.access == "Write" && (iova..iova + 8192).contains(&f.addr))
+            .count();
+        saw("dmar-write-faults-in-buffer", inside);
+        if let Some(f) = faults.first() {
+            saw("dmar-first", &f.line);
+        }
+        drop(r);
+        drop(qp);
+        drop(bed);
+        return;
+    }
+    let run = run_child(TEST, "lost-path", Duration::from_secs(120));
+    println!("{}", run.out.trim_end());
+    run.assert_clean_exit();
+    let status = run.one("read-status");
+    if status == "success" {
+        assert_eq!(
+            run.one("buffer-untouched"),
+            "true",
+            "data landed in an unmapped buffer?"
+        );
+    }
+    let n: usize = run.one("dmar-write-faults-in-buffer").parse().unwrap();
+    assert!(n > 0, "no DMAR write fault inside the buffer was logged");
+    assert_nvme0_works();
+}
+
+/// A CPU virtual address handed to a device instead of its bus address (IOVA): the API has no
+/// way to pass a raw address (requests take `UbBuf`s, whose IOVA comes from the registry), and
+/// the registry refuses to translate memory it does not map.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn cpu_addresses_are_not_bus_addresses() {
+    let bed = open_nvme0(Duration::from_secs(10), 1);
+    let heap = vec![0u8; 8192];
+    assert_eq!(bed.registry.iova_of(heap.as_ptr()), None);
+    let buf = bed.pool.get().unwrap();
+    let va = buf.as_ptr() as u64;
+    assert_ne!(
+        va,
+        buf.iova(),
+        "the test needs an IOVA different from the address"
+    );
+    assert_eq!(bed.registry.iova_of(buf.as_ptr()), Some(buf.iova()));
+    // The CPU address is no IOVA of the domain (the IOVA space starts low; user addresses are high).
+    assert!(bed.registry.region_of_iova(va).is_none());
+    let (r, off) = bed.registry.region_of_iova(buf.iova()).unwrap();
+    assert_eq!((r.id, off), (bed.pool.region().id, 0));
+    // External memory that is not page aligned is refused before anything is mapped.
+    let maps = bed.registry.domain().mapping_count();
+    // SAFETY: the registration is expected to fail; nothing is mapped.
+    let e = unsafe {
+        bed.registry
+            .register_external(heap.as_ptr().add(1) as *mut u8, 4096, None)
+    }
+    .unwrap_err();
+    println!("unaligned external memory: {e}");
+    assert!(e.to_string().contains("multiples of the IOMMU page"), "{e}");
+    assert_eq!(bed.registry.domain().mapping_count(), maps);
+}
+
+/// Device removed mid-flight (virtio-net): NIC B's memory decoding and bus mastering go off
+/// while frames are sent to it. Nothing more arrives; the burst calls only read ring memory, so
+/// they keep returning Ok; `check_health` and `shutdown` read device_status (QEMU answers 0, not
+/// all-ones, for a BAR that no longer decodes) and must come back within their deadlines with a
+/// typed result; buffers go back to the pool only when shutdown succeeded. Then the NIC works
+/// again.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nic_vanishing_mid_flight_never_hangs() {
+    const TEST: &str = "nic_vanishing_mid_flight_never_hangs";
+    let tb = testbed::require();
+    assert!(tb.nics.len() >= 2, "two NICs needed: {:?}", tb.nics);
+    let (a_addr, b_addr): (PciAddress, PciAddress) =
+        (tb.nics[0].parse().unwrap(), tb.nics[1].parse().unwrap());
+    if child_mode().is_some() {
+        let mut nics = open_nics(a_addr, b_addr);
+        saw(
+            "frames-before",
+            nics.send_and_count(0, Duration::from_secs(10)),
+        );
+        let cmd = CommandRegister::open(b_addr);
+        cmd.vanish();
+        saw(
+            "frames-after",
+            nics.send_and_count(8, Duration::from_millis(500)),
+        );
+        saw("burst-errors", nics.burst_errors);
+        let t = Instant::now();
+        match nics.b.check_health() {
+            Ok(()) => saw("check-health", "Ok"),
+            Err(e) => saw("check-health", format!("{}: {e}", net_kind(&e))),
+        }
+        saw("check-health-ms", t.elapsed().as_millis());
+        let Nics { a, b, rx_pool, .. } = nics;
+        let posted = rx_pool.stats().in_use;
+        let t = Instant::now();
+        match b.shutdown() {
+            Ok(()) => saw("shutdown", "Ok"),
+            Err(e) => saw("shutdown", format!("{}: {e}", net_kind(&e))),
+        }
+        saw("shutdown-ms", t.elapsed().as_millis());
+        saw("rx-in-use-before-shutdown", posted);
+        saw("rx-in-use-after-shutdown", rx_pool.stats().in_use);
+        cmd.restore();
+        a.shutdown().expect("NIC A shuts down cleanly");
+        return;
+    }
+    let run = run_child(TEST, "nic", Duration::from_secs(120));
+    println!("{}", run.out.trim_end());
+    run.assert_clean_exit();
+    assert_eq!(run.one("frames-before"), "8");
+    assert_eq!(
+        run.one("frames-after"),
+        "0",
+        "a vanished NIC delivered frames"
+    );
+    let health = run.one("check-health");
+    assert!(
+        health == "Ok"
+            || health.starts_with("DeviceGone")
+            || health.starts_with("DeviceNeedsReset"),
+        "{health}"
+    );
+    let before: usize = run.one("rx-in-use-before-shutdown").parse().unwrap();
+    let after: usize = run.one("rx-in-use-after-shutdown").parse().unwrap();
+    assert!(before > 0, "RX buffers were posted");
+    match run.one("shutdown").as_str() {
+        "Ok" => assert_eq!(after, 0, "a clean shutdown returns every RX buffer"),
+        other => {
+            assert!(
+                other.starts_with("DeviceGone") || other.starts_with("ResetTimeout"),
+                "{other}"
+            );
+            assert_eq!(
+                after, before,
+                "a failed shutdown must keep the RX buffers out"
+            );
+        }
+    }
+    // The NIC works again.
+    let mut nics = open_nics(a_addr, b_addr);
+    assert_eq!(nics.send_and_count(100, Duration::from_secs(10)), 8);
+}
+
+/// The two NICs of the test bed with their pools.
+struct Nics {
+    // Drop order: the NICs (reset, buffers back), then the pools and registry, then the devices.
+    a: VirtioNet,
+    b: VirtioNet,
+    tx_pool: Arc<UbPool>,
+    rx_pool: Arc<UbPool>,
+    burst_errors: usize,
+}
+
+fn open_nics(a_addr: PciAddress, b_addr: PciAddress) -> Nics {
+    let domain = DmaDomain::new().expect("vfio container");
+    let da = PciDevice::open(&domain, a_addr).expect("open NIC A");
+    let db = PciDevice::open(&domain, b_addr).expect("open NIC B");
+    let registry = UbRegistry::new(domain);
+    let pool = |n| {
+        UbPool::with_hugepages(
+            &registry,
+            PoolConfig {
+                block_size: 4096,
+                block_count: n,
+            },
+            None,
+        )
+        .expect("pool")
+    };
+    // A's RX ring takes 256 buffers of its pool; the rest carry the frames A sends.
+    let (tx_pool, rx_pool) = (pool(512), pool(128));
+    let a = VirtioNet::from_device(&registry, da, tx_pool.clone(), NetConfig::default())
+        .expect("NIC A up");
+    let b = VirtioNet::from_device(
+        &registry,
+        db,
+        rx_pool.clone(),
+        NetConfig {
+            rx_queue_size: Some(64),
+            ..NetConfig::default()
+        },
+    )
+    .expect("NIC B up");
+    Nics {
+        a,
+        b,
+        tx_pool,
+        rx_pool,
+        burst_errors: 0,
+    }
+}
+
+impl Nics {
+    /// Send 8 pattern frames A -> B (sequence numbers from `seq0`) and count those B receives
+    /// within `d`. Burst errors are counted, not fatal.
+    fn send_and_count(&mut self, seq0: u64, d: Duration) -> usize {
+        let (am, bm) = (self.a.mac().unwrap(), self.b.mac().unwrap());
+        let mut v: Vec<TxFrame> = (seq0..seq0 + 8)
+            .map(|seq| {
+                let mut buf = self.tx_pool.get().expect("tx buffer");
+                pattern::fill(
+                    &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + 256],
+                    bm,
+                    am,
+                    seq,
+                );
+                TxFrame::new(buf, 256).map_err(|(_, e)| e).expect("frame")
+            })
+            .collect();
+        let t = Instant::now();
+        while !v.is_empty() && t.elapsed() < d {
+            if self.a.tx_burst(&mut v).is_err() {
+                self.burst_errors += 1;
+            }
+        }
+        let mut out = Vec::with_capacity(32);
+        while t.elapsed() < d && out.len() < 8 {
+            if self.b.rx_burst(&mut out).is_err() {
+                self.burst_errors += 1;
+            }
+            if self.a.reclaim_tx().is_err() {
+                self.burst_errors += 1;
+            }
+        }
+        for f in &out {
+            assert!(
+                matches!(
+                    pattern::verify(f.data(), bm, am, 256),
+                    pattern::Check::Good(_)
+                ),
+                "a received frame is not byte-exact"
+            );
+        }
+        out.len()
+    }
+}
+
+fn net_kind(e: &VirtioNetError) -> &'static str {
+    match e {
+        VirtioNetError::DeviceGone { .. } => "DeviceGone",
+        VirtioNetError::DeviceNeedsReset { .. } => "DeviceNeedsReset",
+        VirtioNetError::ResetTimeout { .. } => "ResetTimeout",
+        _ => "other",
+    }
+}
+
+/// Hot removal while the driver holds the device (what `device_del` of a hot-pluggable slot, or
+/// `echo 1 > /sys/bus/pci/devices/<addr>/remove`, asks of the kernel): vfio-pci does not pull
+/// the device from under a user. The removal blocks, the kernel asks the user to release the
+/// device (the driver registers no VFIO request channel, so nothing in the process notices), I/O
+/// keeps completing, and the removal finishes once the driver closes the device. The parent then
+/// rescans the bus and binds the controller back to vfio-pci.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn hot_removal_waits_for_the_driver_to_release_the_device() {
+    const TEST: &str = "hot_removal_waits_for_the_driver_to_release_the_device";
+    let addr = nvme0_addr();
+    let sys = format!("/sys/bus/pci/devices/{addr}");
+    if child_mode().is_some() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let bed = open_nvme0(Duration::from_secs(10), 2);
+        let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
+        let mut kmsg = Kmsg::from_now();
+        let done = Arc::new(AtomicBool::new(false));
+        let remover = {
+            let (done, path) = (done.clone(), format!("{sys}/remove"));
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = std::fs::write(&path, "1");
+                done.store(true, Ordering::SeqCst);
+                (r.map_err(|e| e.to_string()), t.elapsed())
+            })
+        };
+        // I/O goes on while the removal is pending.
+        let t = Instant::now();
+        let mut reads = 0u64;
+        let mut buf = bed.pool.get().unwrap();
+        while t.elapsed() < Duration::from_secs(3) {
+            buf = qp
+                .read_blocking(1, reads % 64 * 8, buf, 0, 4096, T)
+                .map_err(|r| r.error)
+                .expect("read while the removal is pending");
+            testbed::check_pattern(NVME0_NS1.id, reads % 64 * 4096, &buf.as_slice()[..4096])
+                .expect("data while the removal is pending");
+            reads += 1;
+        }
+        saw("reads-while-removal-pending", reads);
+        saw("removal-finished-while-open", done.load(Ordering::SeqCst));
+        let bdf = addr.to_string();
+        for l in kmsg.new_lines().iter().filter(|l| l.contains(&bdf)) {
+            saw("kernel", l);
+        }
+        drop(buf);
+        drop(qp);
+        drop(bed);
+        let released = Instant::now();
+        while !done.load(Ordering::SeqCst) && released.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        saw("removal-finished-after-close", done.load(Ordering::SeqCst));
+        saw("removal-ms-after-close", released.elapsed().as_millis());
+        if done.load(Ordering::SeqCst) {
+            let (r, total) = remover.join().expect("remover thread");
+            saw("removal-result", format!("{r:?}"));
+            saw("removal-total-ms", total.as_millis());
+        }
+        saw("device-present", std::path::Path::new(&sys).exists());
+        return;
+    }
+    let run = run_child(TEST, "remove", Duration::from_secs(150));
+    println!("{}", run.out.trim_end());
+    // Bring the device back before asserting anything: later tests need it.
+    std::fs::write("/sys/bus/pci/rescan", "1").expect("rescan the PCI bus");
+    let t = Instant::now();
+    while !std::path::Path::new(&sys).exists() && t.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bind = Command::new("bind-vfio")
+        .arg(addr.to_string())
+        .output()
+        .expect("run bind-vfio");
+    assert!(
+        bind.status.success(),
+        "bind-vfio {addr} after the rescan: {}{}",
+        String::from_utf8_lossy(&bind.stdout),
+        String::from_utf8_lossy(&bind.stderr)
+    );
+    run.assert_clean_exit();
+    let reads: u64 = run.one("reads-while-removal-pending").parse().unwrap();
+    assert!(reads > 0, "no I/O completed while the removal was pending");
+    assert_eq!(run.one("removal-finished-while-open"), "false");
+    assert!(
+        run.saw("kernel")
+            .iter()
+            .any(|l| l.contains("blocked until released by user")),
+        "the kernel did not say it waits for the user:\n{}",
+        run.out
+    );
+    assert_eq!(run.one("removal-finished-after-close"), "true");
+    assert_eq!(run.one("removal-result"), "Ok(())");
+    assert_eq!(run.one("device-present"), "false");
+    assert_nvme0_works();
+}
