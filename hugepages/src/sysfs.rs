@@ -51,14 +51,20 @@ pub fn pools_in(root: &Path) -> Result<Vec<PoolInfo>, HugeError> {
     Ok(out)
 }
 
-/// Free pages of `size` on `node` (or system-wide).
+/// Pages of `size` a new mapping can still get on `node` (or system-wide): free pages less
+/// those already promised to existing mappings (`resv_hugepages`, system-wide only).
 pub(crate) fn free_pages_in(
     root: &Path,
     node: Option<u32>,
     size: PageSize,
 ) -> Result<u64, HugeError> {
     let dir = existing_size_dir(root, node, size)?;
-    read_u64(&dir.join("free_hugepages"))
+    let free = read_u64(&dir.join("free_hugepages"))?;
+    let resv = match node {
+        None if dir.join("resv_hugepages").exists() => read_u64(&dir.join("resv_hugepages"))?,
+        _ => 0,
+    };
+    Ok(free.saturating_sub(resv))
 }
 
 /// Set the number of reserved pages of `size` (on `node`, or system-wide) to `count`; returns
@@ -262,6 +268,15 @@ mod tests {
         fs::create_dir(d.join("nr_hugepages")).unwrap();
         let e = reserve_in(&r.0, None, PageSize::Size2M, 4).unwrap_err();
         assert!(matches!(e, HugeError::Io { op: "write", .. }), "{e}");
+    }
+
+    #[test]
+    fn free_pages_excludes_reserved_ones() {
+        let r = FakeRoot::new("resv");
+        r.pool(None, PageSize::Size2M, 10, 7, 0);
+        let d = size_dir(&r.0, None, PageSize::Size2M);
+        fs::write(d.join("resv_hugepages"), "3\n").unwrap();
+        assert_eq!(free_pages_in(&r.0, None, PageSize::Size2M).unwrap(), 4);
     }
 
     #[test]
