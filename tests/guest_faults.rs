@@ -1080,3 +1080,65 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
     assert_eq!(run.one("device-present"), "false");
     assert_nvme0_works();
 }
+
+/// The `ubdirect pipeline` tool, streaming nvme0 -> null with the driver's default timeouts
+/// (10 s I/O, 10 s admin), when the controller vanishes mid-stream: it must end by itself with
+/// an error naming the timeout and a non-zero status, never hang or panic. Also measures how
+/// long that takes (RELIABILITY.md).
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn pipeline_cli_ends_with_an_error_when_the_nvme_vanishes() {
+    let addr = nvme0_addr();
+    let cmd = CommandRegister::open(addr);
+    let (out_path, err_path) = ("/tmp/faults-pipeline.out", "/tmp/faults-pipeline.err");
+    let mut child = Command::new("ubdirect")
+        .args([
+            "pipeline",
+            "--source",
+            &format!("nvme:{addr}"),
+            "--sink",
+            "null",
+        ])
+        .args(["--block-size", "512K", "--qd", "2", "--seconds", "600"])
+        .stdout(File::create(out_path).unwrap())
+        .stderr(File::create(err_path).unwrap())
+        .spawn()
+        .expect("run ubdirect (in PATH in the guest)");
+    std::thread::sleep(Duration::from_secs(5));
+    let early = child.try_wait().unwrap();
+    if early.is_none() {
+        cmd.vanish();
+    }
+    let vanished = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if vanished.elapsed() > Duration::from_secs(400) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = vanished.elapsed();
+    cmd.restore();
+    let err = std::fs::read_to_string(err_path).unwrap_or_default();
+    let out = std::fs::read_to_string(out_path).unwrap_or_default();
+    println!("pipeline exit {status:?} {took:?} after the device vanished\n{out}{err}");
+    assert!(
+        early.is_none(),
+        "the pipeline ended before the fault: {early:?}\n{err}"
+    );
+    let status =
+        status.unwrap_or_else(|| panic!("the pipeline hung: killed 400 s after the fault\n{err}"));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("did not complete within")
+            || err.contains("wedged")
+            || err.contains("stalled"),
+        "the error does not name the timeout: {err}"
+    );
+    assert_nvme0_works();
+}
