@@ -5,6 +5,7 @@
 
 mod kernel;
 mod report;
+mod sysfs_bar;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ pub struct Args {
     #[arg(long)]
     pub rx: PciAddress,
     /// Put the TX and RX buffers in this device's BAR ("<bdf>" or "<bdf>/<bar>", default BAR 2:
-    /// the ivshmem GPU-BAR stand-in). Default: a hugepage pool.
+    /// the ivshmem GPU-BAR stand-in). Default: a hugepage pool. With --kernel: the copy path,
+    /// frames copied by the CPU between socket buffers and the BAR (mapped through sysfs).
     #[arg(long = "gpu-bar", value_name = "BDF[/BAR]")]
     pub gpu_bar: Option<String>,
     /// Frame size in bytes, Ethernet header included (default: the largest the devices allow:
@@ -184,11 +186,7 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
         (None, None) => Limit::Frames(10_000),
     };
     if args.kernel {
-        if args.gpu_bar.is_some() {
-            return Err(LoopbackError::Setup(
-                "--gpu-bar has no meaning with --kernel: the kernel path receives into socket buffers".into(),
-            ));
-        }
+        let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;
         return kernel::run(
             args.tx,
             args.rx,
@@ -196,6 +194,7 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
             args.batch,
             args.window.unwrap_or(256),
             limit,
+            bar,
         );
     }
     run_ubdirect(args, limit)

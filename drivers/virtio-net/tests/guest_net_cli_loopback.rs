@@ -135,10 +135,10 @@ fn loopback_refuses_bad_arguments() {
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn kernel_baseline_moves_the_same_frames() {
-    let (a, b, _) = nics();
-    let _back = BackToVfio(vec![a.clone(), b.clone()]);
+    let (a, b, iv) = nics();
+    let _back = BackToVfio(vec![a.clone(), b.clone(), iv.clone()]);
     let st = Command::new("bind-kernel")
-        .args([&a, &b])
+        .args([&a, &b, &iv])
         .status()
         .expect("bind-kernel");
     assert!(st.success(), "bind-kernel failed");
@@ -165,7 +165,8 @@ fn kernel_baseline_moves_the_same_frames() {
     assert_eq!(r["mode"], "kernel");
     assert_eq!(r["frames_received"], 500);
     assert_eq!(r["mismatches"], 0);
-    // --gpu-bar makes no sense on the kernel path.
+    // The copy path: frames copied by the CPU between socket buffers and the ivshmem BAR
+    // (mapped through sysfs), verified in the BAR.
     let o = ubdirect(&[
         "loopback",
         "--kernel",
@@ -174,7 +175,36 @@ fn kernel_baseline_moves_the_same_frames() {
         "--rx",
         &b,
         "--gpu-bar",
-        "00:06.0",
+        &iv,
+        "--frames",
+        "300",
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = json(&o);
+    assert_eq!(r["frames_received"], 300);
+    assert_eq!(r["mismatches"], 0);
+    assert!(r["buffers"].as_str().unwrap().contains("gpu-bar"), "{r}");
+    // BAR 0 of ivshmem is its 256-byte register block: refused by name.
+    let o = ubdirect(&[
+        "loopback",
+        "--kernel",
+        "--tx",
+        &a,
+        "--rx",
+        &b,
+        "--gpu-bar",
+        &format!("{iv}/0"),
     ]);
     assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("too small"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

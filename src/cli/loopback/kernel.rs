@@ -13,7 +13,11 @@ use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
 use super::report::{LoopbackReport, Tally};
+use super::sysfs_bar::SysfsBar;
 use super::{Limit, LoopbackError};
+
+/// Bytes per BAR slot of the copy path (a frame fits).
+const SLOT: usize = 16 << 10;
 
 /// A NIC as the kernel sees it.
 pub struct Netdev {
@@ -180,7 +184,11 @@ pub fn run(
     batch: usize,
     window: usize,
     limit: Limit,
+    gpu_bar: Option<(PciAddress, u8)>,
 ) -> Result<LoopbackReport, LoopbackError> {
+    // The copy path: pattern written in "GPU memory", copied to the socket buffer; received
+    // frames copied from the socket buffer into "GPU memory" and verified there.
+    let mut bar = gpu_bar.map(|(d, b)| SysfsBar::open(d, b)).transpose()?;
     let a = netdev_of(tx)?;
     let b = netdev_of(rx)?;
     let max_frame = a.mtu.min(b.mtu) + 14;
@@ -239,7 +247,15 @@ pub fn run(
         if sending && room > 0 {
             let n = room.min(limit.remaining(next_seq));
             for i in 0..n {
-                pattern::fill(&mut txbufs[i], b.mac, a.mac, next_seq + i as u64);
+                match bar.as_mut() {
+                    Some(g) => {
+                        // TX slots in the BAR's lower half, RX slots in its upper half.
+                        let gs = g.slot(i, SLOT);
+                        pattern::fill(&mut gs[..fs], b.mac, a.mac, next_seq + i as u64);
+                        txbufs[i].copy_from_slice(&gs[..fs]);
+                    }
+                    None => pattern::fill(&mut txbufs[i], b.mac, a.mac, next_seq + i as u64),
+                }
                 txiov[i] = libc::iovec {
                     iov_base: txbufs[i].as_mut_ptr().cast(),
                     iov_len: fs,
@@ -285,12 +301,17 @@ pub fn run(
                 let len = m.msg_len as usize;
                 let idx = (m.msg_hdr.msg_iov as usize - rxiov.as_ptr() as usize)
                     / std::mem::size_of::<libc::iovec>();
-                t.account(pattern::verify(
-                    &rxbufs[idx][..len.min(rxbufs[idx].len())],
-                    b.mac,
-                    a.mac,
-                    fs,
-                ));
+                let got = &rxbufs[idx][..len.min(rxbufs[idx].len())];
+                let check = match bar.as_mut() {
+                    Some(g) => {
+                        let half = g.slots(SLOT) / 2;
+                        let gs = g.slot(half + (t.received as usize % half), SLOT);
+                        gs[..got.len()].copy_from_slice(got);
+                        pattern::verify(&gs[..got.len()], b.mac, a.mac, fs)
+                    }
+                    None => pattern::verify(got, b.mac, a.mac, fs),
+                };
+                t.account(check);
             }
             last_progress = Instant::now();
         } else if r < 0 {
@@ -307,7 +328,9 @@ pub fn run(
         }
     }
     let elapsed = start.elapsed();
+    let buffers =
+        gpu_bar.map(|(d, b)| format!("socket buffers + CPU copies to/from gpu-bar {d}/{b}"));
     Ok(t.report(
-        "kernel", tx, rx, max_frame, batch, elapsed, None, None, None,
+        "kernel", tx, rx, max_frame, batch, elapsed, buffers, None, None,
     ))
 }
