@@ -340,25 +340,8 @@ pub fn run(args: &Args) -> CliResult {
             let mut sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
             warn_numa(args.core, device_numa);
             if args.segments {
-                let mut null = NullSink::new(pool.block_count(), false);
-                let c = PipelineConfig {
-                    verify: false,
-                    ..cfg.clone()
-                };
-                reports.push(run_direct(
-                    &mut q,
-                    &mut null,
-                    &pool,
-                    &c,
-                    "segment: source -> UB (sink null)",
-                    &name,
-                )?);
-                reports.push(run_sink_only(
-                    sink.as_mut(),
-                    &pool,
-                    &c,
-                    "segment: UB -> sink (no source)",
-                )?);
+                let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, true)?;
+                reports.extend(seg);
             }
             let mut r = match args.mode {
                 Mode::Direct => run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?,
@@ -392,27 +375,10 @@ pub fn run(args: &Args) -> CliResult {
             let mut sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
             warn_numa(args.core, device_numa);
             if args.segments {
-                let mut null = NullSink::new(pool.block_count(), false);
-                let c = PipelineConfig {
-                    verify: false,
-                    ..cfg.clone()
-                };
-                reports.push(run_direct(
-                    &mut q,
-                    &mut null,
-                    &pool,
-                    &c,
-                    "segment: source -> UB (sink null)",
-                    &name,
-                )?);
-                if bar_region.is_none() {
-                    reports.push(run_sink_only(
-                        sink.as_mut(),
-                        &pool,
-                        &c,
-                        "segment: UB -> sink (no source)",
-                    )?);
-                }
+                // The sink alone makes no sense for the BAR sink: only the source writes a BAR.
+                let sink_alone = bar_region.is_none();
+                let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, sink_alone)?;
+                reports.extend(seg);
             }
             let mut r = run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?;
             if args.verify {
@@ -448,6 +414,40 @@ pub fn run(args: &Args) -> CliResult {
         .into()),
         _ => Ok(Outcome::Success),
     }
+}
+
+/// `--segments`: the source alone into a null sink, then (with `sink_alone`) the sink alone,
+/// both unverified.
+fn segments<Q: BlockQueue + ?Sized>(
+    q: &mut Q,
+    sink: &mut dyn PipelineSink,
+    pool: &Arc<UbPool>,
+    cfg: &PipelineConfig,
+    name: &str,
+    sink_alone: bool,
+) -> Result<Vec<PipelineReport>, BoxErr> {
+    let mut null = NullSink::new(pool.block_count(), false);
+    let c = PipelineConfig {
+        verify: false,
+        ..cfg.clone()
+    };
+    let mut out = vec![run_direct(
+        q,
+        &mut null,
+        pool,
+        &c,
+        "segment: source -> UB (sink null)",
+        name,
+    )?];
+    if sink_alone {
+        out.push(run_sink_only(
+            sink,
+            pool,
+            &c,
+            "segment: UB -> sink (no source)",
+        )?);
+    }
+    Ok(out)
 }
 
 /// Online CPUs from sysfs ("0-15,32-47").

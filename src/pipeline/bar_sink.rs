@@ -3,13 +3,13 @@
 //! the source completes: this sink copies nothing. It releases buffers and remembers, per BAR
 //! block, which source range landed there last, so the host can prove it (UBD-HOSTCHECK lines).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
 use ubdirect_core::{UbBuf, UbRegion};
 use ubdirect_cuda::checksum_at;
 
+use super::done_queue::DoneQueue;
 use super::sink_ext::PipelineSink;
 
 /// What landed last in one BAR block.
@@ -28,7 +28,7 @@ pub struct Landed {
 pub struct BarSink {
     region: Arc<UbRegion>,
     block_size: usize,
-    done: VecDeque<(UbBuf, u64)>,
+    done: DoneQueue,
     landed: Vec<Option<Landed>>,
     checksum: Option<u64>,
     source_start: u64,
@@ -50,7 +50,7 @@ impl BarSink {
         BarSink {
             region,
             block_size: block_size.max(1),
-            done: VecDeque::with_capacity(blocks.max(1)),
+            done: DoneQueue::new(blocks),
             landed: vec![None; blocks],
             checksum: verify.then_some(0),
             source_start,
@@ -95,7 +95,7 @@ impl Sink for BarSink {
             let msg = format!("buffer at {p:#x}+{len} is not inside the BAR region {}: build the pool over the BAR", self.region.id);
             return Err((buf, SinkError::new(SinkErrorKind::InvalidRequest, msg)));
         }
-        if self.done.len() == self.done.capacity() {
+        if self.done.is_full() {
             return Err((
                 buf,
                 SinkError::new(SinkErrorKind::Full, "BAR sink full: poll first"),
@@ -113,7 +113,7 @@ impl Sink for BarSink {
             // The CPU reads the BAR (uncached device memory on real hardware: slow, verify only).
             *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
         }
-        self.done.push_back((buf, tag));
+        self.done.push(buf, tag);
         Ok(())
     }
 
@@ -122,15 +122,7 @@ impl Sink for BarSink {
         max: usize,
         f: &mut dyn FnMut(UbBuf, u64, Result<(), SinkError>),
     ) -> Result<usize, SinkError> {
-        let mut n = 0;
-        while n < max {
-            let Some((buf, tag)) = self.done.pop_front() else {
-                break;
-            };
-            f(buf, tag, Ok(()));
-            n += 1;
-        }
-        Ok(n)
+        Ok(self.done.poll(max, f))
     }
 
     fn in_flight(&self) -> usize {

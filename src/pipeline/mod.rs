@@ -7,6 +7,7 @@ mod bar_sink;
 mod classic;
 mod config;
 mod cpu;
+mod done_queue;
 mod engine;
 #[cfg(test)]
 mod engine_tests;

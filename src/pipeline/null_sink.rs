@@ -1,18 +1,17 @@
 //! [`NullSink`]: consumes buffers immediately (measures the source alone); optionally checksums
 //! the data on the CPU so a source can be verified without a GPU.
 
-use std::collections::VecDeque;
-
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
 use ubdirect_core::UbBuf;
 use ubdirect_cuda::checksum_at;
 
+use super::done_queue::DoneQueue;
 use super::sink_ext::PipelineSink;
 
 /// A sink that hands every buffer straight back.
 #[derive(Debug)]
 pub struct NullSink {
-    done: VecDeque<(UbBuf, u64)>,
+    done: DoneQueue,
     checksum: Option<u64>,
     scratch: Vec<u8>,
 }
@@ -22,7 +21,7 @@ impl NullSink {
     /// checksums every buffer's data on the CPU (this reads the data: not free).
     pub fn new(depth: usize, verify: bool) -> NullSink {
         NullSink {
-            done: VecDeque::with_capacity(depth.max(1)),
+            done: DoneQueue::new(depth),
             checksum: verify.then_some(0),
             scratch: Vec::new(),
         }
@@ -38,13 +37,13 @@ impl Sink for NullSink {
         if let Some(sum) = &mut self.checksum {
             *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
         }
-        if self.done.len() == self.done.capacity() {
+        if self.done.is_full() {
             return Err((
                 buf,
                 SinkError::new(SinkErrorKind::Full, "null sink full: poll first"),
             ));
         }
-        self.done.push_back((buf, tag));
+        self.done.push(buf, tag);
         Ok(())
     }
 
@@ -53,15 +52,7 @@ impl Sink for NullSink {
         max: usize,
         f: &mut dyn FnMut(UbBuf, u64, Result<(), SinkError>),
     ) -> Result<usize, SinkError> {
-        let mut n = 0;
-        while n < max {
-            let Some((buf, tag)) = self.done.pop_front() else {
-                break;
-            };
-            f(buf, tag, Ok(()));
-            n += 1;
-        }
-        Ok(n)
+        Ok(self.done.poll(max, f))
     }
 
     fn in_flight(&self) -> usize {

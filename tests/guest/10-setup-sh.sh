@@ -9,53 +9,20 @@ SETUP="sh scripts/setup.sh"
 export UBD_STATE_DIR=/tmp/ubd-setup-test
 rm -rf "$UBD_STATE_DIR"
 
-NVME0=${UBD_NVME%%,*}
-NVME1=${UBD_NVME#*,}
-NIC0=${UBD_NICS%%,*}
-NIC1=${UBD_NICS#*,}
-IVSHMEM=$UBD_IVSHMEM
 OUT=/tmp/setup-test.out
 ERR=/tmp/setup-test.err
+# shellcheck source=tests/guest/lib/tap.sh
+. tests/guest/lib/tap.sh
 
-n=0
-failed=0
 skipped=0
 skip() {
     n=$((n + 1))
     skipped=$((skipped + 1))
     echo "ok $n # SKIP $1"
 }
-ok() {
-    n=$((n + 1))
-    echo "ok $n - $1"
-}
-not_ok() {
-    n=$((n + 1))
-    failed=$((failed + 1))
-    echo "not ok $n - $1"
-    [ -s "$OUT" ] && sed 's/^/#   out: /' "$OUT"
-    [ -s "$ERR" ] && sed 's/^/#   err: /' "$ERR"
-}
-# check NAME CMD...: one TAP line from a command's status.
-check() {
-    name=$1
-    shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-
-drv() {
-    l=$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)
-    echo "${l##*/}"
-}
-grp() {
-    l=$(readlink "/sys/bus/pci/devices/$1/iommu_group" 2>/dev/null)
-    echo "${l##*/}"
-}
 is_drv() { [ "$(drv "$1")" = "$2" ]; }
 vfio_node() { [ -c "/dev/vfio/$(grp "$1")" ]; }
 no_vfio_node() { [ ! -e "/dev/vfio/$(grp "$1")" ]; }
-out_has() { grep -q -- "$1" "$OUT"; }
-err_has() { grep -q -- "$1" "$ERR"; }
 
 # run_setup MODE [VAR=VALUE...]: run setup.sh with the given environment; status in $rc.
 run_setup() {

@@ -3,42 +3,12 @@
 # compared with what sysfs says; exit codes 0 / 1 / 2. Devices are left on their kernel drivers.
 
 cd /ubd || exit 1
-NVME0=${UBD_NVME%%,*}
-NVME1=${UBD_NVME#*,}
-NIC0=${UBD_NICS%%,*}
-NIC1=${UBD_NICS#*,}
-IVSHMEM=$UBD_IVSHMEM
 OUT=/tmp/dd-test.out
 ERR=/tmp/dd-test.err
+DUMP_OUT_LINES=60
+# shellcheck source=tests/guest/lib/tap.sh
+. tests/guest/lib/tap.sh
 
-n=0
-failed=0
-ok() {
-    n=$((n + 1))
-    echo "ok $n - $1"
-}
-not_ok() {
-    n=$((n + 1))
-    failed=$((failed + 1))
-    echo "not ok $n - $1"
-    [ -s "$OUT" ] && head -n 60 "$OUT" | sed 's/^/#   out: /'
-    [ -s "$ERR" ] && sed 's/^/#   err: /' "$ERR"
-}
-check() {
-    name=$1
-    shift
-    if "$@"; then ok "$name"; else not_ok "$name"; fi
-}
-drv() {
-    l=$(readlink "/sys/bus/pci/devices/$1/driver" 2>/dev/null)
-    echo "${l##*/}"
-}
-grp() {
-    l=$(readlink "/sys/bus/pci/devices/$1/iommu_group" 2>/dev/null)
-    echo "${l##*/}"
-}
-out_has() { grep -q -- "$1" "$OUT"; }
-err_has() { grep -q -- "$1" "$ERR"; }
 ubd() {
     ubdirect "$@" >"$OUT" 2>"$ERR"
     rc=$?

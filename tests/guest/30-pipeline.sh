@@ -6,24 +6,13 @@
 # exit 2, run-time errors exit 1, each with a message naming the cause.
 
 cd /ubd || exit 1
-NVME0=${UBD_NVME%%,*}
-IVSHMEM=$UBD_IVSHMEM
 OUT=/tmp/pl-test.out
 ERR=/tmp/pl-test.err
+DUMP_OUT_LINES=30
+DUMP_ERR_LINES=30
+# shellcheck source=tests/guest/lib/tap.sh
+. tests/guest/lib/tap.sh
 
-n=0
-failed=0
-ok() {
-    n=$((n + 1))
-    echo "ok $n - $1"
-}
-not_ok() {
-    n=$((n + 1))
-    failed=$((failed + 1))
-    echo "not ok $n - $1"
-    [ -s "$OUT" ] && head -n 30 "$OUT" | sed 's/^/#   out: /'
-    [ -s "$ERR" ] && head -n 30 "$ERR" | sed 's/^/#   err: /'
-}
 # pl WANT_RC ARGS...: run the pipeline, keep stdout/stderr, compare the exit status.
 pl() {
     want=$1
@@ -32,8 +21,6 @@ pl() {
     rc=$?
     [ "$rc" = "$want" ] || { echo "# exit $rc, wanted $want: ubdirect pipeline $*"; return 1; }
 }
-out_has() { grep -q -- "$1" "$OUT"; }
-err_has() { grep -q -- "$1" "$ERR"; }
 
 # ---- kernel path (devices still on their kernel drivers) ----
 if [ -b /dev/nvme0n1 ]; then

@@ -45,6 +45,22 @@ impl IoQueuePair {
         Ok(offset >> ns.lba_shift)
     }
 
+    /// The seam's submit: byte `offset` to an LBA of the default namespace, then `submit`;
+    /// a misaligned offset or a refused request gives the buffer back with the seam's error.
+    fn submit_at(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        submit: impl FnOnce(&mut Self, u32, u64, UbBuf) -> Result<(), Rejected>,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let lba = match self.lba_of(offset) {
+            Ok(l) => l,
+            Err(e) => return Err((buf, to_block_error(&e))),
+        };
+        let nsid = self.default_nsid();
+        submit(self, nsid, lba, buf).map_err(back)
+    }
+
     /// The namespace the BlockQueue impl uses.
     pub fn default_nsid(&self) -> u32 {
         self.ns[self.default_ns].nsid
@@ -73,12 +89,9 @@ impl BlockQueue for IoQueuePair {
         len: usize,
         tag: u64,
     ) -> Result<(), (UbBuf, BlockError)> {
-        let lba = match self.lba_of(offset) {
-            Ok(l) => l,
-            Err(e) => return Err((buf, to_block_error(&e))),
-        };
-        let nsid = self.default_nsid();
-        IoQueuePair::submit_read(self, nsid, lba, buf, 0, len, tag).map_err(back)
+        self.submit_at(buf, offset, |q, nsid, lba, buf| {
+            IoQueuePair::submit_read(q, nsid, lba, buf, 0, len, tag)
+        })
     }
     fn submit_write(
         &mut self,
@@ -87,12 +100,9 @@ impl BlockQueue for IoQueuePair {
         len: usize,
         tag: u64,
     ) -> Result<(), (UbBuf, BlockError)> {
-        let lba = match self.lba_of(offset) {
-            Ok(l) => l,
-            Err(e) => return Err((buf, to_block_error(&e))),
-        };
-        let nsid = self.default_nsid();
-        IoQueuePair::submit_write(self, nsid, lba, buf, 0, len, false, tag).map_err(back)
+        self.submit_at(buf, offset, |q, nsid, lba, buf| {
+            IoQueuePair::submit_write(q, nsid, lba, buf, 0, len, false, tag)
+        })
     }
     fn flush(&mut self) -> Result<(), BlockError> {
         self.ring();

@@ -75,6 +75,18 @@ impl IoQueuePair {
         }
     }
 
+    /// [`Self::run_blocking`] for a command that moves no data buffer (flush, write zeroes,
+    /// deallocate): only its status comes back.
+    fn run_blocking_no_data(
+        &mut self,
+        timeout: Duration,
+        submit: impl FnOnce(&mut Self) -> Result<(), Rejected>,
+    ) -> Result<(), NvmeError> {
+        self.run_blocking(timeout, IoBufs::None, |q, _| submit(q))
+            .map(|_| ())
+            .map_err(|r| r.error)
+    }
+
     /// Read `len` bytes at LBA `slba` into `buf` at `offset` and wait (at most `timeout`).
     pub fn read_blocking(
         &mut self,
@@ -141,11 +153,7 @@ impl IoQueuePair {
 
     /// Flush and wait.
     pub fn flush_blocking(&mut self, nsid: u32, timeout: Duration) -> Result<(), NvmeError> {
-        self.run_blocking(timeout, IoBufs::None, |q, _| {
-            q.submit_flush(nsid, BLOCKING_TAG)
-        })
-        .map(|_| ())
-        .map_err(|r| r.error)
+        self.run_blocking_no_data(timeout, |q| q.submit_flush(nsid, BLOCKING_TAG))
     }
 
     /// Write Zeroes and wait.
@@ -156,11 +164,9 @@ impl IoQueuePair {
         nlb: u64,
         timeout: Duration,
     ) -> Result<(), NvmeError> {
-        self.run_blocking(timeout, IoBufs::None, |q, _| {
+        self.run_blocking_no_data(timeout, |q| {
             q.submit_write_zeroes(nsid, slba, nlb, BLOCKING_TAG)
         })
-        .map(|_| ())
-        .map_err(|r| r.error)
     }
 
     /// Deallocate (DSM) and wait.
@@ -171,10 +177,8 @@ impl IoQueuePair {
         nlb: u32,
         timeout: Duration,
     ) -> Result<(), NvmeError> {
-        self.run_blocking(timeout, IoBufs::None, |q, _| {
+        self.run_blocking_no_data(timeout, |q| {
             q.submit_deallocate(nsid, slba, nlb, BLOCKING_TAG)
         })
-        .map(|_| ())
-        .map_err(|r| r.error)
     }
 }

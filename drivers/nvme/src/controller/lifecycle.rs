@@ -46,32 +46,26 @@ impl Controller {
     }
 
     pub(super) fn wait_ready(&self, ready: bool, during: &'static str) -> Result<()> {
-        let timeout = self.cap.timeout();
-        let start = Instant::now();
-        loop {
-            let csts = self.csts(during)?;
-            if csts.rdy() == ready {
-                return Ok(());
-            }
-            if start.elapsed() > timeout {
-                return Err(NvmeError::ReadyTimeout {
-                    ready,
-                    timeout,
-                    csts: csts.0,
-                });
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        self.wait_rdy(ready, || self.csts(during))
     }
 
+    /// [`Self::wait_ready`] that ignores CFS (a fatal controller may still be disabled).
     fn wait_ready_raw(&self, ready: bool) -> Result<()> {
-        let timeout = self.cap.timeout();
-        let start = Instant::now();
-        loop {
+        self.wait_rdy(ready, || {
             let csts = Csts(self.mmio.read32(REG_CSTS));
             if csts.is_all_ones() {
                 return Err(NvmeError::DeviceGone { register: "CSTS" });
             }
+            Ok(csts)
+        })
+    }
+
+    /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
+    fn wait_rdy(&self, ready: bool, mut read: impl FnMut() -> Result<Csts>) -> Result<()> {
+        let timeout = self.cap.timeout();
+        let start = Instant::now();
+        loop {
+            let csts = read()?;
             if csts.rdy() == ready {
                 return Ok(());
             }
