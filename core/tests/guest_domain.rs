@@ -184,6 +184,16 @@ fn maps_hugepages_and_releases_everything() {
         .iter()
         .any(|r| r.start <= a.iova && a.iova + a.len as u64 <= r.end));
     assert_eq!(free_2m(), before - 4);
+    // The same memory again (here through register_external) is refused and changes nothing.
+    // SAFETY: refused before anything is mapped; a's memory stays owned by a.
+    let e =
+        unsafe { reg.register_external(a.vaddr.wrapping_add(2 << 20), 2 << 20, None) }.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("is already mapped in this DMA domain"),
+        "{e}"
+    );
+    assert_eq!(d.mapping_count(), 1);
     let pool = UbPool::with_hugepages(
         &reg,
         PoolConfig {

@@ -33,7 +33,8 @@ impl IommuInfo {
     pub(crate) fn query(container_fd: RawFd) -> Result<IommuInfo> {
         let hdr = std::mem::size_of::<vfio_iommu_type1_info>();
         let mut buf: Vec<u64> = vec![0; hdr.div_ceil(8)];
-        loop {
+        // The kernel says how much room the capability chain needs; a second call fits it.
+        for attempt in 0.. {
             let argsz = (buf.len() * 8) as u32;
             let info = buf.as_mut_ptr().cast::<vfio_iommu_type1_info>();
             // SAFETY: buf is at least sizeof(vfio_iommu_type1_info) bytes and 8-byte aligned.
@@ -47,6 +48,13 @@ impl IommuInfo {
             let want = unsafe { (*info).argsz } as usize;
             if want <= buf.len() * 8 {
                 break;
+            }
+            if attempt >= 3 || want > 1 << 20 {
+                return Err(CoreError::VfioUnavailable {
+                    reason: format!(
+                        "VFIO_IOMMU_GET_INFO keeps asking for more room ({want} bytes)"
+                    ),
+                });
             }
             buf = vec![0; want.div_ceil(8)];
         }
