@@ -14,6 +14,7 @@ pub mod seams;
 pub mod testbed;
 pub mod topology;
 pub mod ub;
+pub mod util;
 pub mod vfio;
 
 pub use error::{CoreError, Result};

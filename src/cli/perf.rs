@@ -6,6 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
@@ -421,25 +422,6 @@ fn print_report(r: &PerfReport<'_>) {
     }
 }
 
-fn pin_to(core: usize) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if core >= libc::CPU_SETSIZE as usize {
-        return Err(format!("core {core} is beyond CPU_SETSIZE"));
-    }
-    // SAFETY: `core` is below CPU_SETSIZE, checked above.
-    unsafe { libc::CPU_SET(core, &mut set) };
-    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of the size given.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(format!(
-            "cannot pin to core {core}: {} (does the CPU exist and is it in this cpuset?)",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
-}
-
 /// Per-worker state of one I/O slot (its tag is its index).
 #[derive(Clone, Copy, Default)]
 struct Slot {
@@ -472,7 +454,7 @@ fn worker(
 ) -> Result<CoreResult, String> {
     // Every worker reaches the start barrier, also when its set-up failed, so that the others
     // are not left waiting.
-    let setup = pin_to(core).and_then(|_| {
+    let setup = pin_to_core(core).and_then(|_| {
         IoQueuePair::new(
             ctrl,
             QueueOptions {

@@ -7,11 +7,12 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
+use ubdirect_core::util::LatencyHistogram;
+
 use super::config::{Limit, Mode, PipelineConfig};
 use super::cpu::process_cpu_time;
 use super::engine::{block_range, make_progress};
 use super::error::PipelineError;
-use super::latency::LatencyHistogram;
 use super::report::PipelineReport;
 use super::sink_ext::PipelineSink;
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use ubdirect_core::seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, SinkErrorKind,
 };
+use ubdirect_core::util::{rdtsc, LatencyHistogram};
 use ubdirect_core::{UbBuf, UbPool};
 
 use super::config::{Limit, Mode, PipelineConfig};
-use super::cpu::{cycles, process_cpu_time};
+use super::cpu::process_cpu_time;
 use super::error::PipelineError;
-use super::latency::LatencyHistogram;
 use super::report::PipelineReport;
 use super::sink_ext::PipelineSink;
 
@@ -168,7 +168,7 @@ where
         }
 
         // 3. Source completions go to the sink.
-        let c0 = cycles();
+        let c0 = rdtsc();
         let n = {
             let mut on_done = |c: BlockCompletion| {
                 let n = match c.result {
@@ -217,7 +217,7 @@ where
             }
         };
         if n > 0 {
-            poll_cycles += cycles().wrapping_sub(c0);
+            poll_cycles += rdtsc().wrapping_sub(c0);
             completions += n as u64;
         }
 

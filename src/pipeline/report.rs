@@ -3,8 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use ubdirect_core::util::LatencyHistogram;
+
 use super::config::Mode;
-use super::latency::LatencyHistogram;
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -30,7 +31,7 @@ impl From<&LatencyHistogram> for LatencySummary {
         let us = |ns: u64| ns as f64 / 1000.0;
         LatencySummary {
             count: h.count(),
-            mean_us: us(h.mean()),
+            mean_us: h.mean() / 1000.0,
             p50_us: us(h.quantile(0.50)),
             p90_us: us(h.quantile(0.90)),
             p99_us: us(h.quantile(0.99)),

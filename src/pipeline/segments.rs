@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ubdirect_core::seams::SinkErrorKind;
+use ubdirect_core::util::{rdtsc, LatencyHistogram};
 use ubdirect_core::{UbBuf, UbPool};
 
 use super::config::{Limit, Mode, PipelineConfig};
-use super::cpu::{cycles, process_cpu_time};
+use super::cpu::process_cpu_time;
 use super::error::PipelineError;
-use super::latency::LatencyHistogram;
 use super::report::PipelineReport;
 use super::sink_ext::PipelineSink;
 
@@ -72,7 +72,7 @@ pub fn run_sink_only<S: PipelineSink + ?Sized>(
                 }
             }
         }
-        let c0 = cycles();
+        let c0 = rdtsc();
         let n = sink
             .poll(usize::MAX, &mut |buf, tag, r| {
                 match r {
@@ -91,7 +91,7 @@ pub fn run_sink_only<S: PipelineSink + ?Sized>(
             })
             .map_err(PipelineError::Sink)?;
         if n > 0 {
-            poll_cycles += cycles().wrapping_sub(c0);
+            poll_cycles += rdtsc().wrapping_sub(c0);
             completions += n as u64;
             last = Instant::now();
         } else if sink.in_flight() > 0 && last.elapsed() > cfg.stall_timeout {

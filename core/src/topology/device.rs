@@ -11,6 +11,7 @@ use super::class::{class_name, DeviceRole};
 use super::link::LinkInfo;
 use super::sysfs::{dir_names, link_name, read_hex, read_opt, SysfsRoot};
 use super::TopologyError;
+use crate::pci::PciAddress;
 
 /// Another device in the same IOMMU group, with its driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -58,26 +59,17 @@ pub struct PciDeviceInfo {
 
 /// Normalise a PCI address: `00:04.0` and `0000:00:04.0` (any case) become `0000:00:04.0`.
 pub fn normalize_address(s: &str) -> Result<String, TopologyError> {
-    let bad = || TopologyError::BadAddress(s.to_string());
-    let parts: Vec<&str> = s.split(':').collect();
-    let (dom, bus, devfn) = match parts[..] {
-        [b, df] => ("0000", b, df),
-        [d, b, df] => (d, b, df),
-        _ => return Err(bad()),
-    };
-    let (dev, func) = devfn.split_once('.').ok_or_else(bad)?;
-    let hex = |v: &str, max_len: usize| {
-        if v.is_empty() || v.len() > max_len || !v.bytes().all(|c| c.is_ascii_hexdigit()) {
-            None
-        } else {
-            u32::from_str_radix(v, 16).ok()
-        }
-    };
-    let dom = hex(dom, 4).ok_or_else(bad)?;
-    let bus = hex(bus, 2).ok_or_else(bad)?;
-    let dev = hex(dev, 2).filter(|d| *d < 32).ok_or_else(bad)?;
-    let func = hex(func, 1).filter(|f| *f < 8).ok_or_else(bad)?;
-    Ok(format!("{dom:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+    // One parser for PCI addresses (`PciAddress`); only hex digits and separators pass here
+    // (`from_str_radix` alone would take a leading '+').
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_hexdigit() || c == b':' || c == b'.')
+    {
+        return Err(TopologyError::BadAddress(s.to_string()));
+    }
+    s.parse::<PciAddress>()
+        .map(|a| a.to_string())
+        .map_err(|_| TopologyError::BadAddress(s.to_string()))
 }
 
 /// True when `s` is already a canonical `dddd:bb:dd.f` address.

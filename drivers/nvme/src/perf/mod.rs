@@ -1,8 +1,5 @@
 //! Measurement helpers for `ubdirect perf` and the benches: a cycle counter calibrated against
 //! the wall clock and a fixed-size log-linear latency histogram (no allocation when recording).
+//! They live in `ubdirect_core::util` (the pipeline uses them too); re-exported here.
 
-mod histogram;
-mod tsc;
-
-pub use histogram::LatencyHistogram;
-pub use tsc::{rdtsc, Tsc};
+pub use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};

@@ -174,6 +174,21 @@ mod tests {
         assert_eq!(a.quantile(0.5), 10);
     }
 
+    #[test]
+    fn percentiles_of_known_data() {
+        let mut h = LatencyHistogram::default();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let p50 = h.quantile(0.5);
+        assert!((470_000..=530_000).contains(&p50), "p50 {p50}");
+        let p99 = h.quantile(0.99);
+        assert!((950_000..=1_000_000).contains(&p99), "p99 {p99}");
+        assert_eq!(h.quantile(1.0), 1_000_000);
+        assert_eq!(h.count(), 1000);
+        assert_eq!(LatencyHistogram::default().quantile(0.5), 0);
+    }
+
     proptest! {
         #[test]
         fn quantiles_within_relative_error(mut vals in prop::collection::vec(1u64..10_000_000_000, 1..500), q in 0.0f64..1.0) {
