@@ -12,6 +12,8 @@
 //! VIRTIO_NET_F_MTU). Interrupts are off (NO_VECTOR, used_event kept behind); doorbells are
 //! rung only when the device asks (VIRTIO_F_EVENT_IDX).
 
+#![deny(missing_docs)]
+
 pub mod common_cfg;
 pub mod ctrl_queue;
 pub mod device;
