@@ -162,7 +162,8 @@ impl VirtioNet {
                     }
                     mac
                 });
-                let pairs = if accepted.contains(Features::NET_MQ)
+                // The field exists when the device offers MQ (negotiated or not).
+                let pairs = if offered.contains(Features::NET_MQ)
                     && cfg_len >= ncfg::MAX_VIRTQUEUE_PAIRS + 2
                 {
                     m.read16(ncfg::MAX_VIRTQUEUE_PAIRS)
