@@ -2,8 +2,9 @@
 //! one queue, so QEMU offers one pair: there the test checks that asking for two is refused by
 //! name. With a third NIC on a multi-queue backend (drivers/virtio-net/bench/mq-check.sh boots
 //! one: a 2-queue tap in a private network namespace, `mq=on`), it checks that two pairs come
-//! up through the control queue (VQ_PAIRS_SET), each with a full RX ring, and that both TX
-//! queues complete frames sent from two threads at once.
+//! up through the control queue (VQ_PAIRS_SET), each with a full RX ring, that both TX
+//! queues complete frames sent from two threads at once, and (UBD_NET_MQ_RX=1, set by that
+//! script, whose feeder sends flows into the tap) that both RX queues receive.
 
 mod common;
 
@@ -100,6 +101,29 @@ fn two_queue_pairs_or_a_named_refusal() {
     });
     let st = nic.stats();
     assert_eq!(st.tx_packets, 400);
+    if std::env::var("UBD_NET_MQ_RX").is_ok_and(|v| v == "1") {
+        // bench/mq-feed.py sends UDP flows into the tap: tun spreads them over its two queues,
+        // so both RX queue pairs must receive.
+        let mut got = [0u64; 2];
+        let mut out = Vec::with_capacity(32);
+        let start = Instant::now();
+        while got.iter().any(|&n| n < 5) {
+            for (i, p) in nic.pairs_mut().iter_mut().enumerate() {
+                p.rx_burst(&mut out).expect("rx_burst");
+                for f in out.drain(..) {
+                    let d = f.data();
+                    if d.len() >= 14 && d[6..12] == [2, 0, 0, 0, 0, 1] && d[12..14] == [8, 0] {
+                        got[i] += 1;
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < 3 * DEADLINE,
+                "frames per RX pair from the tap feeder: {got:?} (needs 5 on each)"
+            );
+        }
+        eprintln!("RX per pair from the tap feeder: {got:?}");
+    }
     nic.shutdown().expect("shutdown");
     assert_eq!(pool.stats().in_use, 0, "every buffer back");
 }
