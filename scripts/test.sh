@@ -15,6 +15,10 @@
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --kernel 6.1, --test-timeout 900)
+# The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
+# editing this file while a run is in progress cannot make that run execute fragments of the new
+# text (see scripts/vm/run.sh).
+{
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -108,3 +112,4 @@ printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"
 printf '%s\n' "${summary[@]}"
 if ((failed == 0)); then echo "test.sh: all passed"; else echo "test.sh: FAILED"; fi
 exit "$failed"
+}

@@ -26,6 +26,11 @@
 # Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
 # guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
 # A guest that dies before reaching /init is booted once more (UBD_VM_BOOT_ATTEMPTS=2).
+# The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
+# editing this file while a (long) run is in progress cannot make that run execute fragments of
+# the new text. (It did: a run resumed mid-way into the awk program below and ran
+# `printf "" > dm`, leaving an empty file `dm` in the repository root.)
+{
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -295,3 +300,4 @@ if [[ -s $run_dir/hostcheck.log ]]; then
 fi
 vm_log "guest exit status $guest_rc; $timing; logs and backing files: $run_dir"
 exit "$guest_rc"
+}

@@ -15,6 +15,10 @@
 # Prints one closing line per suite (guest-shell, guest-rust, hostcheck) and "guest: N passed,
 # N failed"; saves the guest log, dmesg and hostcheck.log in the run directory. Exit 1 if
 # anything failed or the guest did not finish.
+# The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
+# editing this file while a run is in progress cannot make that run execute fragments of the new
+# text (see scripts/vm/run.sh).
+{
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -135,3 +139,5 @@ echo
 printf '%s\n' "${lines[@]}"
 echo "guest: $total_pass passed, $total_fail failed$status_note; $(cat "$run_dir/timing" 2>/dev/null), suite $(($(date +%s) - t0))s; logs: $run_dir"
 ((total_fail == 0))
+exit
+}
