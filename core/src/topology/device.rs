@@ -77,6 +77,14 @@ fn is_canonical_address(s: &str) -> bool {
     normalize_address(s).is_ok_and(|n| n == s)
 }
 
+/// The NUMA node sysfs gives the device at `addr`: `None` when the file is missing or says -1
+/// (no NUMA information).
+pub fn numa_node_of(root: &SysfsRoot, addr: &str) -> Result<Option<u32>, TopologyError> {
+    Ok(read_opt(&root.pci_device_dir(addr).join("numa_node"))?
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok()))
+}
+
 /// The driver bound to `addr`, or `None`.
 pub fn driver_of(root: &SysfsRoot, addr: &str) -> Result<Option<String>, TopologyError> {
     link_name(&root.pci_device_dir(addr).join("driver"))
@@ -134,9 +142,7 @@ impl PciDeviceInfo {
                 .collect(),
             None => Vec::new(),
         };
-        let numa_node = read_opt(&dir.join("numa_node"))?
-            .and_then(|s| s.parse::<i64>().ok())
-            .and_then(|n| u32::try_from(n).ok());
+        let numa_node = numa_node_of(root, addr)?;
         let bars = match read_opt(&dir.join("resource"))? {
             Some(text) => parse_resource(&text).map_err(|e| TopologyError::Parse {
                 path: dir.join("resource"),

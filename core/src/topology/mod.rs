@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 pub use bar::{human_size, parse_resource, BarInfo, BarParseError};
 pub use class::{class_name, class_subclass, DeviceRole, CLASS_ETHERNET, CLASS_NVME};
 pub use device::{
-    all_devices, device, driver_of, group_members, normalize_address, upstream_of, GroupPeer,
-    PciDeviceInfo,
+    all_devices, device, driver_of, group_members, normalize_address, numa_node_of, upstream_of,
+    GroupPeer, PciDeviceInfo,
 };
 pub use link::{parse_link_speed, parse_link_width, pcie_generation, LinkInfo};
 pub use sysfs::SysfsRoot;

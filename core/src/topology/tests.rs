@@ -403,3 +403,12 @@ mod address_props {
         }
     }
 }
+
+#[test]
+fn numa_node_of_reads_the_device_file() {
+    let f = machine();
+    let root = f.root();
+    assert_eq!(numa_node_of(&root, "0000:01:00.0").unwrap(), Some(1));
+    assert_eq!(numa_node_of(&root, "0000:00:02.0").unwrap(), None, "-1");
+    assert_eq!(numa_node_of(&root, "0000:00:1e.7").unwrap(), None, "no device");
+}

@@ -71,11 +71,10 @@ impl CudaGpu {
     /// NUMA node of the GPU from sysfs (None when unknown).
     pub fn numa_node(&self) -> Option<u32> {
         let addr = self.pci_address().ok()?;
-        let s = std::fs::read_to_string(format!("/sys/bus/pci/devices/{addr}/numa_node")).ok()?;
-        s.trim()
-            .parse::<i32>()
+        let root = ubdirect_core::topology::SysfsRoot::system();
+        ubdirect_core::topology::numa_node_of(&root, &addr)
             .ok()
-            .and_then(|n| u32::try_from(n).ok())
+            .flatten()
     }
 
     /// Whether the driver can export device memory as a dma-buf.
