@@ -15,6 +15,22 @@ use crate::status::NvmeStatus;
 /// Bytes of the admin data buffer (two 4 KiB pages: PRP1 + PRP2, no list needed).
 pub(crate) const ADMIN_DATA_LEN: usize = 8192;
 
+/// Read CSTS: all-ones (the device is gone) becomes DeviceGone; with `during` (what was under
+/// way, for the message), CFS becomes ControllerFatal; without, a fatal CSTS comes back as is.
+pub(crate) fn read_csts(mmio: &Mmio, during: Option<&'static str>) -> Result<Csts> {
+    let csts = Csts(mmio.read32(REG_CSTS));
+    if csts.is_all_ones() {
+        return Err(NvmeError::DeviceGone { register: "CSTS" });
+    }
+    match during {
+        Some(during) if csts.cfs() => Err(NvmeError::ControllerFatal {
+            csts: csts.0,
+            during,
+        }),
+        _ => Ok(csts),
+    }
+}
+
 /// The admin SQ/CQ, their doorbells and a data page for Identify / Get Log Page.
 pub(crate) struct AdminQueue {
     pub(crate) sq: SqRing,
@@ -107,16 +123,7 @@ impl AdminQueue {
             }
             spins += 1;
             if spins % 1024 == 0 {
-                let csts = Csts(self.mmio.read32(REG_CSTS));
-                if csts.is_all_ones() {
-                    return Err(NvmeError::DeviceGone { register: "CSTS" });
-                }
-                if csts.cfs() {
-                    return Err(NvmeError::ControllerFatal {
-                        csts: csts.0,
-                        during: command,
-                    });
-                }
+                read_csts(&self.mmio, Some(command))?;
                 if start.elapsed() > timeout {
                     return Err(NvmeError::Timeout {
                         command,

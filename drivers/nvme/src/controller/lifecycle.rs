@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ubdirect_core::Mmio;
 
-use crate::admin_queue::AdminQueue;
+use crate::admin_queue::{read_csts, AdminQueue};
 use crate::error::{NvmeError, Result};
 use crate::spec::command::{admin_opcode, feature};
 use crate::spec::regs::{
@@ -20,17 +20,7 @@ use super::{Controller, PAGE_SIZE};
 impl Controller {
     /// Read CSTS, turning all-ones into DeviceGone and CFS into ControllerFatal.
     pub fn csts(&self, during: &'static str) -> Result<Csts> {
-        let csts = Csts(self.mmio.read32(REG_CSTS));
-        if csts.is_all_ones() {
-            return Err(NvmeError::DeviceGone { register: "CSTS" });
-        }
-        if csts.cfs() {
-            return Err(NvmeError::ControllerFatal {
-                csts: csts.0,
-                during,
-            });
-        }
-        Ok(csts)
+        read_csts(&self.mmio, Some(during))
     }
 
     pub(super) fn disable(&self) -> Result<()> {
@@ -51,13 +41,7 @@ impl Controller {
 
     /// [`Self::wait_ready`] that ignores CFS (a fatal controller may still be disabled).
     fn wait_ready_raw(&self, ready: bool) -> Result<()> {
-        self.wait_rdy(ready, || {
-            let csts = Csts(self.mmio.read32(REG_CSTS));
-            if csts.is_all_ones() {
-                return Err(NvmeError::DeviceGone { register: "CSTS" });
-            }
-            Ok(csts)
-        })
+        self.wait_rdy(ready, || read_csts(&self.mmio, None))
     }
 
     /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
