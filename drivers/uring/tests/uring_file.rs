@@ -62,6 +62,20 @@ fn wait_all(q: &mut UringQueue, n: usize) -> Vec<BlockCompletion> {
     out
 }
 
+/// Read the first `n` blocks (tag = block number) and check each against the file's `data`.
+fn read_blocks_and_check(q: &mut UringQueue, pool: &Arc<UbPool>, data: &[u8], n: u64) {
+    for i in 0..n {
+        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    for c in wait_all(q, n as usize) {
+        let off = c.tag as usize * BS;
+        assert_eq!(c.result.as_ref().copied().unwrap(), BS);
+        assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
+    }
+}
+
 fn open(
     path: &std::path::Path,
     pool: &Arc<UbPool>,
@@ -276,16 +290,7 @@ fn io_wq_options_apply_and_reads_still_complete() {
     };
     let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
     assert!(q.is_async());
-    for i in 0..4u64 {
-        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
-            .map_err(|(_, e)| e)
-            .unwrap();
-    }
-    for c in wait_all(&mut q, 4) {
-        let off = c.tag as usize * BS;
-        assert_eq!(c.result.as_ref().copied().unwrap(), BS);
-        assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
-    }
+    read_blocks_and_check(&mut q, &pool, &data, 4);
 }
 
 #[test]
@@ -305,14 +310,5 @@ fn sqpoll_ring_reads_without_enter_per_flush() {
         }
         Err(e) => panic!("{e}"),
     };
-    for i in 0..4u64 {
-        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
-            .map_err(|(_, e)| e)
-            .unwrap();
-    }
-    for c in wait_all(&mut q, 4) {
-        let off = c.tag as usize * BS;
-        assert_eq!(c.result.as_ref().copied().unwrap(), BS);
-        assert_eq!(&c.buf.as_slice()[..BS], &data[off..off + BS]);
-    }
+    read_blocks_and_check(&mut q, &pool, &data, 4);
 }
