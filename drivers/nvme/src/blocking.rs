@@ -87,6 +87,19 @@ impl IoQueuePair {
             .map_err(|r| r.error)
     }
 
+    /// [`Self::run_blocking`] for a command on one buffer, which comes back.
+    fn run_blocking_one(
+        &mut self,
+        timeout: Duration,
+        buf: UbBuf,
+        submit: impl FnOnce(&mut Self, UbBuf) -> Result<(), Rejected>,
+    ) -> Result<UbBuf, Rejected> {
+        self.run_blocking(timeout, IoBufs::One(buf), |q, b| {
+            submit(q, b.into_one().expect("one buffer"))
+        })
+        .map(|(b, _)| b.into_one().expect("one buffer comes back"))
+    }
+
     /// Read `len` bytes at LBA `slba` into `buf` at `offset` and wait (at most `timeout`).
     pub fn read_blocking(
         &mut self,
@@ -97,11 +110,9 @@ impl IoQueuePair {
         len: usize,
         timeout: Duration,
     ) -> Result<UbBuf, Rejected> {
-        self.run_blocking(timeout, IoBufs::One(buf), |q, b| {
-            let buf = b.into_one().expect("one buffer");
+        self.run_blocking_one(timeout, buf, |q, buf| {
             q.submit_read(nsid, slba, buf, offset, len, BLOCKING_TAG)
         })
-        .map(|(b, _)| b.into_one().expect("one buffer comes back"))
     }
 
     /// Write `len` bytes of `buf` at `offset` to LBA `slba` and wait (at most `timeout`).
@@ -116,11 +127,9 @@ impl IoQueuePair {
         fua: bool,
         timeout: Duration,
     ) -> Result<UbBuf, Rejected> {
-        self.run_blocking(timeout, IoBufs::One(buf), |q, b| {
-            let buf = b.into_one().expect("one buffer");
+        self.run_blocking_one(timeout, buf, |q, buf| {
             q.submit_write(nsid, slba, buf, offset, len, fua, BLOCKING_TAG)
         })
-        .map(|(b, _)| b.into_one().expect("one buffer comes back"))
     }
 
     /// Read into a scatter list and wait.
