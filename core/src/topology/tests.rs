@@ -410,5 +410,9 @@ fn numa_node_of_reads_the_device_file() {
     let root = f.root();
     assert_eq!(numa_node_of(&root, "0000:01:00.0").unwrap(), Some(1));
     assert_eq!(numa_node_of(&root, "0000:00:02.0").unwrap(), None, "-1");
-    assert_eq!(numa_node_of(&root, "0000:00:1e.7").unwrap(), None, "no device");
+    assert_eq!(
+        numa_node_of(&root, "0000:00:1e.7").unwrap(),
+        None,
+        "no device"
+    );
 }
