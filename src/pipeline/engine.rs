@@ -245,6 +245,12 @@ where
             }
         };
 
+        // A fatal source error (device gone, controller fatal, queue wedged): nothing more can
+        // complete, so waiting out the drain bound would only burn time. The queue keeps the
+        // buffers still in flight (the device may yet write them); they never return to the pool.
+        if err.as_ref().is_some_and(PipelineError::is_fatal) {
+            break;
+        }
         let in_flight = src.in_flight() + sink.in_flight() + backlog.len();
         if n > 0 || m > 0 {
             progressed = true;

@@ -25,6 +25,7 @@ struct MemQueue {
     flushed: VecDeque<(UbBuf, u64, usize, u64)>,
     fail_at: Option<u64>,
     stuck: bool,
+    gone: bool,
     flushes: usize,
 }
 
@@ -43,6 +44,7 @@ impl MemQueue {
             flushed: VecDeque::new(),
             fail_at: None,
             stuck: false,
+            gone: false,
             flushes: 0,
         }
     }
@@ -112,6 +114,9 @@ impl BlockQueue for MemQueue {
     ) -> Result<usize, BlockError> {
         if self.stuck {
             return Ok(0);
+        }
+        if self.gone && !self.flushed.is_empty() {
+            return Err(BlockError::new(BlockErrorKind::DeviceGone, "all-ones"));
         }
         let mut n = 0;
         while n < max {
@@ -338,4 +343,32 @@ fn duration_mode_wraps_around_the_source() {
         r.bytes
     );
     assert_eq!(r.bytes % BS as u64, 0);
+}
+
+#[test]
+fn a_device_gone_error_ends_the_run_at_once_and_keeps_the_buffers_in_flight() {
+    let mut q = MemQueue::new(8 * BS, 8);
+    q.gone = true;
+    let pool = pool(4);
+    let mut sink = NullSink::new(4, false);
+    let t = std::time::Instant::now();
+    let e = run_direct(
+        &mut q,
+        &mut sink,
+        &pool,
+        &cfg(4, 0, 8 * BS as u64),
+        "t",
+        "mem",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, PipelineError::Source(b) if b.kind == BlockErrorKind::DeviceGone),
+        "{e}"
+    );
+    assert!(e.is_fatal());
+    // The drain bound is 10 s; a fatal error must not wait for it.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // Requests the device may still write keep their buffers out of the pool.
+    assert_eq!(pool.stats().in_use, q.in_flight());
+    assert_eq!(q.in_flight(), 4);
 }

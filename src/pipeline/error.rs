@@ -37,3 +37,11 @@ pub enum PipelineError {
         source: std::io::Error,
     },
 }
+
+impl PipelineError {
+    /// True when the source can complete nothing more (device gone, controller fatal, queue
+    /// wedged): the run ends at once instead of draining.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, PipelineError::Source(e) if e.kind.is_fatal())
+    }
+}

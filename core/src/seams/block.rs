@@ -20,8 +20,20 @@ pub enum BlockErrorKind {
     DeviceGone,
     /// A completion the driver could not make sense of (bad command id, bad phase).
     Protocol,
+    /// Requests neither completed nor could be aborted: the queue is dead until the device is
+    /// reset; its buffers may still be written by the device.
+    Wedged,
     /// Any other failure (kernel path errors, I/O errors).
     Other,
+}
+
+impl BlockErrorKind {
+    /// True when nothing more can complete on the queue (device gone, controller fatal, wedged):
+    /// callers should stop waiting for completions at once and keep, never reuse, the buffers
+    /// still in flight (the device may yet write them).
+    pub fn is_fatal(self) -> bool {
+        matches!(self, BlockErrorKind::DeviceGone | BlockErrorKind::Wedged)
+    }
 }
 
 /// A block I/O error: a kind to branch on and a message for people. Built only on the error

@@ -11,7 +11,8 @@ use crate::io_types::{IoBufs, Rejected};
 pub fn to_block_error(e: &NvmeError) -> BlockError {
     let kind = match e {
         NvmeError::QueueFull { .. } => BlockErrorKind::QueueFull,
-        NvmeError::Timeout { .. } | NvmeError::Wedged { .. } => BlockErrorKind::Timeout,
+        NvmeError::Timeout { .. } => BlockErrorKind::Timeout,
+        NvmeError::Wedged { .. } => BlockErrorKind::Wedged,
         NvmeError::DeviceGone { .. } | NvmeError::ControllerFatal { .. } => {
             BlockErrorKind::DeviceGone
         }
