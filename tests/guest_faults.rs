@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ubdirect_core::kmsg::{parse_iommu_fault, IommuFault};
 use ubdirect_core::testbed::{self, NVME0_NS1};
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
@@ -207,108 +208,25 @@ impl CommandRegister {
     }
 }
 
-/// One `DMAR: [DMA ...] ... fault addr ...` record of the kernel log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct DmarFault {
-    /// "Read" or "Write" (from the device's point of view).
-    access: String,
-    /// The requester, as the kernel prints it ("00:04.0").
-    device: String,
-    /// The faulting IOVA.
-    addr: u64,
-    /// The whole line, for messages.
-    line: String,
-}
-
-/// Parse one kernel log line; `None` for anything that is not a DMAR fault record.
-fn parse_dmar_fault(line: &str) -> Option<DmarFault> {
-    let start = line.find("DMAR: [DMA ")?;
-    let rest = &line[start + "DMAR: [DMA ".len()..];
-    let access = rest.split_whitespace().next()?.trim_end_matches(']');
-    let dev_at = rest.find("Request device [")? + "Request device [".len();
-    let device = rest[dev_at..].split(']').next()?.to_string();
-    let addr_at = rest.find("fault addr ")? + "fault addr ".len();
-    let hex = rest[addr_at..].split_whitespace().next()?;
-    let addr = u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()?;
-    Some(DmarFault {
-        access: access.to_string(),
-        device,
-        addr,
-        line: line[start..].to_string(),
-    })
-}
-
-/// Reads the kernel log records written after [`Kmsg::from_now`] (through /dev/kmsg, which
-/// every reader sees whole, independently of `dmesg -c`).
-struct Kmsg {
-    file: File,
-}
+/// The kernel log reader of core ([`ubdirect_core::kmsg`]); the tests run as root, so an
+/// unreadable /dev/kmsg fails the test.
+struct Kmsg(ubdirect_core::kmsg::Kmsg);
 
 impl Kmsg {
     /// Start reading at the end of the kernel log.
     fn from_now() -> Kmsg {
-        use std::os::fd::AsRawFd;
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags_nonblock()
-            .open("/dev/kmsg")
-            .expect("open /dev/kmsg");
-        // SAFETY: lseek on our own fd; /dev/kmsg accepts SEEK_END (skip to the newest record).
-        let rc = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_END) };
-        assert!(
-            rc >= 0,
-            "lseek /dev/kmsg: {}",
-            std::io::Error::last_os_error()
-        );
-        Kmsg { file }
+        Kmsg(ubdirect_core::kmsg::Kmsg::from_now().expect("open /dev/kmsg"))
     }
 
     /// The message text of every record since the last call.
     fn new_lines(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 8192];
-        loop {
-            match self.file.read(&mut buf) {
-                Ok(0) => break,
-                // One record per read: "prio,seq,time,flags;message\n".
-                Ok(n) => {
-                    let rec = String::from_utf8_lossy(&buf[..n]);
-                    let msg = rec.split_once(';').map_or(&*rec, |(_, m)| m);
-                    out.push(msg.lines().next().unwrap_or("").to_string());
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                // EPIPE: records were overwritten before we read them; keep reading.
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-                Err(e) => panic!("read /dev/kmsg: {e}"),
-            }
-        }
-        out
+        self.0.new_lines().expect("read /dev/kmsg")
     }
 
-    /// DMAR faults logged since the last call.
-    fn dmar_faults(&mut self) -> Vec<DmarFault> {
-        self.new_lines()
-            .iter()
-            .filter_map(|l| parse_dmar_fault(l))
-            .collect()
+    /// IOMMU (DMAR / AMD-Vi) faults of `dev` logged since the last call.
+    fn faults_for(&mut self, dev: PciAddress) -> Vec<IommuFault> {
+        self.0.faults_for(&[dev]).expect("read /dev/kmsg")
     }
-}
-
-/// `OpenOptions` with O_NONBLOCK, spelled once.
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NONBLOCK)
-    }
-}
-
-/// The kernel's short form of a PCI address ("00:04.0"), as in DMAR fault lines.
-fn short_bdf(addr: PciAddress) -> String {
-    format!("{:02x}:{:02x}.{}", addr.bus, addr.device, addr.function)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,23 +349,13 @@ fn assert_nvme0_works() {
 
 #[test]
 fn dmar_fault_lines_parse() {
+    // The parser's own tests are in core (kmsg); this one pins the line the guest logs.
     let l = "DMAR: [DMA Write NO_PASID] Request device [00:04.0] fault addr 0x7fe00000 [fault reason 0x05] PTE Write access is not set";
-    let f = parse_dmar_fault(l).unwrap();
-    assert_eq!(f.access, "Write");
-    assert_eq!(f.device, "00:04.0");
+    let f = parse_iommu_fault(l).unwrap();
+    assert_eq!(f.access.as_deref(), Some("Write"));
+    assert!(f.is_for("0000:00:04.0".parse().unwrap()));
     assert_eq!(f.addr, 0x7fe0_0000);
-    // Older kernels print no PASID word; the prefix may carry the driver name.
-    let l = "dmar_fault: 2 callbacks suppressed DMAR: [DMA Read] Request device [00:05.0] fault addr 1000 [fault reason 06] PTE Read access is not set";
-    let f = parse_dmar_fault(l).unwrap();
-    assert_eq!(
-        (f.access.as_str(), f.device.as_str(), f.addr),
-        ("Read", "00:05.0", 0x1000)
-    );
-    assert_eq!(parse_dmar_fault("DMAR: IOMMU enabled"), None);
-    assert_eq!(
-        parse_dmar_fault("DMAR: [DMA Write] Request device [00:04.0] fault addr zz"),
-        None
-    );
+    assert_eq!(parse_iommu_fault("DMAR: IOMMU enabled"), None);
 }
 
 #[test]
@@ -667,12 +575,7 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         let e = poll_until_error(&mut qp, Duration::from_secs(60));
         assert!(e.is_some(), "no error within 60 s");
         std::thread::sleep(Duration::from_millis(200));
-        let dev = short_bdf(bed.ctrl.device().address());
-        let faults: Vec<_> = kmsg
-            .dmar_faults()
-            .into_iter()
-            .filter(|f| f.device == dev)
-            .collect();
+        let faults = kmsg.faults_for(bed.ctrl.device().address());
         saw("dmar-faults", faults.len());
         let end = slab.iova + slab.len as u64;
         saw(
@@ -737,15 +640,12 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
             saw("buffer-untouched", untouched);
         }
         std::thread::sleep(Duration::from_millis(200));
-        let dev = short_bdf(bed.ctrl.device().address());
-        let faults: Vec<_> = kmsg
-            .dmar_faults()
-            .into_iter()
-            .filter(|f| f.device == dev)
-            .collect();
+        let faults = kmsg.faults_for(bed.ctrl.device().address());
         let inside = faults
             .iter()
-            .filter(|f| f.access == "Write" && (iova..iova + 8192).contains(&f.addr))
+            .filter(|f| {
+                f.access.as_deref() == Some("Write") && (iova..iova + 8192).contains(&f.addr)
+            })
             .count();
         saw("dmar-write-faults-in-buffer", inside);
         if let Some(f) = faults.first() {
@@ -1201,11 +1101,10 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
             Err(e) => saw("pipeline", format!("other: {e}")),
         }
         std::thread::sleep(Duration::from_millis(200));
-        let dev = short_bdf(bed.ctrl.device().address());
         let n = kmsg
-            .dmar_faults()
+            .faults_for(bed.ctrl.device().address())
             .into_iter()
-            .filter(|f| f.device == dev && (iova..iova + len as u64).contains(&f.addr))
+            .filter(|f| (iova..iova + len as u64).contains(&f.addr))
             .count();
         saw("dmar-faults-in-slab", n);
         drop(qp);

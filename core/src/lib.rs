@@ -8,6 +8,7 @@
 pub mod barrier;
 mod error;
 pub mod iova;
+pub mod kmsg;
 pub mod mmio;
 pub mod pci;
 pub mod seams;

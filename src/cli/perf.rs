@@ -6,8 +6,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
-use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 
@@ -192,8 +193,20 @@ struct Job {
 
 const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
 
-/// Run it.
+/// Run it; then fail (exit 1) if the kernel logged an IOMMU fault for the controller.
 pub fn run(args: &Args) -> CliResult {
+    let devices: Vec<PciAddress> = args.addr.parse().into_iter().collect();
+    let watch = DmaFaultWatch::start(&devices);
+    let r = run_perf(args);
+    match (watch.finish(), r) {
+        (Ok(()), r) => r,
+        (Err(f), Ok(_)) => Err(f.into()),
+        (Err(f), Err(e)) => Err(format!("{e}\n{f}").into()),
+    }
+}
+
+/// The run itself.
+fn run_perf(args: &Args) -> CliResult {
     if args.queue_depth == 0 {
         return Err("-q must be at least 1".into());
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use ubdirect::pipeline::{
     compare, file_checksum, numa_node_of_cpu, pin_to_core, queue_checksum, run_copy, run_direct,
-    run_sink_only, BarSink, Limit, Mode, NullSink, PipelineConfig, PipelineReport, PipelineSink,
+    run_sink_only, BarSink, DmaFaultWatch, Limit, Mode, NullSink, PipelineConfig, PipelineReport,
+    PipelineSink,
 };
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
@@ -202,8 +203,27 @@ fn parse_offset(s: &str) -> Result<u64, String> {
 
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 
-/// Run the subcommand.
+/// Run the subcommand; then fail (exit 1) if the kernel logged an IOMMU fault for one of its
+/// VFIO devices during the run, whatever the run itself reported.
 pub fn run(args: &Args) -> CliResult {
+    let mut devices = Vec::new();
+    if let SourceSpec::Nvme { addr, .. } = &args.source {
+        devices.push(*addr);
+    }
+    if let SinkSpec::Bar { addr, .. } = &args.sink {
+        devices.push(*addr);
+    }
+    let watch = DmaFaultWatch::start(&devices);
+    let r = run_pipeline(args);
+    match (watch.finish(), r) {
+        (Ok(()), r) => r,
+        (Err(f), Ok(_)) => Err(f.into()),
+        (Err(f), Err(e)) => Err(format!("{e}\n{f}").into()),
+    }
+}
+
+/// The run itself.
+fn run_pipeline(args: &Args) -> CliResult {
     let bs = usize::try_from(args.block_size).map_err(|_| "block size too large")?;
     if args.qd == 0 {
         return Err("--qd must be at least 1".into());

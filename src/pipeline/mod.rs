@@ -7,6 +7,7 @@ mod bar_sink;
 mod classic;
 mod config;
 mod cpu;
+mod dma_faults;
 mod done_queue;
 mod engine;
 #[cfg(test)]
@@ -22,6 +23,7 @@ pub use bar_sink::{BarSink, Landed};
 pub use classic::run_copy;
 pub use config::{Limit, Mode, PipelineConfig};
 pub use cpu::{numa_node_of_cpu, process_cpu_time};
+pub use dma_faults::{DmaFaultWatch, DmaFaults};
 pub use engine::{block_range, run_direct};
 pub use error::PipelineError;
 pub use null_sink::NullSink;
