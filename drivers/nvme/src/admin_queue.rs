@@ -31,6 +31,19 @@ pub(crate) fn read_csts(mmio: &Mmio, during: Option<&'static str>) -> Result<Cst
     }
 }
 
+/// Read CSTS of a controller the driver has enabled: all-ones is DeviceGone, CFS is
+/// ControllerFatal and RDY=0 is ControllerNotReady (reset or removed under the driver).
+pub(crate) fn read_csts_enabled(mmio: &Mmio, during: &'static str) -> Result<Csts> {
+    let csts = read_csts(mmio, Some(during))?;
+    if !csts.rdy() {
+        return Err(NvmeError::ControllerNotReady {
+            csts: csts.0,
+            during,
+        });
+    }
+    Ok(csts)
+}
+
 /// The admin SQ/CQ, their doorbells and a data page for Identify / Get Log Page.
 pub(crate) struct AdminQueue {
     pub(crate) sq: SqRing,
@@ -123,7 +136,8 @@ impl AdminQueue {
             }
             spins += 1;
             if spins % 1024 == 0 {
-                read_csts(&self.mmio, Some(command))?;
+                // Admin commands run only while the controller is enabled.
+                read_csts_enabled(&self.mmio, command)?;
                 if start.elapsed() > timeout {
                     return Err(NvmeError::Timeout {
                         command,

@@ -13,9 +13,9 @@ pub fn to_block_error(e: &NvmeError) -> BlockError {
         NvmeError::QueueFull { .. } => BlockErrorKind::QueueFull,
         NvmeError::Timeout { .. } => BlockErrorKind::Timeout,
         NvmeError::Wedged { .. } => BlockErrorKind::Wedged,
-        NvmeError::DeviceGone { .. } | NvmeError::ControllerFatal { .. } => {
-            BlockErrorKind::DeviceGone
-        }
+        NvmeError::DeviceGone { .. }
+        | NvmeError::ControllerFatal { .. }
+        | NvmeError::ControllerNotReady { .. } => BlockErrorKind::DeviceGone,
         NvmeError::MalformedCompletion { .. } => BlockErrorKind::Protocol,
         NvmeError::Command { .. } => BlockErrorKind::Device,
         e if e.is_invalid_request() => BlockErrorKind::InvalidRequest,
@@ -129,5 +129,29 @@ impl BlockQueue for IoQueuePair {
     }
     fn in_flight(&self) -> usize {
         IoQueuePair::in_flight(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_controller_is_device_gone_on_the_seam() {
+        let e = NvmeError::ControllerNotReady {
+            csts: 0,
+            during: "waiting for I/O completions",
+        };
+        let b = to_block_error(&e);
+        assert_eq!(b.kind, BlockErrorKind::DeviceGone);
+        let msg = e.to_string();
+        assert!(msg.contains("CSTS.RDY=0"), "{msg}");
+        assert!(msg.contains("Controller::reset"), "{msg}");
+        let w = NvmeError::Wedged {
+            qid: 3,
+            outstanding: 2,
+            waited: std::time::Duration::from_secs(2),
+        };
+        assert_eq!(to_block_error(&w).kind, BlockErrorKind::Wedged);
     }
 }

@@ -43,6 +43,16 @@ pub enum NvmeError {
         /// What the driver was doing.
         during: &'static str,
     },
+    /// CSTS.RDY reads 0 while the driver has the controller enabled: it was reset, disabled or
+    /// removed under the driver (QEMU reads a BAR that stopped decoding as 0; real hardware
+    /// gives all-ones, which is [`NvmeError::DeviceGone`]).
+    #[error("NVMe controller is not ready (CSTS.RDY=0, CSTS={csts:#x}) while {during}, although the driver enabled it: it was reset, disabled or removed under the driver and will complete nothing; drop its queue pairs, then call Controller::reset (or drop and reopen the controller)")]
+    ControllerNotReady {
+        /// The CSTS value.
+        csts: u32,
+        /// What the driver was doing.
+        during: &'static str,
+    },
     /// CSTS.RDY did not reach the expected value within CAP.TO.
     #[error("NVMe controller did not become {} within CAP.TO = {timeout:?} (CSTS={csts:#x}): the controller is wedged; reset or power-cycle it", if *.ready { "ready (CSTS.RDY=1)" } else { "disabled (CSTS.RDY=0)" })]
     ReadyTimeout {

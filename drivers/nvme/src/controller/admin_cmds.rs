@@ -89,7 +89,8 @@ impl Controller {
             });
         }
         self.io_queues_granted = granted;
-        *self.qids.get_mut().unwrap_or_else(|e| e.into_inner()) = vec![false; granted as usize + 1];
+        *self.qids.get_mut().unwrap_or_else(|e| e.into_inner()) =
+            vec![super::QidUse::Free; granted as usize + 1];
         Ok(())
     }
 

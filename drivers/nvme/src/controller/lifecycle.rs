@@ -15,7 +15,7 @@ use crate::spec::regs::{
 };
 use crate::spec::Sqe;
 
-use super::{Controller, PAGE_SIZE};
+use super::{Controller, QidUse, PAGE_SIZE};
 
 impl Controller {
     /// Read CSTS, turning all-ones into DeviceGone and CFS into ControllerFatal.
@@ -65,22 +65,32 @@ impl Controller {
     }
 
     /// Reset the controller (CC.EN 1 -> 0 -> 1) and bring the admin queue, the negotiated number
-    /// of I/O queues and the shadow doorbells back. Use it after [`NvmeError::Wedged`] or a fatal
-    /// status. Refused while any [`crate::IoQueuePair`] of this controller exists (their queues do
-    /// not survive a reset): drop them first, then create new ones.
+    /// of I/O queues and the shadow doorbells back. Use it after [`NvmeError::Wedged`],
+    /// [`NvmeError::ControllerNotReady`] or a fatal status. Refused while any
+    /// [`crate::IoQueuePair`] of this controller exists (their queues do not survive a reset):
+    /// drop them first, then create new ones. Queue pairs that were dropped without deleting
+    /// their device-side queues do not block it: disabling the controller deletes every queue
+    /// on the device side, so their ids are free again afterwards (their memory stays leaked).
     pub fn reset(&self) -> Result<()> {
-        let qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
-        if qids.iter().any(|&b| b) {
+        let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        if qids.contains(&QidUse::Live) {
             return Err(NvmeError::InvalidArgument(
                 "Controller::reset with I/O queue pairs alive: drop every IoQueuePair of this controller first",
             ));
         }
         let mut a = self.admin();
         self.disable()?;
+        // The controller is disabled: no queue of a dropped-but-leaked pair exists any more.
+        for u in qids.iter_mut() {
+            if *u == QidUse::Leaked {
+                *u = QidUse::Free;
+            }
+        }
         a.reset();
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
         self.wait_ready(true, "re-enabling the controller after a reset")?;
+        self.clear_admin_wedged();
         let want = self.io_queues_granted as u32 - 1;
         let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
         sqe.cdw10 = feature::NUMBER_OF_QUEUES as u32;

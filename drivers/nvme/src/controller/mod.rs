@@ -6,6 +6,7 @@ mod lifecycle;
 use lifecycle::program_admin;
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -56,6 +57,18 @@ impl Default for ControllerOptions {
     }
 }
 
+/// What an I/O queue id is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QidUse {
+    /// Free to allocate.
+    Free,
+    /// Held by a live [`crate::IoQueuePair`].
+    Live,
+    /// Its queue pair is gone but the device-side queues could not be deleted (their memory was
+    /// leaked); free again once [`Controller::reset`] disabled the controller.
+    Leaked,
+}
+
 /// The shadow doorbell and EventIdx pages (Doorbell Buffer Config).
 struct ShadowPages {
     db: DmaMem,
@@ -78,7 +91,10 @@ pub struct Controller {
     info: Option<ControllerInfo>,
     namespaces: Vec<Namespace>,
     io_queues_granted: u16,
-    qids: Mutex<Vec<bool>>,
+    qids: Mutex<Vec<QidUse>>,
+    /// An admin command timed out: the admin queue does not answer until a reset, so further
+    /// admin commands fail at once instead of each waiting `admin_timeout`.
+    admin_wedged: AtomicBool,
     shadow: Option<ShadowPages>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
@@ -143,6 +159,7 @@ impl Controller {
             namespaces: Vec::new(),
             io_queues_granted: 0,
             qids: Mutex::new(Vec::new()),
+            admin_wedged: AtomicBool::new(false),
             shadow: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
@@ -266,9 +283,38 @@ impl Controller {
         self.admin.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run one admin command.
+    /// Run one admin command. Once one has timed out (see [`Controller::admin_wedged`]) the
+    /// next fail at once with [`NvmeError::Wedged`] (queue 0) until [`Controller::reset`].
     pub(crate) fn admin_exec(&self, sqe: Sqe, command: &'static str) -> Result<crate::spec::Cqe> {
-        self.admin().execute(sqe, command, self.opts.admin_timeout)
+        if self.admin_wedged() {
+            return Err(NvmeError::Wedged {
+                qid: 0,
+                outstanding: 1,
+                waited: std::time::Duration::ZERO,
+            });
+        }
+        let r = self.admin().execute(sqe, command, self.opts.admin_timeout);
+        if let Err(NvmeError::Timeout { .. }) = r {
+            self.admin_wedged.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Whether an admin command timed out since the controller was opened or last reset: the
+    /// admin queue is considered dead and admin commands (Abort, Delete I/O queue) are not sent.
+    pub fn admin_wedged(&self) -> bool {
+        self.admin_wedged.load(Ordering::Relaxed)
+    }
+
+    /// Forget the admin timeout after a reset brought the admin queue back.
+    pub(super) fn clear_admin_wedged(&self) {
+        self.admin_wedged.store(false, Ordering::Relaxed);
+    }
+
+    /// Read CSTS of the enabled controller: all-ones is [`NvmeError::DeviceGone`], CFS
+    /// [`NvmeError::ControllerFatal`], RDY=0 [`NvmeError::ControllerNotReady`].
+    pub fn csts_enabled(&self, during: &'static str) -> Result<crate::spec::regs::Csts> {
+        crate::admin_queue::read_csts_enabled(&self.mmio, during)
     }
 
     /// Reserve a free I/O queue id.
@@ -276,27 +322,43 @@ impl Controller {
         let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         let granted = self.io_queues_granted;
         let i = (1..q.len())
-            .find(|&i| !q[i])
+            .find(|&i| q[i] == QidUse::Free)
             .ok_or(NvmeError::NoQueuesLeft { granted })?;
-        q[i] = true;
+        q[i] = QidUse::Live;
         Ok(i as u16)
     }
 
     /// Return an I/O queue id.
     pub(crate) fn free_qid(&self, qid: u16) {
+        self.set_qid(qid, QidUse::Free);
+    }
+
+    /// Keep an I/O queue id out of use until the next reset: its device-side queues could not
+    /// be deleted.
+    pub(crate) fn leak_qid(&self, qid: u16) {
+        self.set_qid(qid, QidUse::Leaked);
+    }
+
+    fn set_qid(&self, qid: u16, to: QidUse) {
         let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = q.get_mut(qid as usize) {
-            *s = false;
+            *s = to;
         }
     }
 
-    /// I/O queue ids in use.
+    fn count_qids(&self, what: QidUse) -> usize {
+        let q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().skip(1).filter(|&&u| u == what).count()
+    }
+
+    /// I/O queue ids held by live queue pairs.
     pub fn io_queues_in_use(&self) -> usize {
-        self.qids
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|&&b| b)
-            .count()
+        self.count_qids(QidUse::Live)
+    }
+
+    /// I/O queue ids whose queue pair was dropped without deleting its device-side queues
+    /// (controller wedged or gone); [`Controller::reset`] frees them.
+    pub fn io_queues_leaked(&self) -> usize {
+        self.count_qids(QidUse::Leaked)
     }
 }

@@ -53,6 +53,19 @@ struct ReqSlot {
     error: Option<NvmeStatus>,
 }
 
+/// Why a queue pair stopped for good: the controller will complete none of its commands.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Dead {
+    /// CSTS read all-ones.
+    Gone,
+    /// CSTS.CFS=1 (the CSTS value).
+    Fatal(u32),
+    /// CSTS.RDY=0 while enabled (the CSTS value).
+    NotReady(u32),
+    /// An Abort (or another admin command) timed out: the admin queue does not answer.
+    Wedged,
+}
+
 /// The data of a request being built: where its bytes are.
 pub(crate) enum DataRef<'a> {
     None,
@@ -85,6 +98,8 @@ pub struct IoQueuePair {
     idle_polls: u32,
     idle_since: Option<Instant>,
     aborted: bool,
+    /// Set once the controller cannot complete anything: every later call fails at once.
+    dead: Option<(Dead, Instant)>,
     stats: QueueStats,
     // Last: the doorbells' BAR mapping must go before the controller (and its device) can.
     ctrl: Arc<Controller>,
@@ -220,6 +235,7 @@ impl IoQueuePair {
             idle_polls: 0,
             idle_since: None,
             aborted: false,
+            dead: None,
             stats: QueueStats::default(),
         })
     }
@@ -296,6 +312,18 @@ impl IoQueuePair {
 
 impl Drop for IoQueuePair {
     fn drop(&mut self) {
+        if let Some((why, _)) = self.dead {
+            // The controller is gone, not ready or its admin queue does not answer: a Delete
+            // would only wait out admin_timeout. The device may still DMA into the rings and
+            // buffers: leak them; Controller::reset frees the qid.
+            tracing::warn!(
+                qid = self.qid,
+                ?why,
+                "NVMe I/O queue not deleted (controller dead); its memory stays mapped"
+            );
+            self.ctrl.leak_qid(self.qid);
+            return;
+        }
         let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
         d.cdw10 = self.qid as u32;
         let sq_ok = self.ctrl.admin_exec(d, "Delete I/O Submission Queue");
@@ -315,8 +343,10 @@ impl Drop for IoQueuePair {
                 self.ctrl.free_qid(self.qid);
             }
             Err(e) => {
-                // The device may still DMA into the rings and buffers: leak them (and the qid).
+                // The device may still DMA into the rings and buffers: leak them; the qid stays
+                // reserved until Controller::reset.
                 tracing::warn!(error = %e, qid = self.qid, "deleting NVMe I/O queue failed; its memory stays mapped");
+                self.ctrl.leak_qid(self.qid);
             }
         }
     }

@@ -41,14 +41,14 @@ impl IoQueuePair {
                 },
             });
         }
-        if ncmds > self.free_cid_top || self.free_req_top == 0 {
+        if ncmds > self.free_cid_top || self.free_req_top == 0 || self.dead.is_some() {
             return Err(Rejected {
                 bufs,
-                error: NvmeError::QueueFull {
+                error: self.dead_error().unwrap_or(NvmeError::QueueFull {
                     qid: self.qid,
                     depth: self.depth,
                     needed: ncmds,
-                },
+                }),
             });
         }
         let (nsid, lba_shift) = (ns.nsid, ns.lba_shift);
@@ -134,14 +134,14 @@ impl IoQueuePair {
         tag: u64,
         write_page: impl FnOnce(&mut [u64]),
     ) -> std::result::Result<(), Rejected> {
-        if self.free_cid_top == 0 || self.free_req_top == 0 {
+        if self.free_cid_top == 0 || self.free_req_top == 0 || self.dead.is_some() {
             return Err(Rejected {
                 bufs: IoBufs::None,
-                error: NvmeError::QueueFull {
+                error: self.dead_error().unwrap_or(NvmeError::QueueFull {
                     qid: self.qid,
                     depth: self.depth,
                     needed: 1,
-                },
+                }),
             });
         }
         debug_assert!(len <= PAGE_SIZE);
