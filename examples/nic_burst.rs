@@ -10,6 +10,12 @@
 //! takes frames from the front of a `Vec<TxFrame>` (what does not fit stays there),
 //! `rx_burst` appends up to the spare capacity of a `Vec<RxFrame>`. Buffers move into the
 //! driver and come back only when the device is done with them.
+//!
+//! A dead NIC is a burst error, not a quiet link: once a queue pair has moved nothing for
+//! `NetConfig::health_interval` (default 100 ms) its next idle burst reads device_status once
+//! and returns `VirtioNetError::DeviceGone` / `DeviceNeedsReset`, and keeps returning it. So
+//! propagate burst errors (`?` below) rather than ignoring them; no separate health call is
+//! needed in the loop.
 
 use std::time::{Duration, Instant};
 
@@ -71,8 +77,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             txv.push(TxFrame::new(buf, size).map_err(|(_, e)| e)?);
             sent += 1;
         }
+        // `?`: a burst error ends the loop, and a dead NIC shows up here as DeviceGone.
         if !txv.is_empty() {
             a.tx_burst(&mut txv)?; // unsent frames stay in txv for the next round
+        } else {
+            a.reclaim_tx()?; // finished TX buffers back to the pool (and A's health check)
         }
         b.rx_burst(&mut rxv)?;
         for f in rxv.drain(..) {

@@ -2,6 +2,7 @@
 //! information (MAC, link, MTU) and a clean shutdown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ubdirect_core::pci::{PciAddress, PciDevice};
 use ubdirect_core::ub::{DmaMem, UbPool, UbRegistry};
@@ -13,6 +14,7 @@ use crate::ctrl_queue::{
 use crate::error::{Result, VirtioNetError};
 use crate::features::{self, Features};
 use crate::frame::{RxFrame, TxFrame};
+use crate::health::{IdleClock, DEFAULT_HEALTH_INTERVAL};
 use crate::net_config as ncfg;
 use crate::net_header::NET_HDR_LEN;
 use crate::queue_pair::{Queue, QueuePair};
@@ -38,6 +40,11 @@ pub struct NetConfig {
     pub rx_queue_size: Option<u16>,
     /// TX ring entries per pair (power of two; default: min(device max, 256)).
     pub tx_queue_size: Option<u16>,
+    /// How long a queue pair may move nothing (no frame received, no TX buffer finished)
+    /// before its next idle burst call reads device_status once and fails with `DeviceGone` /
+    /// `DeviceNeedsReset` if the device is dead (default 100 ms; 1 ms to 1 hour). An idle pair
+    /// pays one MMIO read per interval; a busy one none.
+    pub health_interval: Duration,
 }
 
 impl Default for NetConfig {
@@ -46,6 +53,7 @@ impl Default for NetConfig {
             queue_pairs: 1,
             rx_queue_size: None,
             tx_queue_size: None,
+            health_interval: DEFAULT_HEALTH_INTERVAL,
         }
     }
 }
@@ -135,6 +143,12 @@ impl VirtioNet {
             return Err(VirtioNetError::InvalidConfig(
                 "queue_pairs must be at least 1".into(),
             ));
+        }
+        let hi = &cfg.health_interval;
+        if *hi < Duration::from_millis(1) || *hi > Duration::from_secs(3600) {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "health_interval {hi:?} is out of range (1 ms to 1 hour; default 100 ms): it bounds how long a dead device passes for a quiet link"
+            )));
         }
         let t = Transport::open(dev.clone())?;
         dev.enable_bus_master()?;
@@ -265,6 +279,9 @@ impl VirtioNet {
                     rx_buf_len,
                     max_frame,
                     stats: NetStats::default(),
+                    idle: IdleClock::new(cfg.health_interval),
+                    probe: t.probe(),
+                    dead: None,
                 });
             }
             let ring_total: usize = pairs.iter().map(|p| p.rx_ring_size()).sum();
@@ -379,7 +396,10 @@ impl VirtioNet {
         self.rx_mode(CTRL_RX_ALLMULTI, "RX_ALLMULTI", on)
     }
 
-    /// Errors when the device is gone or asks for a reset.
+    /// Reads device_status once: `DeviceGone` when it reads all-ones, 0 or lacks DRIVER_OK
+    /// (removed, reset behind the driver's back, or a BAR that stopped decoding: QEMU reads 0),
+    /// `DeviceNeedsReset` for DEVICE_NEEDS_RESET / FAILED. The burst calls do the same on
+    /// their own after `NetConfig::health_interval` without progress; call this to ask sooner.
     pub fn check_health(&self) -> Result<()> {
         self.transport.check_health()
     }
@@ -423,6 +443,13 @@ impl VirtioNet {
 
     /// Resets the device, waits for it, and returns every buffer to its pool. Also done by
     /// drop; call it to see the error.
+    ///
+    /// The buffers go back only when the reset is confirmed: device_status reads 0 within
+    /// the reset deadline *and* the BAR still decodes (num_queues reads what it read at open).
+    /// A device that vanished reads 0 in QEMU (all-ones on real hardware), so a status of 0
+    /// alone would look like a completed reset although the reset write was lost and the
+    /// device may still DMA. On any error (`DeviceGone`, `ResetTimeout`) the rings and every
+    /// posted buffer are leaked on purpose: they stay mapped and out of the pool.
     pub fn shutdown(mut self) -> Result<()> {
         let r = self.quiesce();
         if r.is_err() {

@@ -88,11 +88,14 @@ pub enum VirtioNetError {
         /// Status read.
         status: u8,
     },
-    /// The device is gone (all-ones from its registers).
-    #[error("{addr} read back all-ones: the device was removed or its BAR is disabled; rebind it to vfio-pci (scripts/setup.sh) and reopen")]
+    /// The device is gone: all-ones from its registers, device_status reading 0 or without
+    /// DRIVER_OK after bring-up, or a BAR that no longer decodes.
+    #[error("{addr} is gone: {cause}. Drop the VirtioNet (it returns its buffers only if a reset is confirmed, else they stay out of the pool since the device may still DMA), rebind the device to vfio-pci (scripts/setup.sh) and reopen")]
     DeviceGone {
         /// The device.
         addr: PciAddress,
+        /// What was read.
+        cause: &'static str,
     },
     /// A queue the driver needs does not exist.
     #[error("{addr}: virtqueue {queue} is not available (size 0, device has {num_queues} queues): ask for fewer queue pairs")]

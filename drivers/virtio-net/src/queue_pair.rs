@@ -1,6 +1,11 @@
 //! One RX/TX virtqueue pair: the burst API. Owned by one thread (`Send`, not `Sync`). Nothing
 //! here allocates or makes a syscall: buffers come from and go back to `UbPool`s, doorbells are
 //! MMIO writes only when the device asked for them (event index).
+//!
+//! A dead device is noticed by the burst calls themselves: after the pair made no progress for
+//! the health interval, the next idle burst reads device_status once and returns
+//! [`VirtioNetError::DeviceGone`] / [`VirtioNetError::DeviceNeedsReset`]; from then on every
+//! burst call returns that error without touching the rings (see [`crate::health`]).
 
 use std::sync::Arc;
 
@@ -9,6 +14,7 @@ use ubdirect_core::ub::{DmaMem, UbBuf, UbPool};
 
 use crate::error::{Result, VirtioNetError};
 use crate::frame::{check_len, RxFrame, TxFrame, FRAME_OFFSET};
+use crate::health::{status_result, IdleClock, StatusProbe};
 use crate::net_header::{VirtioNetHdr, NET_HDR_LEN};
 use crate::ring::SplitRing;
 use crate::stats::NetStats;
@@ -56,6 +62,10 @@ pub struct QueuePair {
     pub(crate) rx_buf_len: u32,
     pub(crate) max_frame: usize,
     pub(crate) stats: NetStats,
+    pub(crate) idle: IdleClock,
+    pub(crate) probe: StatusProbe,
+    /// The device_status value that showed the device dead: every burst call then fails.
+    pub(crate) dead: Option<u8>,
 }
 
 impl QueuePair {
@@ -87,6 +97,36 @@ impl QueuePair {
     /// TX ring size.
     pub fn tx_ring_size(&self) -> usize {
         self.tx.ring.size() as usize
+    }
+
+    /// The sticky error once the device was seen dead.
+    #[inline(always)]
+    fn alive(&self) -> Result<()> {
+        match self.dead {
+            None => Ok(()),
+            Some(s) => status_result(self.addr, s),
+        }
+    }
+
+    /// A poll that moved nothing: after the health interval without progress, read
+    /// device_status once.
+    #[inline(always)]
+    fn idle_poll(&mut self) -> Result<()> {
+        if self.idle.idle_poll() {
+            return self.check_device();
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn check_device(&mut self) -> Result<()> {
+        self.stats.status_reads += 1;
+        let s = self.probe.read();
+        let r = status_result(self.addr, s);
+        if r.is_err() {
+            self.dead = Some(s);
+        }
+        r
     }
 
     fn ring_err(&self, queue: u16, source: crate::ring::RingError) -> VirtioNetError {
@@ -127,8 +167,12 @@ impl QueuePair {
     /// allocates nothing. Then refills the RX ring from the pool. Returns frames appended.
     ///
     /// Errors: [`VirtioNetError::EmptyBurst`] when `out` has no spare capacity (nothing
-    /// changed); [`VirtioNetError::Ring`] when the device reports a malformed completion.
+    /// changed); [`VirtioNetError::Ring`] when the device reports a malformed completion;
+    /// [`VirtioNetError::DeviceGone`] / [`VirtioNetError::DeviceNeedsReset`] when the pair made
+    /// no progress for the health interval and device_status shows the device dead (then on
+    /// every later call).
     pub fn rx_burst(&mut self, out: &mut Vec<RxFrame>) -> Result<usize> {
+        self.alive()?;
         let room = out.capacity() - out.len();
         if room == 0 {
             return Err(VirtioNetError::EmptyBurst(
@@ -161,11 +205,18 @@ impl QueuePair {
         }
         self.rx.ring.suppress_interrupts();
         self.refill_rx();
+        if got > 0 {
+            self.idle.progress();
+        } else {
+            self.idle_poll()?;
+        }
         Ok(got)
     }
 
     /// Returns TX buffers the device has finished with to their pools. Returns how many.
+    /// Errors as [`QueuePair::rx_burst`] for a malformed completion or a dead device.
     pub fn reclaim_tx(&mut self) -> Result<usize> {
+        self.alive()?;
         let mut n = 0;
         loop {
             match self.tx.ring.pop_used() {
@@ -179,6 +230,11 @@ impl QueuePair {
         }
         self.tx.ring.suppress_interrupts();
         self.stats.tx_reclaimed += n as u64;
+        if n > 0 {
+            self.idle.progress();
+        } else {
+            self.idle_poll()?;
+        }
         Ok(n)
     }
 
@@ -188,7 +244,8 @@ impl QueuePair {
     /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
     ///
     /// Every frame is checked first; a frame too long or too short fails the whole burst with
-    /// nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`].
+    /// nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
+    /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
     pub fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
             return Err(VirtioNetError::EmptyBurst(

@@ -25,6 +25,9 @@ pub struct NetStats {
     pub tx_reclaimed: u64,
     /// TX doorbells rung.
     pub tx_kicks: u64,
+    /// device_status reads by the burst calls after the pair made no progress for the health
+    /// interval (see [`crate::health`]).
+    pub status_reads: u64,
 }
 
 impl AddAssign for NetStats {
@@ -39,5 +42,6 @@ impl AddAssign for NetStats {
         self.tx_ring_full += o.tx_ring_full;
         self.tx_reclaimed += o.tx_reclaimed;
         self.tx_kicks += o.tx_kicks;
+        self.status_reads += o.status_reads;
     }
 }

@@ -11,6 +11,7 @@ use ubdirect_core::pci::{PciAddress, PciDevice};
 use crate::common_cfg::{self as cc, status, NO_VECTOR};
 use crate::error::{Result, VirtioNetError};
 use crate::features::Features;
+use crate::health::{status_result, StatusProbe};
 use crate::pci_cap::{parse_layout, CapLocation, VirtioPciLayout, COMMON_CFG_MIN_LEN};
 use crate::ring::SplitRing;
 
@@ -56,7 +57,8 @@ impl Doorbell {
 /// An opened modern virtio-pci device.
 pub struct Transport {
     dev: Arc<PciDevice>,
-    common: Window,
+    common: Arc<Window>,
+    num_queues: u16,
     notify: Arc<Window>,
     notify_off_multiplier: u32,
     device_cfg: Option<Window>,
@@ -151,8 +153,12 @@ impl Transport {
                 _bars: bars.clone(),
             }
         };
+        let common = Arc::new(window(layout.common));
+        // Read-only and fixed by the device: the witness that the BAR still decodes.
+        let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
-            common: window(layout.common),
+            common,
+            num_queues,
             notify: Arc::new(window(layout.notify)),
             notify_off_multiplier: layout.notify_off_multiplier,
             device_cfg: layout.device.map(window),
@@ -181,9 +187,34 @@ impl Transport {
         if s == 0xff {
             return Err(VirtioNetError::DeviceGone {
                 addr: self.address(),
+                cause: "device_status reads all-ones (0xff)",
             });
         }
         Ok(s)
+    }
+
+    /// A [`StatusProbe`] for queue pairs (shares the common configuration mapping).
+    pub fn probe(&self) -> StatusProbe {
+        StatusProbe::new(self.common.clone(), self.address())
+    }
+
+    /// Errors unless the common configuration still decodes: `num_queues` (read-only, fixed
+    /// by the device) must read what it read at open. QEMU reads 0 from a BAR whose memory
+    /// decoding is off, which makes a reset look complete (device_status 0) although the
+    /// reset write was lost and the device may still DMA; this check tells the two apart.
+    pub fn confirm_decoding(&self) -> Result<()> {
+        let n = self.c().read16(cc::NUM_QUEUES);
+        if n == self.num_queues {
+            return Ok(());
+        }
+        Err(VirtioNetError::DeviceGone {
+            addr: self.address(),
+            cause: if n == 0xffff {
+                "num_queues reads all-ones"
+            } else {
+                "num_queues no longer reads what it read at open (the BAR stopped decoding), so a reset cannot be confirmed"
+            },
+        })
     }
 
     /// Sets status bits (read-modify-write, as the spec's handshake does).
@@ -193,27 +224,25 @@ impl Transport {
         Ok(())
     }
 
-    /// Errors when the device asks for a reset or has failed.
+    /// For a device that was set DRIVER_OK: errors when it is gone (all-ones, status 0 or
+    /// without DRIVER_OK, see [`classify_status`](crate::health::classify_status)) or asks for a
+    /// reset (DEVICE_NEEDS_RESET, FAILED).
     pub fn check_health(&self) -> Result<()> {
-        let s = self.status()?;
-        if s & (status::DEVICE_NEEDS_RESET | status::FAILED) != 0 {
-            return Err(VirtioNetError::DeviceNeedsReset {
-                addr: self.address(),
-                status: s,
-            });
-        }
-        Ok(())
+        let s = self.c().read8(cc::DEVICE_STATUS);
+        status_result(self.address(), s)
     }
 
-    /// Resets the device and waits (bounded by `deadline`) until device_status reads 0. After
-    /// this the device no longer touches any queue memory.
+    /// Resets the device and waits (bounded by `deadline`) until device_status reads 0, then
+    /// confirms the BAR still decodes ([`Transport::confirm_decoding`]): a 0 read from a BAR
+    /// that stopped decoding proves nothing. `Ok` means the device no longer touches any queue
+    /// memory; on an error the caller must assume it still may.
     pub fn reset(&self, deadline: Duration) -> Result<()> {
         self.c().write8(cc::DEVICE_STATUS, 0);
         let start = Instant::now();
         loop {
             let s = self.status()?;
             if s == 0 {
-                return Ok(());
+                return self.confirm_decoding();
             }
             if start.elapsed() > deadline {
                 return Err(VirtioNetError::ResetTimeout {
@@ -354,6 +383,7 @@ impl Transport {
         }
         Err(VirtioNetError::DeviceGone {
             addr: self.address(),
+            cause: "config_generation changed on each of 100 reads of the device configuration",
         })
     }
 

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::*;
 use ubdirect_core::ub::UbPool;
 use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
@@ -120,6 +122,20 @@ fn open_refuses_bad_configuration() {
         matches!(e, VirtioNetError::InvalidConfig(ref m) if m.contains("queue pairs")),
         "{e}"
     );
+    // A health interval outside 1 ms ..= 1 hour.
+    for hi in [Duration::ZERO, Duration::from_secs(7200)] {
+        let e = open_err(
+            &pool,
+            NetConfig {
+                health_interval: hi,
+                ..NetConfig::default()
+            },
+        );
+        assert!(
+            matches!(e, VirtioNetError::InvalidConfig(ref m) if m.contains("health_interval")),
+            "{e}"
+        );
+    }
     // Not a virtio-net device: the ivshmem device.
     let (iv, _region) = gpu_bar_region(&bed);
     let e = VirtioNet::from_device(&bed.registry, iv, pool.clone(), NetConfig::default())
@@ -145,4 +161,37 @@ fn open_refuses_bad_configuration() {
     send_all(&mut a, &mut v);
     let got = recv_n(&mut b, &mut a, 1);
     assert_frames(&got, 1000, bm, am, 3);
+}
+
+/// A healthy idle NIC is checked by its own bursts (one device_status read per health
+/// interval) and stays `Ok`: the check has no false positives on a quiet link.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn idle_bursts_check_a_live_device_and_stay_ok() {
+    let bed = bed();
+    let pool = host_pool(&bed, 1024);
+    let cfg = NetConfig {
+        health_interval: Duration::from_millis(20),
+        ..NetConfig::default()
+    };
+    let mut b = open(&bed, &bed.nic_b, &pool, cfg);
+    let mut out = Vec::with_capacity(32);
+    let t = Instant::now();
+    let mut polls = 0u64;
+    while t.elapsed() < Duration::from_millis(300) {
+        out.clear();
+        b.rx_burst(&mut out).expect("a live idle NIC stays Ok");
+        b.reclaim_tx().expect("a live idle NIC stays Ok");
+        polls += 1;
+    }
+    let reads = b.stats().status_reads;
+    println!("{polls} idle polls in 300 ms, {reads} device_status reads");
+    assert!(reads >= 1, "no device_status read in 300 ms of idle polls");
+    // One read per interval at most: 300 ms / 20 ms = 15, plus slack for the first one.
+    assert!(
+        reads <= 16,
+        "{reads} device_status reads: more than one per interval"
+    );
+    b.check_health().expect("healthy");
+    b.shutdown().expect("clean shutdown");
 }
