@@ -3,7 +3,7 @@
 use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vfio_bindings::bindings::vfio::{
     vfio_device_info, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_CONFIG_REGION_INDEX,
@@ -12,6 +12,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::VfioDevice;
 
 use super::capability::{walk, PciCapability};
+use super::removal::RemovalNotice;
 use super::PciAddress;
 use crate::error::{CoreError, Result};
 use crate::mmio::Mmio;
@@ -40,6 +41,8 @@ pub struct PciDevice {
     class: u32,
     numa: Option<u32>,
     domain: Arc<DmaDomain>,
+    /// The VFIO request channel, once [`PciDevice::enable_removal_notice`] registered it.
+    removal: Mutex<Option<RemovalNotice>>,
 }
 
 impl std::fmt::Debug for PciDevice {
@@ -82,6 +85,7 @@ impl PciDevice {
             class: 0,
             numa: sys.numa,
             domain: domain.clone(),
+            removal: Mutex::new(None),
         };
         if d.config_len < 64 {
             return Err(CoreError::ConfigAccess {
@@ -326,6 +330,29 @@ impl PciDevice {
     /// True when VFIO reports a reset method for the device.
     pub fn can_reset(&self) -> bool {
         self.flags & VFIO_DEVICE_FLAGS_RESET != 0
+    }
+
+    /// Ask the kernel to tell this process when it wants the device back (sysfs `remove`,
+    /// hot-unplug, unbind): registers an eventfd on VFIO's device request IRQ. Without it a
+    /// removal blocks in the kernel ("No device request channel registered, blocked until
+    /// released by user") until the process exits. Idempotent. After it, check
+    /// [`PciDevice::removal_requested`] on slow paths and, when it says so, stop I/O and drop
+    /// everything holding the device: the removal completes when the device is closed.
+    pub fn enable_removal_notice(&self) -> Result<()> {
+        let mut slot = self.removal.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(RemovalNotice::register(&self.dev, self.addr)?);
+        }
+        Ok(())
+    }
+
+    /// True once the kernel has asked for the device back (it stays true). A non-blocking
+    /// read(2) of an eventfd: a syscall, so for slow paths only (idle polls, timeouts, every
+    /// ~100 ms between batches), never per I/O. Always false before
+    /// [`PciDevice::enable_removal_notice`].
+    pub fn removal_requested(&self) -> bool {
+        let slot = self.removal.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref().is_some_and(RemovalNotice::requested)
     }
 }
 

@@ -4,6 +4,7 @@
 mod address;
 mod capability;
 mod device;
+mod removal;
 
 pub use address::PciAddress;
 pub use capability::PciCapability;

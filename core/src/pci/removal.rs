@@ -1,0 +1,69 @@
+//! The VFIO device request channel: how the kernel asks a userspace driver to let go of a
+//! device it wants to remove (sysfs `remove`, hot-unplug, driver unbind).
+//!
+//! Without it the kernel logs "No device request channel registered, blocked until released by
+//! user" and the removal waits, silently, until the process closes the device. With it, vfio-pci
+//! signals an eventfd (VFIO_PCI_REQ_IRQ_INDEX, the same channel QEMU's vfio uses to turn a host
+//! unplug into a guest unplug request) when the removal starts, and again every 10 s while it
+//! waits; the driver checks the eventfd on its slow paths, stops, and closes the device.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use vfio_bindings::bindings::vfio::VFIO_PCI_REQ_IRQ_INDEX;
+use vfio_ioctls::VfioDevice;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::PciAddress;
+use crate::error::{CoreError, Result};
+
+/// The eventfd vfio-pci signals when the kernel wants the device back.
+#[derive(Debug)]
+pub(crate) struct RemovalNotice {
+    fd: EventFd,
+    /// Set once a request was read: reading the eventfd clears its count, the answer must not.
+    seen: AtomicBool,
+}
+
+impl RemovalNotice {
+    /// Register a fresh eventfd as `dev`'s request trigger (VFIO_DEVICE_SET_IRQS,
+    /// DATA_EVENTFD | ACTION_TRIGGER on VFIO_PCI_REQ_IRQ_INDEX, through vfio-ioctls).
+    pub(crate) fn register(dev: &VfioDevice, addr: PciAddress) -> Result<RemovalNotice> {
+        let index = VFIO_PCI_REQ_IRQ_INDEX;
+        match dev.get_irq_info(index) {
+            Some(irq) if irq.count > 0 => {}
+            _ => {
+                return Err(CoreError::Unsupported {
+                    addr,
+                    what: "the VFIO device request IRQ (VFIO_PCI_REQ_IRQ_INDEX; vfio-pci offers it since Linux 4.0)",
+                })
+            }
+        }
+        let fd = EventFd::new(EFD_NONBLOCK).map_err(|source| CoreError::Io {
+            op: format!("eventfd for the removal notice of {addr}"),
+            source,
+        })?;
+        if dev.enable_irq(index, vec![&fd]).is_err() {
+            // vfio-ioctls drops the ioctl's error; errno still holds it.
+            return Err(CoreError::last_os(format!(
+                "VFIO_DEVICE_SET_IRQS (request IRQ eventfd) on {addr}"
+            )));
+        }
+        Ok(RemovalNotice {
+            fd,
+            seen: AtomicBool::new(false),
+        })
+    }
+
+    /// True once the kernel has asked for the device. One non-blocking read(2) until then.
+    pub(crate) fn requested(&self) -> bool {
+        if self.seen.load(Ordering::Relaxed) {
+            return true;
+        }
+        // EAGAIN (no request yet) and any other error read as "not requested".
+        if self.fd.read().is_ok_and(|n| n > 0) {
+            self.seen.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
