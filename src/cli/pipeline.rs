@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ubdirect::pipeline::{
     compare, file_checksum, numa_node_of_cpu, pin_to_core, queue_checksum, run_copy, run_direct,
-    run_sink_only, BarSink, DmaFaultWatch, Limit, Mode, NullSink, PipelineConfig, PipelineReport,
-    PipelineSink,
+    run_direct_watching, run_sink_only, BarSink, DmaFaultWatch, Limit, Mode, NullSink,
+    PipelineConfig, PipelineReport, PipelineSink,
 };
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
@@ -279,11 +279,14 @@ fn run_pipeline(args: &Args) -> CliResult {
         }
         SourceSpec::File(_) => None,
     };
+    let mut bar_dev: Option<Arc<PciDevice>> = None;
     let bar_region: Option<Arc<UbRegion>> = match &args.sink {
         SinkSpec::Bar { addr, bar } => {
             let dev = PciDevice::open(registry.domain(), *addr)?;
             device_numa = device_numa.or(dev.numa_node());
-            Some(registry.register_bar(&dev, *bar)?)
+            let region = registry.register_bar(&dev, *bar)?;
+            bar_dev = Some(dev);
+            Some(region)
         }
         _ => None,
     };
@@ -400,7 +403,22 @@ fn run_pipeline(args: &Args) -> CliResult {
                 let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, sink_alone)?;
                 reports.extend(seg);
             }
-            let mut r = run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?;
+            // A hot-unplug of the controller or the BAR device ends the run with a typed error
+            // (checked every 100 ms) instead of blocking the kernel's removal until exit.
+            let mut watched = vec![ctrl.device().clone()];
+            watched.extend(bar_dev.iter().cloned());
+            for d in &watched {
+                d.enable_removal_notice()?;
+            }
+            let mut r = run_direct_watching(
+                &mut q,
+                sink.as_mut(),
+                &pool,
+                &cfg,
+                "pipeline",
+                &name,
+                &watched,
+            )?;
             if args.verify {
                 // A second pass through the driver at QD1 into a host buffer is the reference.
                 let ref_pool = host_pool(&registry, bs.min(q.max_transfer()), 1, true)?;

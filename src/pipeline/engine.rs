@@ -12,7 +12,7 @@ use ubdirect_core::seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, SinkErrorKind,
 };
 use ubdirect_core::util::{rdtsc, LatencyHistogram};
-use ubdirect_core::{UbBuf, UbPool};
+use ubdirect_core::{PciDevice, UbBuf, UbPool};
 
 use super::config::{Limit, Mode, PipelineConfig};
 use super::cpu::process_cpu_time;
@@ -35,6 +35,13 @@ pub fn block_range(seq: u64, block_size: u64, capacity: u64) -> (u64, u64) {
     (off, block_size.min(capacity - off))
 }
 
+/// How often the loop asks the kernel whether it wants a device back (a syscall per device).
+const REMOVAL_CHECK: Duration = Duration::from_millis(100);
+/// How long the loop drains after a removal request before it gives the device up.
+const REMOVAL_DRAIN: Duration = Duration::from_secs(2);
+/// How long the loop drains after any other non-fatal error.
+const ERROR_DRAIN: Duration = Duration::from_secs(10);
+
 /// Run the direct pipeline from `src` through `pool` into `sink`.
 /// Tags given to the sink are `seq * block_size`: the true stream offset during the first pass.
 pub fn run_direct<Q, S>(
@@ -44,6 +51,27 @@ pub fn run_direct<Q, S>(
     cfg: &PipelineConfig,
     label: &str,
     source_name: &str,
+) -> Result<PipelineReport, PipelineError>
+where
+    Q: BlockQueue + ?Sized,
+    S: PipelineSink + ?Sized,
+{
+    run_direct_watching(src, sink, pool, cfg, label, source_name, &[])
+}
+
+/// [`run_direct`], also watching `devices` for a kernel removal request (hot-unplug, sysfs
+/// `remove`; see [`PciDevice::enable_removal_notice`], which the caller calls first): checked
+/// every 100 ms between batches; when one comes the run stops submitting, drains what completes
+/// within 2 s and returns [`PipelineError::RemovalRequested`]. The caller then drops the queues
+/// and the device so the kernel's removal can complete.
+pub fn run_direct_watching<Q, S>(
+    src: &mut Q,
+    sink: &mut S,
+    pool: &Arc<UbPool>,
+    cfg: &PipelineConfig,
+    label: &str,
+    source_name: &str,
+    devices: &[Arc<PciDevice>],
 ) -> Result<PipelineReport, PipelineError>
 where
     Q: BlockQueue + ?Sized,
@@ -100,6 +128,8 @@ where
     let mut last_progress = Instant::now();
     let mut iter = 0u64;
     let mut draining_since: Option<Instant> = None;
+    let mut drain_bound = ERROR_DRAIN;
+    let mut last_removal_check = t0;
     let mut past_deadline = false;
     let mut progressed = false;
 
@@ -113,6 +143,17 @@ where
         };
         if let (Some(d), Some(n)) = (deadline, now) {
             past_deadline |= n >= d;
+        }
+        if let Some(n) = now {
+            if !devices.is_empty() && n.duration_since(last_removal_check) >= REMOVAL_CHECK {
+                last_removal_check = n;
+                if let Some(d) = devices.iter().find(|d| d.removal_requested()) {
+                    drain_bound = REMOVAL_DRAIN;
+                    err.get_or_insert(PipelineError::RemovalRequested {
+                        device: d.address(),
+                    });
+                }
+            }
         }
         let submitting = err.is_none() && submitted_bytes < byte_limit && !past_deadline;
 
@@ -280,7 +321,7 @@ where
         }
         if err.is_some() {
             let since = *draining_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_secs(10) {
+            if since.elapsed() > drain_bound {
                 break;
             }
         }

@@ -1,6 +1,7 @@
 //! Pipeline errors: each names the cause and what to do.
 
 use ubdirect_core::seams::{BlockError, SinkError};
+use ubdirect_core::PciAddress;
 
 /// Why a pipeline run failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +25,12 @@ pub enum PipelineError {
         secs: u64,
         /// Requests outstanding at the time.
         in_flight: usize,
+    },
+    /// The kernel asked for a device back (hot-unplug, sysfs `remove`, unbind).
+    #[error("the kernel asked for device {device} back (hot-unplug, sysfs remove or unbind): the run stopped; drop its queues and controller so the removal completes, then rescan and rebind it to vfio-pci to use it again")]
+    RemovalRequested {
+        /// The device the kernel wants.
+        device: PciAddress,
     },
     /// Verification could not run.
     #[error("verify: {0}")]

@@ -24,7 +24,7 @@ pub use classic::run_copy;
 pub use config::{Limit, Mode, PipelineConfig};
 pub use cpu::{numa_node_of_cpu, process_cpu_time};
 pub use dma_faults::{DmaFaultWatch, DmaFaults};
-pub use engine::{block_range, run_direct};
+pub use engine::{block_range, run_direct, run_direct_watching};
 pub use error::PipelineError;
 pub use null_sink::NullSink;
 pub use report::{LatencySummary, PipelineReport, VerifyResult};
