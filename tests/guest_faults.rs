@@ -385,7 +385,8 @@ fn child_lines_are_found() {
 fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     const TEST: &str = "nvme_device_vanishing_mid_flight_is_a_typed_error";
     if child_mode().is_some() {
-        let bed = open_nvme0(Duration::from_secs(1), 16);
+        // 16 buffers for the reads + 1 for the submission after the error.
+        let bed = open_nvme0(Duration::from_secs(1), 17);
         let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
         qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
             .expect("warm-up read");
