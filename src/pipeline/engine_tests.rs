@@ -288,27 +288,26 @@ fn a_device_error_stops_the_run_with_a_typed_error() {
     assert_eq!(pool.stats().in_use, 0, "no buffer lost");
 }
 
+/// Runs 8 blocks at queue depth 4 over `q` through a 4-buffer pool, expecting an error;
+/// returns the error, how long the run took and the pool (to check what is still in use).
+fn run_eight_blocks_expecting_an_error(q: &mut MemQueue) -> (PipelineError, Duration, Arc<UbPool>) {
+    let pool = pool(4);
+    let mut sink = NullSink::new(4, false);
+    let t = std::time::Instant::now();
+    let e = run_direct(q, &mut sink, &pool, &cfg(4, 0, 8 * BS as u64), "t", "mem").unwrap_err();
+    (e, t.elapsed(), pool)
+}
+
 #[test]
 fn a_stuck_device_is_reported_as_stalled_not_waited_on_forever() {
     let mut q = MemQueue::new(8 * BS, 8);
     q.stuck = true;
-    let pool = pool(4);
-    let mut sink = NullSink::new(4, false);
-    let t = std::time::Instant::now();
-    let e = run_direct(
-        &mut q,
-        &mut sink,
-        &pool,
-        &cfg(4, 0, 8 * BS as u64),
-        "t",
-        "mem",
-    )
-    .unwrap_err();
+    let (e, elapsed, pool) = run_eight_blocks_expecting_an_error(&mut q);
     assert!(
         matches!(e, PipelineError::Stalled { in_flight: 4, .. }),
         "{e}"
     );
-    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(elapsed < Duration::from_secs(5));
     // The queue still owns its buffers (a real device may still write them).
     assert_eq!(pool.stats().in_use, 4);
 }
@@ -349,25 +348,14 @@ fn duration_mode_wraps_around_the_source() {
 fn a_device_gone_error_ends_the_run_at_once_and_keeps_the_buffers_in_flight() {
     let mut q = MemQueue::new(8 * BS, 8);
     q.gone = true;
-    let pool = pool(4);
-    let mut sink = NullSink::new(4, false);
-    let t = std::time::Instant::now();
-    let e = run_direct(
-        &mut q,
-        &mut sink,
-        &pool,
-        &cfg(4, 0, 8 * BS as u64),
-        "t",
-        "mem",
-    )
-    .unwrap_err();
+    let (e, elapsed, pool) = run_eight_blocks_expecting_an_error(&mut q);
     assert!(
         matches!(&e, PipelineError::Source(b) if b.kind == BlockErrorKind::DeviceGone),
         "{e}"
     );
     assert!(e.is_fatal());
     // The drain bound is 10 s; a fatal error must not wait for it.
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
     // Requests the device may still write keep their buffers out of the pool.
     assert_eq!(pool.stats().in_use, q.in_flight());
     assert_eq!(q.in_flight(), 4);
