@@ -18,12 +18,13 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::kmsg::{parse_iommu_fault, IommuFault};
 use ubdirect_core::testbed::{self, NVME0_NS1};
-use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_virtio_net::pattern;
 use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
@@ -150,6 +151,20 @@ fn run_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
         elapsed,
         timed_out,
     }
+}
+
+/// [`run_child`], then print the child's output.
+fn run_shown_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
+    let run = run_child(test, scenario, deadline);
+    println!("{}", run.shown().trim_end());
+    run
+}
+
+/// [`run_shown_child`], then fail unless the child exited 0 within its deadline.
+fn run_clean_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
+    let run = run_shown_child(test, scenario, deadline);
+    run.assert_clean_exit();
+    run
 }
 
 fn child_mode() -> Option<String> {
@@ -282,6 +297,13 @@ fn queue(ctrl: &Arc<Controller>, io_timeout: Duration) -> IoQueuePair {
     .expect("queue pair")
 }
 
+/// nvme0 with `blocks` 1 MiB buffers and one queue pair, `timeout` for admin and I/O commands.
+fn open_nvme0_with_queue(timeout: Duration, blocks: usize) -> (NvmeBed, IoQueuePair) {
+    let bed = open_nvme0(timeout, blocks);
+    let qp = queue(&bed.ctrl, timeout);
+    (bed, qp)
+}
+
 /// Short name of an NVMe error variant, for the parent's assertions.
 fn nvme_kind(e: &NvmeError) -> &'static str {
     match e {
@@ -336,12 +358,65 @@ fn submit_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>, n: u64, tag0: u64) {
 
 /// After the child: the controller opens and reads the pattern again.
 fn assert_nvme0_works() {
-    let bed = open_nvme0(Duration::from_secs(10), 1);
-    let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
+    let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 1);
     let b = qp
         .read_blocking(1, 8, bed.pool.get().unwrap(), 0, 4096, T)
         .expect("nvme0 reads again after the scenario");
     testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
+}
+
+/// Poll until an error, failing the child when none comes within 60 s.
+fn expect_an_error_within_60s(qp: &mut IoQueuePair) {
+    let e = poll_until_error(qp, Duration::from_secs(60));
+    assert!(e.is_some(), "no error within 60 s");
+}
+
+/// After a first error: poll again until it fails (within 60 s), print how long that took and
+/// the kind, and return the error.
+fn poll_again_until_error(qp: &mut IoQueuePair) -> NvmeError {
+    let t = Instant::now();
+    let again = loop {
+        if let Err(e) = qp.poll(64, |_| {}) {
+            break e;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "second poll: no error"
+        );
+    };
+    saw("second-error-after-ms", t.elapsed().as_millis());
+    saw("second-error-kind", nvme_kind(&again));
+    again
+}
+
+/// Drop `v` and print how long that took, in ms, as `key`.
+fn drop_timed<V>(v: V, key: &str) {
+    let t = Instant::now();
+    drop(v);
+    saw(key, t.elapsed().as_millis());
+}
+
+/// The driver's DMA slab (queue memory): the lowest region of the registry that is not the
+/// pool's.
+fn driver_slab(bed: &NvmeBed) -> Arc<UbRegion> {
+    let pool_region = bed.pool.region().id;
+    bed.registry
+        .regions()
+        .into_iter()
+        .filter(|r| r.id != pool_region)
+        .min_by_key(|r| r.id)
+        .expect("the driver's DMA slab")
+}
+
+/// Parent side of the vanish and reset scenarios: the first error (ControllerNotReady) came
+/// within io_timeout + admin_timeout (1 s + 1 s) + 3 s margin, the second at once with the
+/// same cause.
+fn assert_not_ready_errors_came_in_time(run: &ChildRun) {
+    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
+    assert!(ms < 1000 + 1000 + 3000, "first error only after {ms} ms");
+    assert_eq!(run.one("second-error-kind"), "ControllerNotReady");
+    let again: u64 = run.one("second-error-after-ms").parse().unwrap();
+    assert!(again < 100, "second error after {again} ms");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,8 +461,7 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     const TEST: &str = "nvme_device_vanishing_mid_flight_is_a_typed_error";
     if child_mode().is_some() {
         // 16 buffers for the reads + 1 for the submission after the error.
-        let bed = open_nvme0(Duration::from_secs(1), 17);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 17);
         qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
             .expect("warm-up read");
         let cmd = CommandRegister::open(bed.ctrl.device().address());
@@ -401,41 +475,23 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
             Ok(c) => saw("csts-probe", format!("Ok({:#x})", c.0)),
             Err(e) => saw("csts-probe", format!("{}: {e}", nvme_kind(&e))),
         }
-        let e = poll_until_error(&mut qp, Duration::from_secs(60));
-        assert!(e.is_some(), "no error within 60 s");
+        expect_an_error_within_60s(&mut qp);
         // A second poll keeps failing (no completion can arrive) and does not hang.
-        let t = Instant::now();
-        let again = loop {
-            if let Err(e) = qp.poll(64, |_| {}) {
-                break e;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "second poll: no error"
-            );
-        };
-        saw("second-error-after-ms", t.elapsed().as_millis());
-        saw("second-error-kind", nvme_kind(&again));
+        let again = poll_again_until_error(&mut qp);
         saw("in-flight-after-errors", qp.in_flight());
         if let Err(r) = qp.submit_read(1, 0, bed.pool.get().expect("a buffer"), 0, 4096, 99) {
             saw("submit-after-error-kind", nvme_kind(&r.error));
         }
         saw("second-error", &again);
         let in_use = bed.pool.stats().in_use;
-        let t = Instant::now();
-        drop(qp);
-        saw("queue-drop-ms", t.elapsed().as_millis());
+        drop_timed(qp, "queue-drop-ms");
         saw("pool-in-use-before-drop", in_use);
         saw("pool-in-use-after-drop", bed.pool.stats().in_use);
-        let t = Instant::now();
-        drop(bed);
-        saw("controller-drop-ms", t.elapsed().as_millis());
+        drop_timed(bed, "controller-drop-ms");
         cmd.restore();
         return;
     }
-    let run = run_child(TEST, "vanish", Duration::from_secs(150));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "vanish", Duration::from_secs(150));
     assert_eq!(run.one("in-flight-after-vanish"), "16");
     // QEMU reads the BAR as 0 once memory decoding is off: CSTS.RDY=0 under an enabled
     // controller is ControllerNotReady (real hardware reads all-ones: DeviceGone).
@@ -448,13 +504,9 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     );
     // The bound: io_timeout + admin_timeout (1 s + 1 s) + 3 s margin for a loaded TCG host; the
     // driver reads CSTS from io_timeout / 4 on, so no Abort is sent at all.
-    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
-    assert!(ms < 1000 + 1000 + 3000, "first error only after {ms} ms");
     // The queue is dead: the next poll and a submission fail at once with the same cause, and
     // the requests the device never completed stay counted in flight.
-    assert_eq!(run.one("second-error-kind"), "ControllerNotReady");
-    let again: u64 = run.one("second-error-after-ms").parse().unwrap();
-    assert!(again < 100, "second error after {again} ms");
+    assert_not_ready_errors_came_in_time(&run);
     assert_eq!(run.one("submit-after-error-kind"), "ControllerNotReady");
     let ok: usize = run.one("completed-ok").parse().unwrap();
     assert_eq!(run.one("in-flight-after-errors"), (16 - ok).to_string());
@@ -494,24 +546,10 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
         bed.ctrl.device().reset().expect("VFIO_DEVICE_RESET");
         qp.ring();
         saw("in-flight-after-reset", qp.in_flight());
-        let e = poll_until_error(&mut qp, Duration::from_secs(60));
-        assert!(e.is_some(), "no error within 60 s");
-        let t = Instant::now();
-        let again = loop {
-            if let Err(e) = qp.poll(64, |_| {}) {
-                break e;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "second poll: no error"
-            );
-        };
-        saw("second-error-after-ms", t.elapsed().as_millis());
-        saw("second-error-kind", nvme_kind(&again));
+        expect_an_error_within_60s(&mut qp);
+        let again = poll_again_until_error(&mut qp);
         saw("second-error", &again);
-        let t = Instant::now();
-        drop(qp);
-        saw("queue-drop-ms", t.elapsed().as_millis());
+        drop_timed(qp, "queue-drop-ms");
         saw("pool-in-use-after-queue-drop", bed.pool.stats().in_use);
         saw("leaked-qids-before-reset", bed.ctrl.io_queues_leaked());
         match bed.ctrl.reset() {
@@ -541,9 +579,7 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
             ctrl,
             pool,
         } = bed;
-        let t = Instant::now();
-        drop(ctrl);
-        saw("controller-drop-ms", t.elapsed().as_millis());
+        drop_timed(ctrl, "controller-drop-ms");
         // The same registry (its leaked queue memory still mapped) opens the controller again.
         let ctrl = Controller::open(&registry, nvme0_addr(), ControllerOptions::default())
             .expect("reopen after the reset");
@@ -555,9 +591,7 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
         saw("reopened-read", "pattern ok");
         return;
     }
-    let run = run_child(TEST, "reset", Duration::from_secs(150));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "reset", Duration::from_secs(150));
     assert_eq!(run.one("in-flight-after-reset"), "4");
     assert_eq!(
         run.one("completed-ok"),
@@ -568,11 +602,7 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
     // from io_timeout / 4 on, without Aborts; bound io_timeout + admin_timeout + 3 s margin.
     let first = run.one("first-error-kind");
     assert_eq!(first, "ControllerNotReady", "{}", run.one("first-error"));
-    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
-    assert!(ms < 1000 + 1000 + 3000, "first error only after {ms} ms");
-    assert_eq!(run.one("second-error-kind"), "ControllerNotReady");
-    let again: u64 = run.one("second-error-after-ms").parse().unwrap();
-    assert!(again < 100, "second error after {again} ms");
+    assert_not_ready_errors_came_in_time(&run);
     let drop_ms: u64 = run.one("queue-drop-ms").parse().unwrap();
     assert!(drop_ms < 500, "queue drop took {drop_ms} ms");
     assert_eq!(
@@ -598,18 +628,10 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
 fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
     const TEST: &str = "nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported";
     if child_mode().is_some() {
-        let bed = open_nvme0(Duration::from_secs(1), 4);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 4);
         qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
             .expect("warm-up read");
-        let pool_region = bed.pool.region().id;
-        let slab = bed
-            .registry
-            .regions()
-            .into_iter()
-            .filter(|r| r.id != pool_region)
-            .min_by_key(|r| r.id)
-            .expect("the driver's DMA slab");
+        let slab = driver_slab(&bed);
         saw("slab", format!("iova {:#x} len {:#x}", slab.iova, slab.len));
         let mut kmsg = Kmsg::from_now();
         bed.registry
@@ -618,8 +640,7 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
             .expect("unmap the slab behind the driver's back");
         submit_reads(&mut qp, &bed.pool, 2, 0);
         qp.ring();
-        let e = poll_until_error(&mut qp, Duration::from_secs(60));
-        assert!(e.is_some(), "no error within 60 s");
+        expect_an_error_within_60s(&mut qp);
         std::thread::sleep(Duration::from_millis(200));
         let faults = kmsg.faults_for(bed.ctrl.device().address());
         saw("dmar-faults", faults.len());
@@ -640,9 +661,7 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         saw("teardown-ms", t.elapsed().as_millis());
         return;
     }
-    let run = run_child(TEST, "unmap", Duration::from_secs(150));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "unmap", Duration::from_secs(150));
     let kind = run.one("first-error-kind");
     assert!(
         ["ControllerFatal", "Timeout", "Wedged"].contains(&kind.as_str()),
@@ -663,8 +682,7 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
 fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
     const TEST: &str = "read_into_an_unmapped_pool_is_detected_through_dmar_faults";
     if child_mode().is_some() {
-        let bed = open_nvme0(Duration::from_secs(5), 2);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(5));
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(5), 2);
         let mut buf = bed.pool.get().unwrap();
         buf.as_mut_slice()[..8192].fill(0x5a);
         let (iova, region) = (buf.iova(), bed.pool.region().clone());
@@ -702,9 +720,7 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         drop(bed);
         return;
     }
-    let run = run_child(TEST, "lost-path", Duration::from_secs(120));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "lost-path", Duration::from_secs(120));
     let status = run.one("read-status");
     if status == "success" {
         assert_eq!(
@@ -815,9 +831,7 @@ fn nic_vanishing_mid_flight_never_hangs() {
         a.shutdown().expect("NIC A shuts down cleanly");
         return;
     }
-    let run = run_child(TEST, "nic", Duration::from_secs(120));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "nic", Duration::from_secs(120));
     assert_eq!(run.one("frames-before"), "8");
     assert_eq!(
         run.one("frames-after"),
@@ -964,6 +978,92 @@ fn net_kind(e: &VirtioNetError) -> &'static str {
     }
 }
 
+/// A thread writing `1` to a device's sysfs `remove` (which blocks while vfio-pci's user holds
+/// the device).
+struct Remover {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Removal>,
+}
+
+/// How a removal by [`Remover`] went.
+struct Removal {
+    result: Result<(), String>,
+    /// When the write began.
+    started: Instant,
+    /// How long the write took.
+    took: Duration,
+}
+
+impl Remover {
+    /// Start writing `<sys>/remove` after `delay`.
+    fn start(sys: &str, delay: Duration) -> Remover {
+        let done = Arc::new(AtomicBool::new(false));
+        let (flag, path) = (done.clone(), format!("{sys}/remove"));
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let started = Instant::now();
+            let result = std::fs::write(&path, "1").map_err(|e| e.to_string());
+            flag.store(true, Ordering::SeqCst);
+            Removal {
+                result,
+                started,
+                took: started.elapsed(),
+            }
+        });
+        Remover { done, thread }
+    }
+
+    /// Whether the removal has finished.
+    fn finished(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// Once the device is closed: wait up to 60 s for the removal, print whether it finished,
+    /// how long after the close, and its result; the removal when it finished.
+    fn wait_after_close(self) -> Option<Removal> {
+        let released = Instant::now();
+        while !self.finished() && released.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        saw("removal-finished-after-close", self.finished());
+        saw("removal-ms-after-close", released.elapsed().as_millis());
+        if !self.finished() {
+            return None;
+        }
+        let removal = self.thread.join().expect("remover thread");
+        saw("removal-result", format!("{:?}", removal.result));
+        Some(removal)
+    }
+}
+
+/// Print every kernel log line naming `addr` since the last read as `kernel`.
+fn saw_kernel_lines_of(kmsg: &mut Kmsg, addr: PciAddress) {
+    let bdf = addr.to_string();
+    for l in kmsg.new_lines().iter().filter(|l| l.contains(&bdf)) {
+        saw("kernel", l);
+    }
+}
+
+/// Bring a removed device back: rescan the PCI bus, wait for its sysfs node `sys` and bind it
+/// to vfio-pci again.
+fn bring_back(addr: PciAddress, sys: &str) {
+    std::fs::write("/sys/bus/pci/rescan", "1").expect("rescan the PCI bus");
+    let t = Instant::now();
+    while !std::path::Path::new(sys).exists() && t.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bind = Command::new("bind-vfio")
+        .arg(addr.to_string())
+        .output()
+        .expect("run bind-vfio");
+    assert!(
+        bind.status.success(),
+        "bind-vfio {addr} after the rescan: {}{}",
+        String::from_utf8_lossy(&bind.stdout),
+        String::from_utf8_lossy(&bind.stderr)
+    );
+}
+
 /// Hot removal while the driver holds the device (what `device_del` of a hot-pluggable slot, or
 /// `echo 1 > /sys/bus/pci/devices/<addr>/remove`, asks of the kernel): vfio-pci does not pull
 /// the device from under a user. The removal blocks, the kernel asks the user to release the
@@ -977,20 +1077,9 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
     let addr = nvme0_addr();
     let sys = format!("/sys/bus/pci/devices/{addr}");
     if child_mode().is_some() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let bed = open_nvme0(Duration::from_secs(10), 2);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 2);
         let mut kmsg = Kmsg::from_now();
-        let done = Arc::new(AtomicBool::new(false));
-        let remover = {
-            let (done, path) = (done.clone(), format!("{sys}/remove"));
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let r = std::fs::write(&path, "1");
-                done.store(true, Ordering::SeqCst);
-                (r.map_err(|e| e.to_string()), t.elapsed())
-            })
-        };
+        let remover = Remover::start(&sys, Duration::ZERO);
         // I/O goes on while the removal is pending.
         let t = Instant::now();
         let mut reads = 0u64;
@@ -1005,46 +1094,20 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
             reads += 1;
         }
         saw("reads-while-removal-pending", reads);
-        saw("removal-finished-while-open", done.load(Ordering::SeqCst));
-        let bdf = addr.to_string();
-        for l in kmsg.new_lines().iter().filter(|l| l.contains(&bdf)) {
-            saw("kernel", l);
-        }
+        saw("removal-finished-while-open", remover.finished());
+        saw_kernel_lines_of(&mut kmsg, addr);
         drop(buf);
         drop(qp);
         drop(bed);
-        let released = Instant::now();
-        while !done.load(Ordering::SeqCst) && released.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        saw("removal-finished-after-close", done.load(Ordering::SeqCst));
-        saw("removal-ms-after-close", released.elapsed().as_millis());
-        if done.load(Ordering::SeqCst) {
-            let (r, total) = remover.join().expect("remover thread");
-            saw("removal-result", format!("{r:?}"));
-            saw("removal-total-ms", total.as_millis());
+        if let Some(removal) = remover.wait_after_close() {
+            saw("removal-total-ms", removal.took.as_millis());
         }
         saw("device-present", std::path::Path::new(&sys).exists());
         return;
     }
-    let run = run_child(TEST, "remove", Duration::from_secs(150));
-    println!("{}", run.shown().trim_end());
+    let run = run_shown_child(TEST, "remove", Duration::from_secs(150));
     // Bring the device back before asserting anything: later tests need it.
-    std::fs::write("/sys/bus/pci/rescan", "1").expect("rescan the PCI bus");
-    let t = Instant::now();
-    while !std::path::Path::new(&sys).exists() && t.elapsed() < T {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let bind = Command::new("bind-vfio")
-        .arg(addr.to_string())
-        .output()
-        .expect("run bind-vfio");
-    assert!(
-        bind.status.success(),
-        "bind-vfio {addr} after the rescan: {}{}",
-        String::from_utf8_lossy(&bind.stdout),
-        String::from_utf8_lossy(&bind.stderr)
-    );
+    bring_back(addr, &sys);
     run.assert_clean_exit();
     let reads: u64 = run.one("reads-while-removal-pending").parse().unwrap();
     assert!(reads > 0, "no I/O completed while the removal was pending");
@@ -1128,6 +1191,20 @@ fn pipeline_cli_ends_with_an_error_when_the_nvme_vanishes() {
     assert_nvme0_works();
 }
 
+/// The pipeline tests' run: 1 MiB blocks at queue depth 4 for up to 120 s, no verification, no
+/// progress bar, 30 s stall timeout, from byte 0.
+fn stream_for_two_minutes() -> ubdirect::pipeline::PipelineConfig {
+    ubdirect::pipeline::PipelineConfig {
+        block_size: 1 << 20,
+        qd: 4,
+        limit: ubdirect::pipeline::Limit::Duration(Duration::from_secs(120)),
+        verify: false,
+        progress: false,
+        stall_timeout: Duration::from_secs(30),
+        start: 0,
+    }
+}
+
 /// The pipeline library (nvme0 -> null) when the driver's queue memory loses its IOMMU mapping
 /// mid-stream: the controller goes fatal, the engine stops with a source error of kind
 /// `DeviceGone` instead of hanging, and the kernel log holds the DMAR fault that explains it (the
@@ -1137,17 +1214,9 @@ fn pipeline_cli_ends_with_an_error_when_the_nvme_vanishes() {
 fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
     const TEST: &str = "pipeline_stops_with_device_gone_when_the_iommu_mapping_goes";
     if child_mode().is_some() {
-        use ubdirect::pipeline::{run_direct, Limit, NullSink, PipelineConfig, PipelineError};
-        let bed = open_nvme0(Duration::from_secs(1), 8);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
-        let pool_region = bed.pool.region().id;
-        let slab = bed
-            .registry
-            .regions()
-            .into_iter()
-            .filter(|r| r.id != pool_region)
-            .min_by_key(|r| r.id)
-            .expect("the driver's DMA slab");
+        use ubdirect::pipeline::{run_direct, NullSink, PipelineError};
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 8);
+        let slab = driver_slab(&bed);
         let (iova, len) = (slab.iova, slab.len);
         let mut kmsg = Kmsg::from_now();
         let domain = bed.registry.domain().clone();
@@ -1157,15 +1226,7 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
             Instant::now()
         });
         let mut sink = NullSink::new(8, false);
-        let cfg = PipelineConfig {
-            block_size: 1 << 20,
-            qd: 4,
-            limit: Limit::Duration(Duration::from_secs(120)),
-            verify: false,
-            progress: false,
-            stall_timeout: Duration::from_secs(30),
-            start: 0,
-        };
+        let cfg = stream_for_two_minutes();
         let r = run_direct(&mut qp, &mut sink, &bed.pool, &cfg, "faults", "nvme0");
         let ended = Instant::now();
         let fault_at = injector.join().expect("injector");
@@ -1186,9 +1247,7 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
         drop(bed);
         return;
     }
-    let run = run_child(TEST, "pipeline-unmap", Duration::from_secs(120));
-    println!("{}", run.shown().trim_end());
-    run.assert_clean_exit();
+    let run = run_clean_child(TEST, "pipeline-unmap", Duration::from_secs(120));
     let p = run.one("pipeline");
     assert!(
         p.starts_with("Source DeviceGone") || p.starts_with("Source Timeout"),
@@ -1215,38 +1274,16 @@ fn pipeline_stops_when_the_kernel_asks_for_the_device_back() {
     let addr = nvme0_addr();
     let sys = format!("/sys/bus/pci/devices/{addr}");
     if child_mode().is_some() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use ubdirect::pipeline::{
-            run_direct_watching, Limit, NullSink, PipelineConfig, PipelineError,
-        };
-        let bed = open_nvme0(Duration::from_secs(10), 8);
-        let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
+        use ubdirect::pipeline::{run_direct_watching, NullSink, PipelineError};
+        let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 8);
         let dev = bed.ctrl.device().clone();
         dev.enable_removal_notice()
             .expect("register the VFIO request eventfd");
         saw("requested-before", dev.removal_requested());
         let mut kmsg = Kmsg::from_now();
-        let done = Arc::new(AtomicBool::new(false));
-        let remover = {
-            let (done, path) = (done.clone(), format!("{sys}/remove"));
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(500));
-                let t = Instant::now();
-                let r = std::fs::write(&path, "1");
-                done.store(true, Ordering::SeqCst);
-                (r.map_err(|e| e.to_string()), t)
-            })
-        };
+        let remover = Remover::start(&sys, Duration::from_millis(500));
         let mut sink = NullSink::new(8, false);
-        let cfg = PipelineConfig {
-            block_size: 1 << 20,
-            qd: 4,
-            limit: Limit::Duration(Duration::from_secs(120)),
-            verify: false,
-            progress: false,
-            stall_timeout: Duration::from_secs(30),
-            start: 0,
-        };
+        let cfg = stream_for_two_minutes();
         let watched = [dev.clone()];
         let r = run_direct_watching(
             &mut qp, &mut sink, &bed.pool, &cfg, "faults", "nvme0", &watched,
@@ -1262,49 +1299,26 @@ fn pipeline_stops_when_the_kernel_asks_for_the_device_back() {
         if let Err(e) = &r {
             saw("message", e);
         }
-        saw("removal-finished-before-close", done.load(Ordering::SeqCst));
+        saw("removal-finished-before-close", remover.finished());
         saw("in-flight-after-run", qp.in_flight());
-        let bdf = addr.to_string();
-        for l in kmsg.new_lines().iter().filter(|l| l.contains(&bdf)) {
-            saw("kernel", l);
-        }
+        saw_kernel_lines_of(&mut kmsg, addr);
         drop(sink);
         drop(qp);
         drop(watched);
         drop(dev);
         drop(bed);
-        let released = Instant::now();
-        while !done.load(Ordering::SeqCst) && released.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        saw("removal-finished-after-close", done.load(Ordering::SeqCst));
-        saw("removal-ms-after-close", released.elapsed().as_millis());
-        if done.load(Ordering::SeqCst) {
-            let (r, started) = remover.join().expect("remover thread");
-            saw("removal-result", format!("{r:?}"));
-            saw("stopped-after-request-ms", (ended - started).as_millis());
+        if let Some(removal) = remover.wait_after_close() {
+            saw(
+                "stopped-after-request-ms",
+                (ended - removal.started).as_millis(),
+            );
         }
         saw("device-present", std::path::Path::new(&sys).exists());
         return;
     }
-    let run = run_child(TEST, "pipeline-remove", Duration::from_secs(150));
-    println!("{}", run.shown().trim_end());
+    let run = run_shown_child(TEST, "pipeline-remove", Duration::from_secs(150));
     // Bring the device back before asserting anything: later tests need it.
-    std::fs::write("/sys/bus/pci/rescan", "1").expect("rescan the PCI bus");
-    let t = Instant::now();
-    while !std::path::Path::new(&sys).exists() && t.elapsed() < T {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let bind = Command::new("bind-vfio")
-        .arg(addr.to_string())
-        .output()
-        .expect("run bind-vfio");
-    assert!(
-        bind.status.success(),
-        "bind-vfio {addr} after the rescan: {}{}",
-        String::from_utf8_lossy(&bind.stdout),
-        String::from_utf8_lossy(&bind.stderr)
-    );
+    bring_back(addr, &sys);
     run.assert_clean_exit();
     assert_eq!(run.one("requested-before"), "false");
     assert_eq!(run.one("pipeline"), format!("RemovalRequested {addr}"));
