@@ -26,6 +26,29 @@ fn json(o: &Output) -> serde_json::Value {
     })
 }
 
+/// `ubdirect loopback --tx <tx> --rx <rx>` followed by `more`.
+fn loopback(tx: &str, rx: &str, more: &[&str]) -> Output {
+    let mut args = vec!["loopback", "--tx", tx, "--rx", rx];
+    args.extend_from_slice(more);
+    ubdirect(&args)
+}
+
+/// The command's stderr as text.
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The JSON report of a run that must have succeeded (`context` starts the failure message).
+fn json_of_success(o: &Output, context: &str) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{context}exit {:?}: {}",
+        o.status,
+        stderr_of(o)
+    );
+    json(o)
+}
+
 fn nics() -> (String, String, String) {
     let tb = testbed::require();
     assert!(tb.nics.len() >= 2, "two NICs needed: {:?}", tb.nics);
@@ -53,25 +76,8 @@ impl Drop for BackToVfio {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn loopback_through_gpu_bar_is_byte_exact() {
     let (a, b, iv) = nics();
-    let o = ubdirect(&[
-        "loopback",
-        "--tx",
-        &a,
-        "--rx",
-        &b,
-        "--gpu-bar",
-        &iv,
-        "--frames",
-        "3000",
-        "--json",
-    ]);
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r = json(&o);
+    let o = loopback(&a, &b, &["--gpu-bar", &iv, "--frames", "3000", "--json"]);
+    let r = json_of_success(&o, "");
     assert_eq!(r["mode"], "ubdirect");
     assert_eq!(r["frames_sent"], 3000);
     assert_eq!(r["frames_received"], 3000);
@@ -90,50 +96,22 @@ fn loopback_through_gpu_bar_is_byte_exact() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn loopback_refuses_bad_arguments() {
     let (a, b, iv) = nics();
-    let o = ubdirect(&[
-        "loopback",
-        "--tx",
-        &a,
-        "--rx",
-        &b,
-        "--frame-size",
-        "65536",
-        "--frames",
-        "10",
-    ]);
+    let o = loopback(&a, &b, &["--frame-size", "65536", "--frames", "10"]);
     assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr_of(&o);
     assert!(
         err.contains("--frame-size 65536 is out of range") && err.contains("1514"),
         "{err}"
     );
-    let o = ubdirect(&["loopback", "--tx", &a, "--rx", &a]);
+    let o = loopback(&a, &a, &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("two NICs"));
-    let o = ubdirect(&[
-        "loopback",
-        "--tx",
-        &a,
-        "--rx",
-        &b,
-        "--gpu-bar",
-        &format!("{iv}/7"),
-    ]);
+    assert!(stderr_of(&o).contains("two NICs"));
+    let o = loopback(&a, &b, &["--gpu-bar", &format!("{iv}/7")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("BAR 7 does not exist"));
+    assert!(stderr_of(&o).contains("BAR 7 does not exist"));
     // The NICs still work after the refusals.
-    let o = ubdirect(&[
-        "loopback",
-        "--tx",
-        &a,
-        "--rx",
-        &b,
-        "--frames",
-        "100",
-        "--frame-size",
-        "60",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = loopback(&a, &b, &["--frames", "100", "--frame-size", "60"]);
+    assert!(o.status.success(), "{}", stderr_of(&o));
 }
 
 #[test]
@@ -146,77 +124,50 @@ fn kernel_baseline_moves_the_same_frames() {
         .status()
         .expect("bind-kernel");
     assert!(st.success(), "bind-kernel failed");
-    let o = ubdirect(&[
-        "loopback",
-        "--kernel",
-        "--tx",
+    let o = loopback(
         &a,
-        "--rx",
         &b,
-        "--frames",
-        "500",
-        "--frame-size",
-        "512",
-        // A small window keeps the kernel path's own drops (a full guest RX ring or socket
-        // buffer under host load) out of a correctness test.
-        "--window",
-        "32",
-        "--json",
-    ]);
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
+        &[
+            "--kernel",
+            "--frames",
+            "500",
+            "--frame-size",
+            "512",
+            // A small window keeps the kernel path's own drops (a full guest RX ring or socket
+            // buffer under host load) out of a correctness test.
+            "--window",
+            "32",
+            "--json",
+        ],
     );
-    let r = json(&o);
+    let r = json_of_success(&o, "");
     assert_eq!(r["mode"], "kernel");
     assert_eq!(r["frames_received"], 500);
     assert_eq!(r["mismatches"], 0);
     // The copy path: frames copied by the CPU between socket buffers and the ivshmem BAR
     // (mapped through sysfs), verified in the BAR.
-    let o = ubdirect(&[
-        "loopback",
-        "--kernel",
-        "--tx",
+    let o = loopback(
         &a,
-        "--rx",
         &b,
-        "--gpu-bar",
-        &iv,
-        "--frames",
-        "300",
-        "--window",
-        "32",
-        "--json",
-    ]);
-    assert!(
-        o.status.success(),
-        "exit {:?}: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
+        &[
+            "--kernel",
+            "--gpu-bar",
+            &iv,
+            "--frames",
+            "300",
+            "--window",
+            "32",
+            "--json",
+        ],
     );
-    let r = json(&o);
+    let r = json_of_success(&o, "");
     assert_eq!(r["frames_received"], 300);
     assert_eq!(r["mismatches"], 0);
     assert!(r["buffers"].as_str().unwrap().contains("gpu-bar"), "{r}");
     // BAR 0 of ivshmem is its 256-byte register block: refused by name.
-    let o = ubdirect(&[
-        "loopback",
-        "--kernel",
-        "--tx",
-        &a,
-        "--rx",
-        &b,
-        "--gpu-bar",
-        &format!("{iv}/0"),
-    ]);
+    let o = loopback(&a, &b, &["--kernel", "--gpu-bar", &format!("{iv}/0")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("too small"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(stderr_of(&o).contains("too small"), "{}", stderr_of(&o));
 }
 
 /// The receiving NIC stops decoding and DMAing (its PCI command register cleared through sysfs)
@@ -287,14 +238,9 @@ fn loopback_ends_with_device_gone_when_the_rx_nic_vanishes() {
         "ended {ended_ms} ms after the NIC vanished"
     );
     // The NICs work again.
-    let o = ubdirect(&[
-        "loopback", "--tx", &a, "--rx", &b, "--frames", "200", "--json",
-    ]);
-    assert!(
-        o.status.success(),
-        "after the fault: exit {:?}: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
+    let o = loopback(&a, &b, &["--frames", "200", "--json"]);
+    assert_eq!(
+        json_of_success(&o, "after the fault: ")["frames_received"],
+        200
     );
-    assert_eq!(json(&o)["frames_received"], 200);
 }
