@@ -525,8 +525,7 @@ fn host_pool(
         Ok(p) => Ok(p),
         Err(e) if !for_device => {
             tracing::info!("no hugepage pool ({e}); using ordinary memory for the kernel path");
-            let region = registry.register_anonymous(bs * blocks, None)?;
-            Ok(UbPool::new(registry, region, cfg)?)
+            Ok(UbPool::with_anonymous(registry, cfg, None)?)
         }
         Err(e) => Err(e.into()),
     }

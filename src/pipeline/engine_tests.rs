@@ -188,17 +188,11 @@ impl PipelineSink for FussySink {
 const BS: usize = 64 << 10;
 
 fn pool(blocks: usize) -> Arc<UbPool> {
-    let reg = UbRegistry::new(DmaDomain::host_only());
-    let region = reg.register_anonymous(BS * blocks, None).unwrap();
-    UbPool::new(
-        &reg,
-        region,
-        PoolConfig {
-            block_size: BS,
-            block_count: blocks,
-        },
-    )
-    .unwrap()
+    let cfg = PoolConfig {
+        block_size: BS,
+        block_count: blocks,
+    };
+    UbPool::with_anonymous(&UbRegistry::new(DmaDomain::host_only()), cfg, None).unwrap()
 }
 
 fn cfg(qd: usize, start: u64, bytes: u64) -> PipelineConfig {

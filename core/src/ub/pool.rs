@@ -143,6 +143,28 @@ impl UbPool {
             PageSize::Size2M
         };
         let region = registry.register_hugepages(total, size, numa)?;
+        UbPool::build_owned(registry, region, cfg)
+    }
+
+    /// Register ordinary (non-hugepage) anonymous memory for `cfg` and carve it: for the kernel
+    /// path and host-only domains, where no device DMAs through the IOMMU. The region is
+    /// unregistered when the pool goes.
+    pub fn with_anonymous(
+        registry: &Arc<UbRegistry>,
+        cfg: PoolConfig,
+        numa: Option<u32>,
+    ) -> Result<Arc<UbPool>> {
+        let total = cfg.validate()?;
+        let region = registry.register_anonymous(total, numa)?;
+        UbPool::build_owned(registry, region, cfg)
+    }
+
+    /// Carve a region the pool owns; the region is unregistered again if that fails.
+    fn build_owned(
+        registry: &Arc<UbRegistry>,
+        region: Arc<UbRegion>,
+        cfg: PoolConfig,
+    ) -> Result<Arc<UbPool>> {
         match UbPool::build(registry, region.clone(), cfg, true) {
             Ok(p) => Ok(p),
             Err(e) => {

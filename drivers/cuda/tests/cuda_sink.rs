@@ -14,17 +14,11 @@ use ubdirect_cuda::{
 const BS: usize = 1 << 20;
 
 fn pool(blocks: usize) -> Arc<UbPool> {
-    let reg = UbRegistry::new(DmaDomain::host_only());
-    let region = reg.register_anonymous(BS * blocks, None).unwrap();
-    UbPool::new(
-        &reg,
-        region,
-        PoolConfig {
-            block_size: BS,
-            block_count: blocks,
-        },
-    )
-    .unwrap()
+    let cfg = PoolConfig {
+        block_size: BS,
+        block_count: blocks,
+    };
+    UbPool::with_anonymous(&UbRegistry::new(DmaDomain::host_only()), cfg, None).unwrap()
 }
 
 fn cfg(verify: bool) -> CudaSinkConfig {

@@ -40,17 +40,11 @@ fn temp_file(name: &str, len: usize) -> (TempFile, Vec<u8>) {
 }
 
 fn pool(blocks: usize) -> Arc<UbPool> {
-    let reg = UbRegistry::new(DmaDomain::host_only());
-    let region = reg.register_anonymous(BS * blocks, None).unwrap();
-    UbPool::new(
-        &reg,
-        region,
-        PoolConfig {
-            block_size: BS,
-            block_count: blocks,
-        },
-    )
-    .unwrap()
+    let cfg = PoolConfig {
+        block_size: BS,
+        block_count: blocks,
+    };
+    UbPool::with_anonymous(&UbRegistry::new(DmaDomain::host_only()), cfg, None).unwrap()
 }
 
 fn wait_all(q: &mut UringQueue, n: usize) -> Vec<BlockCompletion> {
