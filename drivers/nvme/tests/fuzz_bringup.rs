@@ -32,6 +32,7 @@ proptest! {
 
     #[test]
     fn fuzz_bring_up(cfg in nvme_config(), plan in hostile(), io_queues in 1u16..8) {
+        fuzz_support::tick("fuzz_bring_up");
         let start = Instant::now();
         let reg = model_support::registry();
         let m = NvmeModel::hostile(&reg, cfg, plan.into_tamper());

@@ -31,6 +31,7 @@ proptest! {
         silent_after in prop::option::weighted(0.2, 0u64..12),
         depth in 2usize..16,
     ) {
+        fuzz_support::tick("fuzz_io_queue_pair");
         let start = Instant::now();
         let reg = model_support::registry();
         let m = NvmeModel::new(&reg, NvmeConfig::default());

@@ -28,6 +28,7 @@ proptest! {
 
     #[test]
     fn fuzz_identify_namespace(p in page(ns_template(), 384), nsid in any::<u32>()) {
+        fuzz_support::tick("fuzz_identify_namespace");
         let id = IdentifyNamespace::ref_from_bytes(&p[..]).unwrap();
         match Namespace::from_identify(nsid, id) {
             Ok(ns) => {
@@ -48,6 +49,7 @@ proptest! {
 
     #[test]
     fn fuzz_identify_controller(p in page(NvmeConfig::default().identify_controller(), 1024)) {
+        fuzz_support::tick("fuzz_identify_controller");
         let id = IdentifyController::ref_from_bytes(&p[..]).unwrap();
         let info = ControllerInfo::from_identify(id);
         for s in [&info.sn, &info.mn, &info.fr, &info.subnqn] {
@@ -63,6 +65,7 @@ proptest! {
 
     #[test]
     fn fuzz_completion_entry(raw in any::<[u8; 16]>()) {
+        fuzz_support::tick("fuzz_completion_entry");
         let c = Cqe::read_from_bytes(&raw[..]).unwrap();
         let st = NvmeStatus::from_cqe_status(c.status);
         prop_assert_eq!(st.to_cqe_status(c.phase()), c.status);
@@ -73,6 +76,7 @@ proptest! {
 
     #[test]
     fn fuzz_registers(cap in any::<u64>(), csts in any::<u32>(), vs in any::<u32>(), qid in any::<u16>()) {
+        fuzz_support::tick("fuzz_registers");
         let cap = Cap(cap);
         prop_assert!(cap.max_queue_entries() >= 1 && cap.max_queue_entries() <= 65536);
         prop_assert!(cap.timeout().as_millis() >= 500 && cap.timeout().as_millis() <= 127_500);

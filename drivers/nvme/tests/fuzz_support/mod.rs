@@ -11,6 +11,20 @@ use proptest::test_runner::Config;
 
 use ubdirect_devmodel::nvme::{regs, CqeTweak, Hostile, NsConfig, NvmeConfig};
 
+/// Count one case of `target`; with `UBD_FUZZ_PROGRESS` set, print the count every 100,000
+/// cases and at the last one (so a by-hand run shows how many cases really ran; run one target
+/// per process: the count is per test binary).
+pub fn tick(target: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed) + 1;
+    if (n % 100_000 == 0 || n == u64::from(cases()))
+        && std::env::var_os("UBD_FUZZ_PROGRESS").is_some()
+    {
+        eprintln!("{target}: {n} cases");
+    }
+}
+
 /// Cases per target: `UBD_FUZZ_CASES`, else 10,000.
 pub fn cases() -> u32 {
     std::env::var("UBD_FUZZ_CASES")
