@@ -220,3 +220,49 @@ fn entry_sizes_the_driver_cannot_use_are_refused() {
     });
     assert!(matches!(r, Err(NvmeError::Unsupported { .. })), "{r:?}");
 }
+
+#[test]
+fn a_controller_that_stops_answering_times_out_within_the_admin_deadline() {
+    // The model answers every command until the 1st (Identify Controller is command 0): it is
+    // swallowed, as a hung controller would. admin_timeout is 200 ms (fast_opts).
+    let start = std::time::Instant::now();
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig::default(),
+            Hostile {
+                silent_after: Some(0),
+                ..Hostile::default()
+            },
+        );
+        r.map(|_| ())
+    });
+    let took = start.elapsed();
+    match r {
+        Err(NvmeError::Timeout {
+            command: "Identify Controller",
+            qid: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Measured 0.2 s (the deadline itself); 3x bound.
+    assert!(took < Duration::from_millis(600), "{took:?}");
+}
+
+#[test]
+fn a_controller_reading_all_ones_is_device_gone() {
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig::default(),
+            Hostile {
+                all_ones_after: Some(0),
+                ..Hostile::default()
+            },
+        );
+        r.map(|_| ())
+    });
+    assert!(
+        matches!(r, Err(NvmeError::DeviceGone { register: "CAP" })),
+        "{r:?}"
+    );
+}
