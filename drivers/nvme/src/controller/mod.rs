@@ -264,9 +264,9 @@ impl Controller {
         let dstrd = self.cap.dstrd();
         let slot = |off: usize| {
             let i = off - crate::spec::regs::REG_DOORBELL_BASE;
-            // SAFETY: i < 4096 for every qid the controller grants (checked when enabling:
-            // (2 * 65536) * 4 would exceed, so enable_shadow_doorbells bounds the queues).
             ShadowSlot {
+                // SAFETY: i < 4096 for every qid the controller grants (checked when enabling:
+                // (2 * 65536) * 4 would exceed, so enable_shadow_doorbells bounds the queues).
                 db: unsafe { s.db.as_ptr().add(i) }.cast::<u32>(),
                 // SAFETY: same offset within the EventIdx page.
                 ei: unsafe { s.ei.as_ptr().add(i) }.cast::<u32>(),
