@@ -17,7 +17,7 @@ use crate::frame::{RxFrame, TxFrame};
 use crate::health::{IdleClock, DEFAULT_HEALTH_INTERVAL};
 use crate::net_config as ncfg;
 use crate::net_header::NET_HDR_LEN;
-use crate::queue_pair::{Queue, QueuePair};
+use crate::queue_pair::{PairState, Queue, QueuePair};
 use crate::ring::{RingLayout, SplitRing};
 use crate::stats::NetStats;
 use crate::transport::{Transport, RESET_TIMEOUT};
@@ -83,7 +83,7 @@ pub struct NetInfo {
 /// and releases the ring memory: nothing is freed while the device could still use it.
 pub struct VirtioNet {
     transport: Transport,
-    pairs: Vec<QueuePair>,
+    pairs: Vec<PairState>,
     ctrl: Option<CtrlQueue>,
     info: NetInfo,
 }
@@ -271,7 +271,7 @@ impl VirtioNet {
                 }
                 let tx = qs.pop().expect("two queues");
                 let rx = qs.pop().expect("two queues");
-                pairs.push(QueuePair {
+                pairs.push(PairState {
                     addr,
                     rx,
                     tx,
@@ -404,14 +404,21 @@ impl VirtioNet {
         self.transport.check_health()
     }
 
-    /// Queue pair `i`.
-    pub fn pair(&mut self, i: usize) -> Option<&mut QueuePair> {
-        self.pairs.get_mut(i)
+    /// Queue pair `i`, as a handle that borrows this device (the pair's rings and buffers
+    /// never leave it: see [`QueuePair`]).
+    pub fn pair(&mut self, i: usize) -> Option<QueuePair<'_>> {
+        self.pairs.get_mut(i).map(QueuePair::new)
     }
 
-    /// All queue pairs, e.g. to hand one to each thread of a `std::thread::scope`.
-    pub fn pairs_mut(&mut self) -> &mut [QueuePair] {
-        &mut self.pairs
+    /// Handles to all queue pairs, e.g. to hand one to each thread of a
+    /// `std::thread::scope`. Allocates the `Vec` of handles: call it once, not per burst.
+    pub fn pairs_mut(&mut self) -> Vec<QueuePair<'_>> {
+        self.pairs.iter_mut().map(QueuePair::new).collect()
+    }
+
+    /// Number of queue pairs in use.
+    pub fn pair_count(&self) -> usize {
+        self.pairs.len()
     }
 
     /// Counters summed over all pairs.

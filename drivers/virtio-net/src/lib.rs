@@ -33,6 +33,7 @@ pub mod frame;
 pub mod health;
 pub mod net_config;
 pub mod net_header;
+mod pair_handle;
 pub mod pattern;
 pub mod pci_cap;
 pub mod queue_pair;
