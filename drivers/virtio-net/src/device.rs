@@ -166,29 +166,24 @@ impl VirtioNet {
         t.set_features(accepted)?;
         t.disable_config_vector()?;
 
-        let cfg_len = t.device_config_len();
-        let (mac, max_pairs, mtu) = t
-            .read_device_config(|m| {
-                let mac = accepted.contains(Features::NET_MAC).then(|| {
-                    let mut mac = [0u8; 6];
-                    for (i, b) in mac.iter_mut().enumerate() {
-                        *b = m.read8(ncfg::MAC + i);
-                    }
-                    mac
-                });
-                // The field exists when the device offers MQ (negotiated or not).
-                let pairs = if offered.contains(Features::NET_MQ)
-                    && cfg_len >= ncfg::MAX_VIRTQUEUE_PAIRS + 2
-                {
-                    m.read16(ncfg::MAX_VIRTQUEUE_PAIRS)
-                } else {
-                    1
-                };
-                let mtu = (accepted.contains(Features::NET_MTU) && cfg_len >= ncfg::MTU + 2)
-                    .then(|| m.read16(ncfg::MTU));
-                (mac, pairs, mtu)
-            })?
-            .unwrap_or((None, 1, None));
+        let parsed = match t.read_device_config(|m| {
+            let len = Some(m.len());
+            ncfg::parse_net_config(offered, accepted, len, |o| m.read8(o), |o| m.read16(o))
+        })? {
+            Some(r) => r,
+            None => ncfg::parse_net_config(offered, accepted, None, |_| 0, |_| 0),
+        };
+        let ncfg::NetDeviceConfig {
+            mac,
+            max_pairs,
+            mtu,
+        } = match parsed {
+            Ok(c) => c,
+            Err(source) => {
+                t.add_status(status::FAILED)?;
+                return Err(VirtioNetError::DeviceConfig { addr, source });
+            }
+        };
         let max_frame = mtu
             .map(|m| m as usize + ncfg::ETH_HLEN)
             .unwrap_or(ncfg::DEFAULT_MAX_FRAME);
@@ -237,7 +232,11 @@ impl VirtioNet {
             for p in 0..cfg.queue_pairs {
                 let mut qs = Vec::with_capacity(2);
                 for (q, want) in [(2 * p, cfg.rx_queue_size), (2 * p + 1, cfg.tx_queue_size)] {
-                    let max = t.queue_max_size(q);
+                    let max = if q < t.num_queues() {
+                        t.queue_max_size(q)
+                    } else {
+                        0
+                    };
                     if max == 0 {
                         return Err(VirtioNetError::QueueUnavailable {
                             addr,
@@ -296,11 +295,8 @@ impl VirtioNet {
             }
             // The control queue follows the data queues: index 2 x max pairs with MQ, else 2.
             if accepted.contains(Features::NET_CTRL_VQ) {
-                let q = if accepted.contains(Features::NET_MQ) {
-                    2 * max_pairs
-                } else {
-                    2
-                };
+                let q = ncfg::ctrl_queue_index(accepted, max_pairs, t.num_queues())
+                    .map_err(|source| VirtioNetError::DeviceConfig { addr, source })?;
                 ctrl = Some(CtrlQueue::new(&t, registry, q)?);
             }
             t.add_status(status::DRIVER_OK)?;

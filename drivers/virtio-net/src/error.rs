@@ -6,6 +6,7 @@ use ubdirect_core::pci::PciAddress;
 use ubdirect_core::CoreError;
 
 use crate::features::Features;
+use crate::net_config::NetConfigError;
 use crate::pci_cap::CapError;
 use crate::ring::RingError;
 
@@ -53,6 +54,16 @@ pub enum VirtioNetError {
         length: u64,
         /// Length of the BAR.
         bar_len: u64,
+    },
+    /// The device configuration (MAC, status, max_virtqueue_pairs, MTU) is too short for the
+    /// negotiated features or holds a value the spec forbids.
+    #[error("{addr}: virtio-net device configuration: {source}: malformed device (check the device or its emulation); nothing was set up")]
+    DeviceConfig {
+        /// The device.
+        addr: PciAddress,
+        /// What is wrong.
+        #[source]
+        source: NetConfigError,
     },
     /// The device lacks features this driver requires.
     #[error("{addr} does not offer {missing:?}: this driver needs VIRTIO_F_VERSION_1 (a modern device: QEMU `disable-legacy=on`) and VIRTIO_F_ACCESS_PLATFORM (DMA through the IOMMU, so the device takes IOVAs: QEMU `iommu_platform=on`)")]

@@ -30,6 +30,8 @@ pub mod device;
 pub mod error;
 pub mod features;
 pub mod frame;
+#[cfg(test)]
+mod fuzz_cases;
 pub mod health;
 pub mod net_config;
 pub mod net_header;
