@@ -9,7 +9,8 @@ use ubdirect_core::ub::{DmaMem, UbPool, UbRegistry};
 
 use crate::common_cfg::status;
 use crate::ctrl_queue::{
-    CtrlQueue, CTRL_MQ, CTRL_MQ_VQ_PAIRS_SET, CTRL_RX, CTRL_RX_ALLMULTI, CTRL_RX_PROMISC,
+    CtrlError, CtrlQueue, CTRL_MQ, CTRL_MQ_VQ_PAIRS_SET, CTRL_RX, CTRL_RX_ALLMULTI,
+    CTRL_RX_PROMISC, CTRL_TIMEOUT,
 };
 use crate::error::{Result, VirtioNetError};
 use crate::features::{self, Features};
@@ -45,6 +46,11 @@ pub struct NetConfig {
     /// `DeviceNeedsReset` if the device is dead (default 100 ms; 1 ms to 1 hour). An idle pair
     /// pays one MMIO read per interval; a busy one none.
     pub health_interval: Duration,
+    /// How long the device may take to answer one control-queue command (MQ pair count,
+    /// receive filters), counted from that command's doorbell (default 2 s; 1 ms to 60 s).
+    /// After a timeout the control queue is wedged: every later control command fails with
+    /// `ControlQueueWedged` and nothing is sent (the device may still own the command buffer).
+    pub ctrl_timeout: Duration,
 }
 
 impl Default for NetConfig {
@@ -54,6 +60,7 @@ impl Default for NetConfig {
             rx_queue_size: None,
             tx_queue_size: None,
             health_interval: DEFAULT_HEALTH_INTERVAL,
+            ctrl_timeout: CTRL_TIMEOUT,
         }
     }
 }
@@ -107,6 +114,17 @@ fn pick_size(want: Option<u16>, max: u16) -> Result<u16> {
     Ok(1u16 << (15 - size.leading_zeros().min(15)))
 }
 
+/// The typed error for a failed control command.
+fn ctrl_error(addr: PciAddress, what: &'static str, e: CtrlError) -> VirtioNetError {
+    match e {
+        CtrlError::Refused(reason) | CtrlError::Malformed(reason) => {
+            VirtioNetError::ControlCommand { addr, what, reason }
+        }
+        CtrlError::Timeout(waited) => VirtioNetError::ControlTimeout { addr, what, waited },
+        CtrlError::Wedged(cause) => VirtioNetError::ControlQueueWedged { addr, what, cause },
+    }
+}
+
 impl VirtioNet {
     /// Opens the virtio-net device at `addr` (bound to vfio-pci) in the registry's DMA domain,
     /// negotiates features, sets up `cfg.queue_pairs` RX/TX pairs polled without interrupts,
@@ -148,6 +166,12 @@ impl VirtioNet {
         if *hi < Duration::from_millis(1) || *hi > Duration::from_secs(3600) {
             return Err(VirtioNetError::InvalidConfig(format!(
                 "health_interval {hi:?} is out of range (1 ms to 1 hour; default 100 ms): it bounds how long a dead device passes for a quiet link"
+            )));
+        }
+        let ct = cfg.ctrl_timeout;
+        if ct < Duration::from_millis(1) || ct > Duration::from_secs(60) {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "ctrl_timeout {ct:?} is out of range (1 ms to 60 s; default 2 s): it bounds every control-queue command"
             )));
         }
         let t = Transport::open(dev.clone())?;
@@ -297,7 +321,7 @@ impl VirtioNet {
             if accepted.contains(Features::NET_CTRL_VQ) {
                 let q = ncfg::ctrl_queue_index(accepted, max_pairs, t.num_queues())
                     .map_err(|source| VirtioNetError::DeviceConfig { addr, source })?;
-                ctrl = Some(CtrlQueue::new(&t, registry, q)?);
+                ctrl = Some(CtrlQueue::new(&t, registry, q, cfg.ctrl_timeout)?);
             }
             t.add_status(status::DRIVER_OK)?;
             t.check_health()?;
@@ -308,11 +332,7 @@ impl VirtioNet {
                     CTRL_MQ_VQ_PAIRS_SET,
                     &cfg.queue_pairs.to_le_bytes(),
                 )
-                .map_err(|reason| VirtioNetError::ControlCommand {
-                    addr,
-                    what: "MQ_VQ_PAIRS_SET",
-                    reason,
-                })?;
+                .map_err(|e| ctrl_error(addr, "MQ_VQ_PAIRS_SET", e))?;
             }
             for p in pairs.iter_mut() {
                 p.refill_rx();
@@ -377,7 +397,7 @@ impl VirtioNet {
             .as_mut()
             .expect("CTRL_RX implies the control queue");
         c.command(CTRL_RX, cmd, &[on as u8])
-            .map_err(|reason| VirtioNetError::ControlCommand { addr, what, reason })
+            .map_err(|e| ctrl_error(addr, what, e))
     }
 
     /// Promiscuous receive on or off (the device's default after reset is on). Off: the device

@@ -209,7 +209,29 @@ pub enum VirtioNetError {
     /// A configuration value is invalid; nothing was changed.
     #[error("invalid virtio-net configuration: {0}")]
     InvalidConfig(String),
-    /// A control-queue command failed or timed out.
+    /// A control-queue command got no answer within `NetConfig::ctrl_timeout`; the control
+    /// queue is wedged from now on.
+    #[error("{addr}: control command {what} got no answer within {waited:?}: the control queue is wedged (no later control command is sent, the device may still own the command buffer); drop the VirtioNet and open the device again")]
+    ControlTimeout {
+        /// The device.
+        addr: PciAddress,
+        /// Which command.
+        what: &'static str,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A control command was not sent because an earlier one timed out or was answered
+    /// malformed.
+    #[error("{addr}: control command {what} not sent: {cause}, so the control queue is wedged; drop the VirtioNet and open the device again")]
+    ControlQueueWedged {
+        /// The device.
+        addr: PciAddress,
+        /// Which command.
+        what: &'static str,
+        /// What wedged it.
+        cause: &'static str,
+    },
+    /// A control-queue command failed.
     #[error("{addr}: control command {what} failed: {reason}")]
     ControlCommand {
         /// The device.
