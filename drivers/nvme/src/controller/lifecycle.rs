@@ -49,7 +49,7 @@ impl Controller {
 
     /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
     fn wait_rdy(&self, ready: bool, mut read: impl FnMut() -> Result<Csts>) -> Result<()> {
-        let timeout = self.cap.timeout();
+        let timeout = self.opts.ready_timeout.unwrap_or(self.cap.timeout());
         let start = Instant::now();
         loop {
             let csts = read()?;
