@@ -440,6 +440,9 @@ fn run_pipeline(args: &Args) -> CliResult {
             let qopts = ubdirect_nvme::QueueOptions {
                 depth: (args.qd * 4).max(64),
                 nsid: *nsid,
+                // A timeout or a controller reset under the run resets the controller and
+                // submits the reads in flight again: no block is lost.
+                recovery: ubdirect_nvme::Recovery::Requeue,
                 ..Default::default()
             };
             let mut q = ubdirect_nvme::IoQueuePair::new(ctrl, qopts)?;
@@ -486,6 +489,13 @@ fn run_pipeline(args: &Args) -> CliResult {
             }
             if let Some(hc) = &args.hostcheck {
                 print_hostchecks(hc, sink.as_ref())?;
+            }
+            if ctrl.resets() > 0 {
+                eprintln!(
+                    "ubdirect pipeline: NVMe controller {addr} was reset {} time(s) during the run; the reads in flight were submitted again (requeued commands: {})",
+                    ctrl.resets(),
+                    q.stats().requeued
+                );
             }
             reports.push(r);
         }

@@ -111,6 +111,18 @@ impl Controller {
         a.reset();
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        // A BAR that no longer decodes drops the write (QEMU then reads 0, real hardware
+        // all-ones): waiting CAP.TO for RDY would be in vain.
+        let cc = self.mmio.read32(REG_CC);
+        if cc == u32::MAX {
+            return Err(NvmeError::DeviceGone { register: "CC" });
+        }
+        if !Cc(cc).en() {
+            return Err(NvmeError::ControllerNotReady {
+                csts: self.mmio.read32(REG_CSTS),
+                during: "re-enabling the controller after a reset (CC.EN does not keep the value written: the BAR no longer decodes)",
+            });
+        }
         self.wait_ready(true, "re-enabling the controller after a reset")?;
         let want = self.io_queues_granted as u32 - 1;
         let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);

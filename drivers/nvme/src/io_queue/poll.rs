@@ -268,6 +268,7 @@ impl IoQueuePair {
             return Ok(0);
         };
         let e = NvmeError::Timeout {
+            then: crate::error::TIMEOUT_ABORTED,
             command: opcode_name(opcode),
             cid,
             qid: self.qid,
