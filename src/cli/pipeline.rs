@@ -849,7 +849,7 @@ mod tests {
             .unwrap_err()
             .contains("BAR number"));
         assert!(parse_sink("bar:00:06.0/7").unwrap_err().contains("0..5"));
-        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu]"));
+        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu"));
     }
 
     #[test]
@@ -877,8 +877,8 @@ mod tests {
         <T as clap::Parser>::try_parse_from(v).unwrap().a
     }
 
-    fn temp_file(len: usize) -> (PathBuf, String) {
-        let p = std::env::temp_dir().join(format!("ubd-cli-mapped-{}", std::process::id()));
+    fn temp_file(tag: &str, len: usize) -> (PathBuf, String) {
+        let p = std::env::temp_dir().join(format!("ubd-cli-{tag}-{}", std::process::id()));
         std::fs::write(&p, vec![7u8; len]).unwrap();
         let s = format!("file:{}", p.display());
         (p, s)
@@ -886,13 +886,16 @@ mod tests {
 
     #[test]
     fn io_mapped_needs_a_cuda_sink_and_direct_mode() {
-        let (p, src) = temp_file(1 << 20);
+        let (p, src) = temp_file("needs", 1 << 20);
         let e = run_pipeline(&args(&[
             "--source", &src, "--sink", "null", "--io", "mapped", "--qd", "2",
         ]))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("--io mapped") && e.contains("--sink cuda"), "{e}");
+        assert!(
+            e.contains("--io mapped") && e.contains("--sink cuda"),
+            "{e}"
+        );
         let e = run_pipeline(&args(&[
             "--source", &src, "--sink", "cuda", "--io", "mapped", "--mode", "copy", "--qd", "2",
         ]))
@@ -914,7 +917,7 @@ mod tests {
         if ubdirect_cuda::driver_available().is_ok() {
             return; // a GPU machine: the device run covers mapped mode
         }
-        let (p, src) = temp_file(1 << 20);
+        let (p, src) = temp_file("nodriver", 1 << 20);
         for io in ["mapped", "auto"] {
             let e = run_pipeline(&args(&[
                 "--source", &src, "--sink", "cuda:0,1", "--io", io, "--qd", "2",
@@ -923,9 +926,11 @@ mod tests {
             .to_string();
             assert!(e.contains("libcuda"), "--io {io}: {e}");
         }
-        let e = run_pipeline(&args(&["--source", &src, "--sink", "cuda:all", "--qd", "2"]))
-            .unwrap_err()
-            .to_string();
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda:all", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("libcuda"), "{e}");
         std::fs::remove_file(&p).unwrap();
     }
