@@ -859,7 +859,7 @@ mod tests {
             .unwrap_err()
             .contains("BAR number"));
         assert!(parse_sink("bar:00:06.0/7").unwrap_err().contains("0..5"));
-        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu]"));
+        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu"));
     }
 
     #[test]
@@ -874,6 +874,75 @@ mod tests {
         assert_eq!(parse_offset("0").unwrap(), 0);
         assert_eq!(parse_offset("64M").unwrap(), 64 << 20);
         assert!(parse_mode("fast").is_err());
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v = vec!["pipeline"];
+        v.extend_from_slice(extra);
+        <T as clap::Parser>::try_parse_from(v).unwrap().a
+    }
+
+    fn temp_file(tag: &str, len: usize) -> (PathBuf, String) {
+        let p = std::env::temp_dir().join(format!("ubd-cli-{tag}-{}", std::process::id()));
+        std::fs::write(&p, vec![7u8; len]).unwrap();
+        let s = format!("file:{}", p.display());
+        (p, s)
+    }
+
+    #[test]
+    fn io_mapped_needs_a_cuda_sink_and_direct_mode() {
+        let (p, src) = temp_file("needs", 1 << 20);
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "null", "--io", "mapped", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--io mapped") && e.contains("--sink cuda"),
+            "{e}"
+        );
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--mode", "copy", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--mode direct"), "{e}");
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--qd", "2", "--repeat", "2",
+            "--verify",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--repeat"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn io_mapped_without_a_driver_says_so() {
+        if ubdirect_cuda::driver_available().is_ok() {
+            return; // a GPU machine: the device run covers mapped mode
+        }
+        let (p, src) = temp_file("nodriver", 1 << 20);
+        for io in ["mapped", "auto"] {
+            let e = run_pipeline(&args(&[
+                "--source", &src, "--sink", "cuda:0,1", "--io", io, "--qd", "2",
+            ]))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("libcuda"), "--io {io}: {e}");
+        }
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda:all", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("libcuda"), "{e}");
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]
