@@ -25,6 +25,7 @@ const RERUN_CONTROLLER: &str = "run the command again (opening the controller re
 /// Embedder phrases (left) that can reach the user inside formatted text, and what the user
 /// reads instead (right). Longest first where one contains another.
 const PHRASES: &[(&str, &str)] = &[
+    ("--qd must be at least 1", "--queue-depth must be at least 1"),
     (
         "is already in use (by another process, or by another DmaDomain of this process): stop that user, or open the device in the same DmaDomain",
         "is already in use by another program (another ubdirect, QEMU, DPDK or SPDK): stop it and run again",
