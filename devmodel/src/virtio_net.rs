@@ -290,7 +290,11 @@ impl VirtioNetModel {
     /// Moves waiting frames of `pair` into posted RX buffers of queue 2 x pair.
     fn deliver(&self, s: &mut State, pair: usize) {
         let q = 2 * pair;
-        if !self.running(s) || q >= s.queues.len() || !s.queues[q].enabled() {
+        if pair >= s.inbox.len()
+            || !self.running(s)
+            || q >= s.queues.len()
+            || !s.queues[q].enabled()
+        {
             return;
         }
         while !s.inbox[pair].is_empty() {
