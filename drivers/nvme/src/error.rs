@@ -99,6 +99,30 @@ pub enum NvmeError {
         /// Total wait.
         waited: Duration,
     },
+    /// A request was in flight when the controller was reset to recover (queue option
+    /// [`crate::Recovery::FailBack`]): it came back with its buffers, unfinished.
+    #[error("NVMe {command} on queue {qid} was in flight when the controller was reset to recover from a timeout or fault: it may or may not have reached the media; its buffers are back: submit it again")]
+    FailedByReset {
+        /// The command name.
+        command: &'static str,
+        /// Submission queue id.
+        qid: u16,
+    },
+    /// The controller was reset (another queue pair's recovery, or a reset under the driver)
+    /// and this queue pair reports instead of recovering ([`crate::Recovery::Report`]).
+    #[error("NVMe controller was reset under queue {qid} ({outstanding} request(s) in flight): the queue no longer exists on the device; drop the queue pair and create a new one, or open queues with Recovery::Requeue / FailBack")]
+    ResetUnderQueue {
+        /// Submission queue id.
+        qid: u16,
+        /// Requests in flight (their buffers stay with the queue).
+        outstanding: usize,
+    },
+    /// A namespace read again after a controller reset is not what it was.
+    #[error("namespace {nsid} changed across a controller reset (size, LBA size or metadata): requests cannot be replayed on it; drop the queue pairs and reopen the controller")]
+    NamespaceChanged {
+        /// The namespace.
+        nsid: u32,
+    },
     /// The submission queue has no free slot.
     #[error("NVMe queue {qid} is full ({depth} commands in flight, this request needs {needed}): poll completions, then resubmit the returned buffer")]
     QueueFull {

@@ -43,7 +43,8 @@ pub use error::{NvmeError, Result};
 pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
 pub use io_queue::IoQueuePair;
 pub use io_types::{
-    IoBufs, IoCompletion, QueueOptions, QueueStats, Rejected, Segment, SgList, MAX_SEGMENTS,
+    IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment, SgList,
+    MAX_SEGMENTS,
 };
 pub use status::NvmeStatus;
 
