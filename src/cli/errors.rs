@@ -39,6 +39,14 @@ const PHRASES: &[(&str, &str)] = &[
         "this is a bug in ubdirect: please report it",
     ),
     (
+        "the queue's Recovery decides (Report: Wedged; Requeue / FailBack: controller reset)",
+        "the controller is reset and the request submitted again (ubdirect's tools), or the run stops",
+    ),
+    (
+        "every admin command fails at once until Controller::reset",
+        "every admin command fails at once until the controller is reset",
+    ),
+    (
         "drop its queue pairs, then call Controller::reset (or drop and reopen the controller)",
         RERUN_CONTROLLER,
     ),
