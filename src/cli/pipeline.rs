@@ -89,6 +89,11 @@ pub struct Args {
     /// auto (on for buffered), on, off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     uring_async: String,
+    /// File sources: when the source has nothing ready, sleep in the kernel up to this many
+    /// microseconds for a completion instead of spinning (default: 1000 for O_DIRECT, 0 =
+    /// spin for buffered).
+    #[arg(long)]
+    uring_idle_wait_us: Option<u64>,
     /// File sources: cap on io-wq workers.
     #[arg(long)]
     uring_workers: Option<u32>,
@@ -556,6 +561,9 @@ fn file_uring(
             .core
             .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
         writable: false,
+        idle_wait: args
+            .uring_idle_wait_us
+            .map(std::time::Duration::from_micros),
     };
     let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
     let cap = q.capacity();
