@@ -12,6 +12,7 @@
 
 mod devices;
 mod doctor;
+mod fault_hook;
 mod identify;
 mod loopback;
 mod perf;
