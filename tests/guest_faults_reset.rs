@@ -84,8 +84,8 @@ fn perf_verify_survives_a_controller_reset() {
     assert!(core["requeued"].as_u64().unwrap() >= 1, "{core}");
     assert!(core["verified_blocks"].as_u64().unwrap() > 0, "{core}");
     // Start-up, 8 s of I/O, and the requests in flight at the reset wait io_timeout / 4 (2.5 s)
-    // before the recovery; the run ends when they are done.
-    assert!(took < Duration::from_secs(3 + 8 + 3), "{took:?}");
+    // before the recovery: 12.4 s measured; the 8 s of I/O are fixed, the rest within ~3x.
+    assert!(took < Duration::from_secs(8 + 3 * 4), "{took:?}");
 }
 
 #[test]
