@@ -644,10 +644,8 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         let slab = driver_slab(&bed);
         saw("slab", format!("iova {:#x} len {:#x}", slab.iova, slab.len));
         let mut kmsg = Kmsg::from_now();
-        bed.registry
-            .domain()
-            .unmap(slab.iova, slab.len)
-            .expect("unmap the slab behind the driver's back");
+        slab.revoke_dma()
+            .expect("revoke the slab's IOMMU mapping behind the driver's back");
         submit_reads(&mut qp, &bed.pool, 2, 0);
         qp.ring();
         expect_an_error_within_60s(&mut qp);
@@ -699,10 +697,9 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         buf.as_mut_slice()[..8192].fill(0x5a);
         let (iova, region) = (buf.iova(), bed.pool.region().clone());
         let mut kmsg = Kmsg::from_now();
-        bed.registry
-            .domain()
-            .unmap(region.iova, region.len)
-            .expect("unmap the pool region");
+        region
+            .revoke_dma()
+            .expect("revoke the pool region's IOMMU mapping");
         let r = qp.read_blocking(1, 0, buf, 0, 8192, T);
         match &r {
             Ok(_) => saw("read-status", "success"),
@@ -1229,10 +1226,9 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
         let slab = driver_slab(&bed);
         let (iova, len) = (slab.iova, slab.len);
         let mut kmsg = Kmsg::from_now();
-        let domain = bed.registry.domain().clone();
         let injector = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(500));
-            domain.unmap(iova, len).expect("unmap the slab");
+            slab.revoke_dma().expect("revoke the slab's IOMMU mapping");
             Instant::now()
         });
         let mut sink = NullSink::new(8, false);

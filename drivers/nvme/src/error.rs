@@ -79,6 +79,16 @@ pub enum NvmeError {
         /// What is missing.
         what: &'static str,
     },
+    /// A value the controller reported is out of range; refused before the driver used it.
+    #[error("NVMe controller reported {field} = {value:#x}: {reason}; the device or its firmware is faulty: update the firmware or use another controller")]
+    DeviceInput {
+        /// The register or identify field, as the spec names it.
+        field: &'static str,
+        /// The value read.
+        value: u64,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
     /// A command completed with an error status.
     #[error("NVMe {command} failed: {status}")]
     Command {
