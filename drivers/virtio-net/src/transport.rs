@@ -68,7 +68,12 @@ pub struct Transport {
 fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Result<()> {
     let mut i = 0;
     while i < buf.len() {
-        let o = off + i as u16;
+        let o = u16::try_from(off as usize + i).map_err(|_| {
+            ubdirect_core::CoreError::InvalidArgument(format!(
+                "config-space read of {} bytes at {off:#x} runs past 0xffff",
+                buf.len()
+            ))
+        })?;
         if o % 4 == 0 && buf.len() - i >= 4 {
             buf[i..i + 4].copy_from_slice(&dev.config_read_u32(o)?.to_le_bytes());
             i += 4;
@@ -297,9 +302,10 @@ impl Transport {
         Ok(())
     }
 
-    /// Number of virtqueues the device has.
+    /// Number of virtqueues the device has, as read at open (a register the device fixes;
+    /// [`Transport::confirm_decoding`] re-reads it).
     pub fn num_queues(&self) -> u16 {
-        self.c().read16(cc::NUM_QUEUES)
+        self.num_queues
     }
 
     /// The maximum size of queue `q` (0: the queue does not exist).
