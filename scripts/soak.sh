@@ -134,7 +134,7 @@ guest_main() {
     hp1=/sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages
     free0="$(cat $hp2 2>/dev/null) $(cat $hp1 2>/dev/null)"
     T=$round
-    DL=$((T + 60)) # deadline of one job: its own time plus a minute
+    DL=$((T + 120)) # deadline of one job: its own time plus two minutes (TCG on a loaded host)
 
     rounds=0 ios=0 bytes=0 mism=0 hangs=0 leaks=0 finj=0 fsurv=0 fails=0
     pending_reset=0 nvme2_state=absent last_round=$((T + 10))
@@ -419,6 +419,8 @@ scripts/vm/run.sh --run-dir "$D" --qmp "$QMP" --devices "nvme0 ivshmem nic0 nic1
     --timeout $((duration * 3 + 900)) -- "sh scripts/soak.sh --guest --duration ${duration}s --seed $seed --round $round --fault-rate $rate" \
     >"$CON" 2>&1 &
 vm=$!
+# interrupted: stop QEMU through its monitor (it runs in its own process group under run.sh)
+trap 'qmp "{\"execute\":\"quit\"}" >/dev/null 2>&1; wait "$vm"; echo "soak: 0 passed, 1 failed (interrupted)"; exit 130' INT TERM
 
 # fault loop: until the guest has finished (or run.sh is gone)
 hinj=0 hsurv=0 hlog="$D/host-faults.log"
