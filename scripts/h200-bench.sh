@@ -82,7 +82,7 @@ run() {
     log "$name: ubdirect pipeline $*"
     timeout "${RUN_TIMEOUT:-120}" "$UBD" pipeline "$@" --json > "$OUT/$name.json" 2> "$OUT/$name.err"
     local rc=$?
-    echo "   rc=$rc $(python3 -c "import json,sys; [print('%s %.2f GB/s %.3f CPU-s/GB %.2f cores' % (r['label'], r['gb_per_s'], r['cpu_s_per_gb'], r['cores']), end='; ') for r in json.load(open(sys.argv[1]))]" "$OUT/$name.json" 2>/dev/null)" | tee -a "$LOG"
+    echo "   rc=$rc $(python3 -c "import json,sys; d = json.load(open(sys.argv[1])); [print('%s %.2f GB/s %.3f CPU-s/GB %.2f cores' % (r['label'], r['bytes_per_s'] / 1e9, r['cpu_ns_per_byte'], r['cores_used']), end='; ') for r in (d['runs'] if isinstance(d, dict) else d)]" "$OUT/$name.json" 2>/dev/null)" | tee -a "$LOG"
     [ $rc -eq 0 ] || tail -3 "$OUT/$name.err" | tee -a "$LOG"
 }
 
@@ -297,6 +297,18 @@ for f in sorted(glob.glob(os.path.join(out, "*.json")), key=os.path.getmtime):
     name = os.path.basename(f)[:-5]
     try:
         rs = json.load(open(f))
+        # ubdirect documents ({"schema": "ubdirect/1", "runs": [...]}, docs/json.md) in the
+        # units of the cuFile probe's list: GB/s, CPU-s/GB (= ns/byte), microseconds.
+        if isinstance(rs, dict):
+            rs = rs["runs"]
+            for r in rs:
+                r["gb_per_s"] = r["bytes_per_s"] / 1e9
+                r["qd"] = r["queue_depth"]
+                r["cpu_s_per_gb"] = r["cpu_ns_per_byte"]
+                r["cores"] = r["cores_used"]
+                for g in r.get("gpus") or []:
+                    g["gb_per_s"] = g["bytes_per_s"] / 1e9
+                r["latency"] = {k + "_us": v / 1e3 for k, v in r["latency_ns"].items()}
     except Exception:
         print(f"| {name} | (failed: see {name}.err) | | | | |"); continue
     for r in rs:
