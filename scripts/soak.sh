@@ -190,7 +190,10 @@ guest_main() {
 
     echo "SOAK-START duration=${duration}s seed=$seed round=${T}s nvme0=$NVME0 nvme1=$NVME1 nvme2=${NVME2:-none} bar=$BAR nics=$NIC0,$NIC1"
     end=$(($(up) + duration))
-    while [ "$(up)" -lt "$end" ]; do
+    extra=0
+    # past the end, up to 3 more rounds while a reset still waits for a round to prove it survived
+    while [ "$(up)" -lt "$end" ] || { [ "$pending_reset" -gt 0 ] && [ "$extra" -lt 3 ]; }; do
+        [ "$(up)" -lt "$end" ] || extra=$((extra + 1))
         rounds=$((rounds + 1))
         rm -f "$W"/*.rc
         fault=none
