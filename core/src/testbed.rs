@@ -18,7 +18,7 @@ pub struct Testbed {
     /// The two virtio-net NICs (on one hub: what one sends, the other receives).
     pub nics: Vec<String>,
     /// The NVMe controller with MDTS 0 (no transfer limit; serial `ubdprp`, one 512 B namespace
-    /// on the zero-filled `nvme2.img`), for commands above 2 MiB (chained PRP lists).
+    /// on the zero-filled `nvme-mdts0.img`), for commands above 2 MiB (chained PRP lists).
     pub nvme_mdts0: Option<String>,
     /// The virtio-net NIC with two queue pairs (`mq=on` on a 2-queue tap) and a control queue.
     pub nic_mq: Option<String>,

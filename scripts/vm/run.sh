@@ -5,8 +5,8 @@
 #
 # Options (each also settable by the environment variable shown):
 #   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvme2 nicmq
-#                          (nvme2: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
 #                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
@@ -18,6 +18,8 @@
 #   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
+#   --qmp SOCKET           also open a QMP monitor on this unix socket (hot-plug, throttling
+#                          and other faults driven from the host, e.g. by scripts/soak.sh) (UBD_VM_QMP)
 #   --run-dir DIR          where backing files and logs go (default: a fresh
 #                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=8 are kept)
 #
@@ -35,7 +37,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvme2 nicmq}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -44,6 +46,7 @@ UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepag
 UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
+UBD_VM_QMP=${UBD_VM_QMP:-}
 files=() bins=() test_bins=() envs=() run_dir=
 
 usage() {
@@ -66,6 +69,7 @@ while (($# > 0)); do
     --test-bin) test_bins+=("$2") && shift 2 ;;
     --env) envs+=("$2") && shift 2 ;;
     --run-dir) run_dir=$2 && shift 2 ;;
+    --qmp) UBD_VM_QMP=$2 && shift 2 ;;
     -h | --help) usage ;;
     --) shift && break ;;
     *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
@@ -76,8 +80,8 @@ guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvme2 | nicmq) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvme2 nicmq)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -87,7 +91,7 @@ done
 netns=()
 if [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && ! ip link show ubdmq0 >/dev/null 2>&1; then
     unshare -n true 2>/dev/null && [[ -c /dev/net/tun ]] ||
-        vm_die "the multiqueue NIC (device block nicmq) needs root and /dev/net/tun for its tap in a private network namespace: run as root, or leave it out with --devices \"nvme0 nvme1 ivshmem nic0 nic1 nvme2\" (its test then reports a skip)"
+        vm_die "the multiqueue NIC (device block nicmq) needs root and /dev/net/tun for its tap in a private network namespace: run as root, or leave it out with --devices \"nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0\" (its test then reports a skip)"
     netns=(unshare -n sh -c 'ip tuntap add dev ubdmq0 mode tap multi_queue && ip link set ubdmq0 up && exec "$@"' ubd-netns)
 fi
 
@@ -124,9 +128,12 @@ if [[ -n ${UBD_VM_RUN_DIR_FILE:-} ]]; then echo "$run_dir" >"$UBD_VM_RUN_DIR_FIL
 for f in nvme0.img nvme1-ns1.img nvme1-ns2.img; do
     cp --sparse=never "$images/$f" "$run_dir/$f"
 done
-rm -f "$run_dir/gpubar" "$run_dir/nvme2.img"
+rm -f "$run_dir/gpubar"
 truncate -s 64M "$run_dir/gpubar"
-truncate -s 64M "$run_dir/nvme2.img"
+if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
+    rm -f "$run_dir/nvme-mdts0.img"
+    truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
 stage="$run_dir/initrd.d"
@@ -179,7 +186,7 @@ printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
 # The roles of the extra devices, by the addresses given to them below (the guest's /init exports
 # UBD_NVME_MDTS0 and UBD_NIC_MQ from these and keeps them out of UBD_NVME and UBD_NICS).
 roles=
-[[ " $UBD_VM_DEVICES " == *" nvme2 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
+[[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
 [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
@@ -223,10 +230,10 @@ for d in $UBD_VM_DEVICES; do
         # 2 queue pairs + the control queue: 2 * 2 + 1 MSI-X vectors and one for config changes.
         dev_args+=(-netdev "tap,id=mq0,ifname=ubdmq0,script=no,downscript=no,queues=2,vhost=off"
             -device "virtio-net-pci,netdev=mq0,mq=on,vectors=6,disable-legacy=on,iommu_platform=on,mac=52:54:00:00:00:09,romfile=,addr=09.0") ;;
-    nvme2)
-        dev_args+=(-drive "file=$run_dir/nvme2.img,if=none,id=nv2,format=raw"
-            -device "nvme,id=nvme2,serial=ubdprp,mdts=0,drive=nv2,addr=0a.0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvme2 nicmq)" ;;
+    nvmemdts0)
+        dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
+            -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
     esac
 done
 
@@ -245,6 +252,7 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -device intel-iommu,intremap=on,caching-mode=on
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
+if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
 printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
 

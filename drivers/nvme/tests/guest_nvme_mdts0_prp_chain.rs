@@ -1,6 +1,6 @@
 //! Guest test: PRP lists that span several list pages (chained by the last entry of a full list
 //! page). That needs commands above 2 MiB, i.e. a controller with MDTS 0 (unlimited): the test
-//! bed's third controller (`UBD_NVME_MDTS0`, scripts/vm/run.sh's device block nvme2, serial
+//! bed's third controller (`UBD_NVME_MDTS0`, scripts/vm/run.sh's device block nvmemdts0, serial
 //! ubdprp, a zero-filled 64 MiB namespace). Without it the test fails, so a missing controller
 //! never passes silently.
 
@@ -15,7 +15,7 @@ use ubdirect_nvme::ControllerOptions;
 fn prp_lists_chained_over_several_list_pages() {
     let tb = testbed::require();
     let addr = tb.nvme_mdts0.expect(
-        "no MDTS-0 NVMe controller in this guest (UBD_NVME_MDTS0 is empty): scripts/vm/run.sh's device block nvme2 adds it",
+        "no MDTS-0 NVMe controller in this guest (UBD_NVME_MDTS0 is empty): scripts/vm/run.sh's device block nvmemdts0 adds it",
     );
     assert_eq!(
         common::open_at(&addr, 4096, 1, ControllerOptions::default())
