@@ -16,7 +16,8 @@
 #   (64 MiB namespace) and the ivshmem "GPU BAR", and in that one boot measures
 #     direct: ubdirect over vfio-pci (polled, zero copy)       --source nvme:<addr>
 #     kernel: the kernel nvme driver, io_uring with O_DIRECT   --source file:/dev/nvme0n1
-#   each for UBD_SECONDS (default 5) seconds, then verifies one pass of the namespace through
+#   in 3 alternating rounds of UBD_SECONDS (default 3) seconds each (the median is shown, with the
+#   range), then verifies one pass of the namespace through
 #   each, and streams it into the BAR (peer to peer) verified in the guest and, after the guest
 #   exits, on the host against the BAR's backing file.
 # Exit status: 0 when everything ran and every check held.
@@ -69,7 +70,7 @@ if [[ ${UBD_PIPELINE_GUEST:-0} != 1 ]] && nvme=$(vfio_nvme); then
     exec "$bin" pipeline --source "nvme:$nvme" --sink "$sink" --bytes "${UBD_VERIFY_BYTES:-1G}" --verify "$@"
 fi
 
-secs=${UBD_SECONDS:-5}
+secs=${UBD_SECONDS:-3}
 say "no NVMe bound to vfio-pci here: running in the QEMU guest test bed (one boot, ${secs} s per path)"
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/ubd-pipeline.XXXXXX")
 extra="$*"
@@ -92,25 +93,30 @@ run() { # run NAME ARGS...: ubdirect pipeline --json into /tmp/NAME.json, the lo
     ubdirect pipeline "$@" --json >/tmp/$n.json || { echo "UBD-FAILED $n"; cat /tmp/$n.json; return 1; }
     cat /tmp/$n.json
 }
-bind-vfio $nv $UBD_IVSHMEM >/dev/null || exit 1
-run direct --source nvme:$nv --sink null $opts --seconds '"$secs"' && result direct /tmp/direct.json
+kdev() { # the kernel block device of the only NVMe of this boot, once it appears
+    # (with multipath kernels sysfs names the controller path nvme0c0n1; /dev has nvme0n1).
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+        for b in /dev/nvme*n1; do [ -b "$b" ] && echo "$b" && return 0; done
+        sleep 1
+    done
+    return 1
+}
+bind-vfio $UBD_IVSHMEM >/dev/null || exit 1
+# Rounds alternate the paths, so that a change of load on the host hits both alike.
+for r in 1 2 3; do
+    bind-vfio $nv >/dev/null || exit 1
+    run direct$r --source nvme:$nv --sink null $opts --seconds '"$secs"' && result direct /tmp/direct$r.json
+    bind-kernel $nv >/dev/null
+    dev=$(kdev) || { echo "UBD-FAILED kernel: no block device for $nv on the kernel nvme driver"; exit 1; }
+    run kernel$r --source file:$dev --sink null $opts --seconds '"$secs"' && result kernel /tmp/kernel$r.json
+done
+echo "UBD-KERNEL-DEV $dev"
+grep -q O_DIRECT /tmp/kernel1.json || echo "UBD-FAILED kernel: not O_DIRECT"
+run kernel-verify --source file:$dev --sink null $opts --verify && result kernel-verify /tmp/kernel-verify.json
+bind-vfio $nv >/dev/null || exit 1
 run direct-verify --source nvme:$nv --sink null $opts --verify && result direct-verify /tmp/direct-verify.json
 run bar --source nvme:$nv --sink bar:$UBD_IVSHMEM/2 --block-size 1M -q 4 --blocks 8 --bytes 32M --verify \
     --hostcheck pipeline-nvme0-bar,nvme0.img,gpubar && result bar /tmp/bar.json
-bind-kernel $nv >/dev/null
-dev=
-for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-    # The only NVMe of this boot; with multipath kernels sysfs names the controller path
-    # nvme0c0n1, but the block device is /dev/nvme0n1.
-    for b in /dev/nvme*n1; do [ -b "$b" ] && dev=$b; done
-    [ -n "$dev" ] && break
-    sleep 1
-done
-[ -b "$dev" ] || { echo "UBD-FAILED kernel: no block device for $nv on the kernel nvme driver"; exit 1; }
-echo "UBD-KERNEL-DEV $dev"
-run kernel --source file:$dev --sink null $opts --seconds '"$secs"' && result kernel /tmp/kernel.json
-run kernel-verify --source file:$dev --sink null $opts --verify && result kernel-verify /tmp/kernel-verify.json
-grep -q O_DIRECT /tmp/kernel.json || echo "UBD-FAILED kernel: not O_DIRECT"
 true'
 say "booting the guest; its log goes to $run_dir/pipeline.log"
 set +e
@@ -123,17 +129,28 @@ if grep -q UBD-HOSTCHECK "$run_dir/pipeline.log"; then
     scripts/vm/hostcheck.sh "$run_dir" "$run_dir/pipeline.log" >"$run_dir/hostcheck.out" 2>&1 && hc=0
 fi
 
-# field PATH N: field N of the path's UBD-RESULT line ("" when missing).
+# field PATH N: field N of the path's (last) UBD-RESULT line ("" when missing).
 field() { awk -v p="$1" -v n="$2" '$1 == "UBD-RESULT" && $2 == p { v = $n } END { print v }' "$run_dir/pipeline.log" | tr -d '\r'; }
+# median PATH: the median bytes/s of the path's rounds ("" when none ran).
+median() {
+    awk -v p="$1" '$1 == "UBD-RESULT" && $2 == p { print $3 }' "$run_dir/pipeline.log" | tr -d '\r' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+# spread PATH: "lowest-highest GB/s" of the path's rounds.
+spread() {
+    awk -v p="$1" '$1 == "UBD-RESULT" && $2 == p { b = $3 / 1e9; if (!n++ || b < lo) lo = b; if (b > hi) hi = b }
+        END { if (n) printf "%d runs: %.2f-%.2f", n, lo, hi }' "$run_dir/pipeline.log"
+}
 gbs() { awk -v b="$1" 'BEGIN { if (b == "") print "-"; else printf "%.2f GB/s", b / 1e9 }'; }
-d=$(field direct 3) k=$(field kernel 3)
+d=$(median direct) k=$(median kernel)
 dv=$(field direct-verify 4) kv=$(field kernel-verify 4) bv=$(field bar 4)
 kdev=$(awk '$1 == "UBD-KERNEL-DEV" { print $2 }' "$run_dir/pipeline.log" | tr -d '\r')
 echo
-echo "NVMe -> memory, ${secs} s per path, 1 MiB blocks, queue depth 8, one boot of the QEMU guest"
-echo "(emulated devices on 2 shared cores: the ratio is the point, not the GB/s):"
-printf '  %-55s %12s   verify %s\n' "direct: ubdirect, vfio-pci, polled, zero copy" "$(gbs "$d")" "${dv:-not run}"
-printf '  %-55s %12s   verify %s\n' "kernel: nvme driver, io_uring O_DIRECT (${kdev:-?})" "$(gbs "$k")" "${kv:-not run}"
+echo "NVMe -> memory, 1 MiB blocks, queue depth 8, one boot of the QEMU guest; median of 3 alternating ${secs} s runs"
+echo "(QEMU TCG: guest code runs emulated, which slows the kernel path's per-I/O work far more than"
+echo " on hardware; real-machine figures: BENCHMARKS.md)"
+printf '  %-55s %12s  (%s)  verify %s\n' "direct: ubdirect, vfio-pci, polled, zero copy" "$(gbs "$d")" "$(spread direct)" "${dv:-not run}"
+printf '  %-55s %12s  (%s)  verify %s\n' "kernel: nvme driver, io_uring O_DIRECT (${kdev:-?})" "$(gbs "$k")" "$(spread kernel)" "${kv:-not run}"
 ratio=$(awk -v d="$d" -v k="$k" 'BEGIN { if (d > 0 && k > 0) printf "%.2fx", d / k; else print "-" }')
 echo "  direct / kernel: $ratio"
 printf '  %-55s %12s   verify %s, host check %s\n' "NVMe -> GPU-BAR stand-in (peer to peer, zero copy)" \
