@@ -20,12 +20,13 @@ pub mod vfio;
 
 pub use error::{CoreError, Result};
 pub use mmio::Mmio;
-pub use pci::{PciAddress, PciCapability, PciDevice};
+pub use pci::{DeviceModel, PciAddress, PciCapability, PciDevice};
 pub use seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, Sink, SinkError, SinkErrorKind,
 };
 pub use ub::{
-    DmaMem, PoolConfig, PoolStats, RegionId, RegionKind, UbBuf, UbPool, UbRegion, UbRegistry,
+    DmaMem, PoolConfig, PoolStats, RegionId, RegionKind, RegionOwner, UbBuf, UbPool, UbRegion,
+    UbRegistry,
 };
 pub use ubdirect_hugepages::PageSize;
 pub use vfio::DmaDomain;

@@ -442,15 +442,15 @@ fn drop_ipc_lock() {
         pid: 0,
     };
     let mut data = [Data::default(); 2];
-    // SAFETY: capget fills two Data structs for version 3.
     assert_eq!(
+        // SAFETY: capget fills two Data structs for version 3.
         unsafe { libc::syscall(libc::SYS_capget, &mut h, data.as_mut_ptr()) },
         0
     );
     data[0].effective &= !(1 << CAP_IPC_LOCK);
     data[0].permitted &= !(1 << CAP_IPC_LOCK);
-    // SAFETY: capset reads the header and two Data structs.
     assert_eq!(
+        // SAFETY: capset reads the header and two Data structs.
         unsafe { libc::syscall(libc::SYS_capset, &mut h, data.as_ptr()) },
         0
     );

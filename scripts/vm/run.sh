@@ -17,6 +17,8 @@
 #   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
+#   --qmp SOCKET           also open a QMP monitor on this unix socket (hot-plug, throttling
+#                          and other faults driven from the host, e.g. by scripts/soak.sh) (UBD_VM_QMP)
 #   --run-dir DIR          where backing files and logs go (default: a fresh
 #                          .vm-cache/runs/<time>-<pid>; the last UBD_VM_KEEP_RUNS=8 are kept)
 #
@@ -43,6 +45,7 @@ UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepag
 UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
+UBD_VM_QMP=${UBD_VM_QMP:-}
 files=() bins=() test_bins=() envs=() run_dir=
 
 usage() {
@@ -65,6 +68,7 @@ while (($# > 0)); do
     --test-bin) test_bins+=("$2") && shift 2 ;;
     --env) envs+=("$2") && shift 2 ;;
     --run-dir) run_dir=$2 && shift 2 ;;
+    --qmp) UBD_VM_QMP=$2 && shift 2 ;;
     -h | --help) usage ;;
     --) shift && break ;;
     *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
@@ -220,6 +224,7 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -device intel-iommu,intremap=on,caching-mode=on
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
+if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
 printf '%q ' "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
 

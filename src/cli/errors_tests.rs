@@ -248,6 +248,7 @@ fn nvme_errors() -> Vec<NvmeError> {
             cid: 3,
             qid: 1,
             waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_ABORTED,
         },
         NvmeError::Wedged {
             qid: 1,

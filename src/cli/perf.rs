@@ -10,7 +10,7 @@ use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, Recovery};
 
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
@@ -140,6 +140,10 @@ struct CoreResult {
     shadow_only_updates_per_io: f64,
     verified_blocks: u64,
     verify_errors: u64,
+    /// Controller resets this worker's queue went through (its requests were requeued).
+    resets: u64,
+    /// Commands submitted again after those resets.
+    requeued: u64,
     #[serde(skip)]
     hist: Option<LatencyHistogram>,
     #[serde(skip)]
@@ -174,6 +178,8 @@ struct Total {
     complete_ns_per_io: f64,
     errors: u64,
     verify_errors: u64,
+    /// Controller resets during the run (recoveries from timeouts or a reset under the run).
+    controller_resets: u64,
 }
 
 /// Settings shared by the workers.
@@ -318,7 +324,8 @@ fn run_perf(args: &Args) -> CliResult {
     for r in results {
         cores.push(r?);
     }
-    let total = summarize(&cores, &tsc, args.io_size);
+    let mut total = summarize(&cores, &tsc, args.io_size);
+    total.controller_resets = ctrl.resets();
     let report = PerfReport {
         address: &args.addr,
         nsid,
@@ -365,6 +372,7 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
         complete_ns_per_io: tsc.to_ns(complete),
         errors: cores.iter().map(|c| c.errors).sum(),
         verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
+        controller_resets: 0,
     }
 }
 
@@ -453,6 +461,13 @@ fn print_report(r: &PerfReport<'_>) {
     if t.errors > 0 {
         println!("I/O errors: {}", t.errors);
     }
+    if t.controller_resets > 0 {
+        println!(
+            "controller resets: {} (commands in flight submitted again: {})",
+            t.controller_resets,
+            r.cores.iter().map(|c| c.requeued).sum::<u64>()
+        );
+    }
     if r.cores
         .iter()
         .any(|c| c.verified_blocks > 0 || c.verify_errors > 0)
@@ -504,6 +519,9 @@ fn worker(
                 depth: job.depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
+                // A command that times out, or a controller reset under the run, resets the
+                // controller and submits what was in flight again: the run goes on.
+                recovery: Recovery::Requeue,
                 ..Default::default()
             },
         )
@@ -650,6 +668,8 @@ fn worker(
         shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
         verified_blocks: verified,
         verify_errors,
+        resets: st.resets - stats0.resets,
+        requeued: st.requeued - stats0.requeued,
         hist: Some(hist),
         submit_cycles,
         complete_cycles,

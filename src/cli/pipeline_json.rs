@@ -1,7 +1,7 @@
 //! `pipeline --json`: the runs in the shared schema's units (bytes/s, ns, `queue_depth`).
 
 use serde::Serialize;
-use ubdirect::pipeline::{Mode, PipelineReport, VerifyResult};
+use ubdirect::pipeline::{MappedInfo, Mode, PipelineReport, VerifyResult};
 
 use super::json::LatencyNs;
 
@@ -32,12 +32,30 @@ pub struct RunJson<'a> {
     pub iops: f64,
     /// Process CPU time (all threads) per byte moved, in ns (= CPU seconds per GB).
     pub cpu_ns_per_byte: f64,
+    /// Cores the run kept busy: process CPU seconds (all threads, io-wq and driver threads
+    /// included) per wall second.
+    pub cores_used: f64,
+    /// Per-GPU shares of a striped run (`--sink cuda:0,1`); empty otherwise.
+    pub gpus: Vec<GpuJson<'a>>,
+    /// What a mapped-file run (`--io mapped`) did with the registered page cache, or null.
+    pub mapped: Option<&'a MappedInfo>,
     /// Per-block latency, source submit to sink completion.
     pub latency_ns: LatencyNs,
     /// TSC cycles to reap one source completion and hand it to the sink.
     pub cycles_per_completion: Option<f64>,
     /// The verification, when asked for.
     pub verify: Option<&'a VerifyResult>,
+}
+
+/// One GPU's share of a striped run.
+#[derive(Debug, Serialize)]
+pub struct GpuJson<'a> {
+    /// Which GPU ("cuda:1 (NVIDIA H200)").
+    pub gpu: &'a str,
+    /// Bytes it received.
+    pub bytes: u64,
+    /// Its bytes per second over the run's wall time.
+    pub bytes_per_s: f64,
 }
 
 impl<'a> From<&'a PipelineReport> for RunJson<'a> {
@@ -56,6 +74,17 @@ impl<'a> From<&'a PipelineReport> for RunJson<'a> {
             bytes_per_s: r.gb_per_s * 1e9,
             iops: r.iops,
             cpu_ns_per_byte: r.cpu_s_per_gb,
+            cores_used: r.cores,
+            gpus: r
+                .gpus
+                .iter()
+                .map(|g| GpuJson {
+                    gpu: &g.gpu,
+                    bytes: g.bytes,
+                    bytes_per_s: g.gb_per_s * 1e9,
+                })
+                .collect(),
+            mapped: r.mapped.as_ref(),
             latency_ns: LatencyNs {
                 count: Some(l.count),
                 mean: l.mean_us * 1e3,

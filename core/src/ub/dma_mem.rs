@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ubdirect_hugepages::PageSize;
 
-use super::region::UbRegion;
+use super::region::{RegionOwner, UbRegion};
 use super::registry::UbRegistry;
 use crate::error::{CoreError, Result};
 use crate::iova::IovaAllocator;
@@ -78,6 +78,12 @@ impl DmaMem {
                     }
                     Err(e) => return Err(e),
                 };
+                // A slab is carved by DmaMem alone, never pooled (the region is fresh: the
+                // claim cannot fail, but a refusal must not leave the slab half set up).
+                if let Err(e) = region.claim(RegionOwner::DmaSlab) {
+                    let _ = registry.unregister(region.id);
+                    return Err(e);
+                }
                 // The registry's own use: the slab can never be unregistered under us.
                 region.add_user();
                 let mut space = IovaAllocator::new(std::slice::from_ref(&(0..region.len as u64)));

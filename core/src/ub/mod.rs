@@ -23,5 +23,5 @@ mod registry;
 pub use buf::UbBuf;
 pub use dma_mem::DmaMem;
 pub use pool::{PoolConfig, PoolStats, UbPool};
-pub use region::{RegionId, RegionKind, UbRegion};
+pub use region::{RegionId, RegionKind, RegionOwner, UbRegion};
 pub use registry::UbRegistry;

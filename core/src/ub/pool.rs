@@ -12,7 +12,7 @@ use ubdirect_hugepages::PageSize;
 
 use super::buf::UbBuf;
 use super::free_stack::FreeStack;
-use super::region::UbRegion;
+use super::region::{RegionOwner, UbRegion};
 use super::registry::UbRegistry;
 use crate::error::{CoreError, Result};
 
@@ -117,7 +117,9 @@ impl std::fmt::Debug for UbPool {
 
 impl UbPool {
     /// Carve `region` (registered in `registry`) into `cfg.block_count` blocks of
-    /// `cfg.block_size` from its start.
+    /// `cfg.block_size` from its start. A region is carved once:
+    /// [`CoreError::RegionTaken`] when it already backs a pool or is a driver's DMA slab
+    /// (`DmaMem`), whose rings and PRP pages must never be handed out as buffers.
     pub fn new(
         registry: &Arc<UbRegistry>,
         region: Arc<UbRegion>,
@@ -187,7 +189,11 @@ impl UbPool {
                 cfg.block_count, cfg.block_size, region.id, region.len
             )));
         }
-        registry.add_user(&region)?;
+        region.claim(RegionOwner::Pool)?;
+        if let Err(e) = registry.add_user(&region) {
+            region.release(RegionOwner::Pool);
+            return Err(e);
+        }
         Ok(Arc::new_cyclic(|me| UbPool {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             me: me.clone(),
@@ -381,6 +387,7 @@ impl UbPool {
 impl Drop for UbPool {
     fn drop(&mut self) {
         self.region.remove_user();
+        self.region.release(RegionOwner::Pool);
         if let Some(reg) = self.owner.as_ref().and_then(Weak::upgrade) {
             if let Err(e) = reg.unregister(self.region.id) {
                 tracing::warn!(
@@ -486,6 +493,64 @@ mod tests {
             assert!(e.to_string().contains(why), "{e}");
         }
         assert_eq!(r.users(), 0);
+    }
+
+    #[test]
+    fn a_region_backs_one_pool_only() {
+        let (reg, p) = pool(4096, 4);
+        let r = p.region().clone();
+        assert_eq!(r.owner(), Some(RegionOwner::Pool));
+        let cfg = PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        };
+        let e = UbPool::new(&reg, r.clone(), cfg).unwrap_err();
+        assert!(
+            matches!(e, CoreError::RegionTaken { owner: RegionOwner::Pool, id } if id == r.id),
+            "{e}"
+        );
+        assert!(e.to_string().contains("register another region"), "{e}");
+        assert_eq!(r.users(), 1, "the refusal changed nothing");
+        drop(p);
+        assert_eq!(r.owner(), None, "the pool released the region");
+        let again = UbPool::new(&reg, r.clone(), cfg).unwrap();
+        assert_eq!(again.get().unwrap().iova(), r.iova);
+    }
+
+    #[test]
+    fn driver_dma_slabs_are_never_pooled() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let ring = crate::ub::DmaMem::alloc(&reg, 4096).unwrap();
+        let slab = ring.region().clone();
+        assert_eq!(slab.owner(), Some(RegionOwner::DmaSlab));
+        let users = slab.users();
+        let e = UbPool::new(
+            &reg,
+            slab.clone(),
+            PoolConfig {
+                block_size: 4096,
+                block_count: 4,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CoreError::RegionTaken {
+                    owner: RegionOwner::DmaSlab,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("DMA slab"), "{e}");
+        assert_eq!(slab.users(), users, "the refusal changed nothing");
+        drop(ring);
+        assert_eq!(
+            slab.owner(),
+            Some(RegionOwner::DmaSlab),
+            "a slab stays a slab"
+        );
     }
 
     #[test]

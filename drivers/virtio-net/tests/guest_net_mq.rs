@@ -63,7 +63,7 @@ fn two_queue_pairs_or_a_named_refusal() {
     // Each thread owns one pair and sends 200 frames on its TX queue.
     let mac = info.mac.unwrap_or([2, 0, 0, 0, 0, 9]);
     std::thread::scope(|s| {
-        for (i, p) in nic.pairs_mut().iter_mut().enumerate() {
+        for (i, mut p) in nic.pairs_mut().into_iter().enumerate() {
             let pool = pool.clone();
             s.spawn(move || {
                 let mut sent = 0u64;
