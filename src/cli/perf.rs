@@ -270,7 +270,7 @@ fn run_perf(args: &Args) -> CliResult {
     }
     if args.cores.0.len() > ctrl.io_queues_granted() as usize {
         return Err(format!(
-            "{} cores asked for but the controller granted {} I/O queues",
+            "{} cores asked for but the controller granted {} I/O queue pairs: give -c at most that many cores",
             args.cores.0.len(),
             ctrl.io_queues_granted()
         )

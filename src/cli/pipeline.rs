@@ -787,7 +787,7 @@ fn add_verify(
 ) -> Result<(), BoxErr> {
     let delivered = sink
         .delivered_checksum()
-        .ok_or("this sink cannot verify")??;
+        .ok_or("this sink cannot check what it received: run without --verify")??;
     r.verify = Some(compare(method, delivered, expected));
     Ok(())
 }
