@@ -206,6 +206,14 @@ pub enum CoreError {
         /// Pools and DmaMem allocations on it.
         users: usize,
     },
+    /// A region is carved once: it already backs a pool or is a driver's DMA slab.
+    #[error("UB region {id} is already carved as {owner}: a region backs one pool and driver DMA slabs are never pooled; register another region for this pool (UbRegistry::register_*, or UbPool::with_hugepages)")]
+    RegionTaken {
+        /// The region.
+        id: u32,
+        /// What owns it.
+        owner: crate::ub::RegionOwner,
+    },
     /// Hugepage allocation failed.
     #[error(transparent)]
     HugePages(#[from] ubdirect_hugepages::HugeError),

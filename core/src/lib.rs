@@ -25,7 +25,8 @@ pub use seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, Sink, SinkError, SinkErrorKind,
 };
 pub use ub::{
-    DmaMem, PoolConfig, PoolStats, RegionId, RegionKind, UbBuf, UbPool, UbRegion, UbRegistry,
+    DmaMem, PoolConfig, PoolStats, RegionId, RegionKind, RegionOwner, UbBuf, UbPool, UbRegion,
+    UbRegistry,
 };
 pub use ubdirect_hugepages::PageSize;
 pub use vfio::DmaDomain;

@@ -69,8 +69,8 @@ fn ub_pool_vs_per_transfer_registration() {
         let len = size.div_ceil(4096) * 4096;
         let map_t = mean(|| {
             // SAFETY: mem outlives the mapping, which is removed at once.
-            let iova = unsafe { d.map(mem.as_ptr(), len, 4096) }.unwrap();
-            d.unmap(iova, len).unwrap();
+            let mut m = unsafe { d.map(mem.as_ptr(), len, 4096) }.unwrap();
+            m.unmap().unwrap();
         });
         drop(mem);
 

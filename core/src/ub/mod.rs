@@ -15,13 +15,17 @@
 mod buf;
 mod dma_mem;
 mod free_stack;
+#[cfg(test)]
+mod free_stack_tests;
 mod magazine;
 mod pool;
 mod region;
 mod registry;
+mod sync;
+mod thread_cache;
 
 pub use buf::UbBuf;
 pub use dma_mem::DmaMem;
 pub use pool::{PoolConfig, PoolStats, UbPool};
-pub use region::{RegionId, RegionKind, UbRegion};
+pub use region::{RegionId, RegionKind, RegionOwner, UbRegion};
 pub use registry::UbRegistry;

@@ -1,14 +1,14 @@
 //! [`UbRegion`]: one DMA-mapped memory region.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ubdirect_hugepages::HugeMem;
 
-use crate::error::Result;
+use crate::error::{CoreError, Result};
 use crate::mmio::Mmio;
 use crate::pci::{PciAddress, PciDevice};
-use crate::vfio::DmaDomain;
+use crate::vfio::DmaMapping;
 
 /// A region's id in its registry.
 pub type RegionId = u32;
@@ -30,6 +30,44 @@ pub enum RegionKind {
     },
     /// Memory the caller allocated and keeps alive.
     External,
+}
+
+/// What a region is carved into. A region is carved once: by one [`super::UbPool`], or as a
+/// driver's [`super::DmaMem`] slab (rings, PRP pages), which is never pooled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegionOwner {
+    /// The blocks of one pool.
+    Pool,
+    /// A driver DMA slab (`DmaMem`).
+    DmaSlab,
+}
+
+impl std::fmt::Display for RegionOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RegionOwner::Pool => "a UbPool",
+            RegionOwner::DmaSlab => "a driver's DMA slab (DmaMem)",
+        })
+    }
+}
+
+const OWNER_NONE: u8 = 0;
+
+impl RegionOwner {
+    fn code(self) -> u8 {
+        match self {
+            RegionOwner::Pool => 1,
+            RegionOwner::DmaSlab => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<RegionOwner> {
+        match c {
+            1 => Some(RegionOwner::Pool),
+            2 => Some(RegionOwner::DmaSlab),
+            _ => None,
+        }
+    }
 }
 
 /// What keeps a region's memory mapped in this process.
@@ -56,9 +94,11 @@ pub struct UbRegion {
     /// NUMA node of the memory, when known.
     pub numa: Option<u32>,
     users: AtomicUsize,
-    mapped: AtomicBool,
-    domain: Arc<DmaDomain>,
-    // Dropped after Drop::drop has unmapped the IOVA range.
+    /// [`RegionOwner`] code, or OWNER_NONE.
+    owner: AtomicU8,
+    /// The region's IOMMU mapping: only the region unmaps it.
+    mapping: Mutex<DmaMapping>,
+    // Dropped after Drop::drop (and the mapping field) unmapped the IOVA range.
     _backing: Backing,
 }
 
@@ -78,6 +118,7 @@ impl std::fmt::Debug for UbRegion {
             .field("kind", &self.kind)
             .field("numa", &self.numa)
             .field("users", &self.users())
+            .field("owner", &self.owner())
             .finish()
     }
 }
@@ -88,25 +129,29 @@ impl UbRegion {
     pub(crate) fn new(
         id: RegionId,
         vaddr: *mut u8,
-        iova: u64,
         len: usize,
         kind: RegionKind,
         numa: Option<u32>,
-        domain: Arc<DmaDomain>,
+        mapping: DmaMapping,
         backing: Backing,
     ) -> UbRegion {
         UbRegion {
             id,
             vaddr,
-            iova,
+            iova: mapping.iova(),
             len,
             kind,
             numa,
             users: AtomicUsize::new(0),
-            mapped: AtomicBool::new(true),
-            domain,
+            owner: AtomicU8::new(OWNER_NONE),
+            mapping: Mutex::new(mapping),
             _backing: backing,
         }
+    }
+
+    fn mapping(&self) -> std::sync::MutexGuard<'_, DmaMapping> {
+        // Every update of the mapping is one call that leaves it consistent.
+        self.mapping.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Pools and DMA allocations using the region (unregister is refused while non-zero).
@@ -114,9 +159,49 @@ impl UbRegion {
         self.users.load(Ordering::Acquire)
     }
 
-    /// True while the region is mapped in the IOMMU.
+    /// True while the region holds its IOMMU mapping (its IOVA range is reserved for it).
     pub fn is_mapped(&self) -> bool {
-        self.mapped.load(Ordering::Acquire)
+        self.mapping().is_mapped()
+    }
+
+    /// What the region is carved into, if anything yet.
+    pub fn owner(&self) -> Option<RegionOwner> {
+        RegionOwner::from_code(self.owner.load(Ordering::Acquire))
+    }
+
+    /// Record `owner` as the region's single owner, or [`CoreError::RegionTaken`] when it
+    /// already has one (nothing changes then).
+    pub(crate) fn claim(&self, owner: RegionOwner) -> Result<()> {
+        self.owner
+            .compare_exchange(
+                OWNER_NONE,
+                owner.code(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map(|_| ())
+            .map_err(|cur| CoreError::RegionTaken {
+                id: self.id,
+                // cur is a valid code: only claim stores one.
+                owner: RegionOwner::from_code(cur).unwrap_or(RegionOwner::Pool),
+            })
+    }
+
+    /// Release the claim of `owner` (its pool is gone).
+    pub(crate) fn release(&self, owner: RegionOwner) {
+        let _ = self.owner.compare_exchange(
+            owner.code(),
+            OWNER_NONE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Cut every device of the domain off this region's memory while the region keeps its
+    /// IOVA range reserved (see [`DmaMapping::revoke`]): device DMA into it faults from now
+    /// on; the IOVAs are freed only when the region goes. For fault injection and fencing.
+    pub fn revoke_dma(&self) -> Result<()> {
+        self.mapping().revoke()
     }
 
     /// True when `[iova, iova+len)` lies inside the region.
@@ -137,11 +222,7 @@ impl UbRegion {
 
     /// Remove the IOMMU mapping now (idempotent).
     pub(crate) fn unmap(&self) -> Result<()> {
-        if self.mapped.load(Ordering::Acquire) {
-            self.domain.unmap(self.iova, self.len)?;
-            self.mapped.store(false, Ordering::Release);
-        }
-        Ok(())
+        self.mapping().unmap()
     }
 }
 

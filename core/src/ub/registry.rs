@@ -192,18 +192,10 @@ impl UbRegistry {
         backing: Backing,
     ) -> Result<Arc<UbRegion>> {
         // SAFETY: forwarded from this function's contract.
-        let iova = unsafe { self.domain.map(ptr, len, align)? };
+        let mapping = unsafe { self.domain.map(ptr, len, align)? };
+        let iova = mapping.iova();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let r = Arc::new(UbRegion::new(
-            id,
-            ptr,
-            iova,
-            len,
-            kind,
-            numa,
-            self.domain.clone(),
-            backing,
-        ));
+        let r = Arc::new(UbRegion::new(id, ptr, len, kind, numa, mapping, backing));
         let mut w = self.write();
         w.by_id.insert(id, r.clone());
         w.by_iova.insert(iova, id);
@@ -315,6 +307,31 @@ mod tests {
         ));
         assert!(reg.add_user(&a).is_err(), "no new users after unregister");
         assert_eq!(reg.iova_of(a.vaddr), None);
+    }
+
+    #[test]
+    fn a_mapped_regions_iovas_are_never_handed_to_another() {
+        let d = DmaDomain::host_only();
+        let reg = UbRegistry::new(d.clone());
+        let a = reg.register_anonymous(8192, None).unwrap();
+        // The only ways to take a region's IOMMU translation away leave its IOVAs reserved.
+        a.revoke_dma().unwrap();
+        assert!(a.is_mapped());
+        let b = reg.register_anonymous(8192, None).unwrap();
+        assert!(
+            b.iova >= a.iova + a.len as u64 || b.iova + b.len as u64 <= a.iova,
+            "b {:#x} overlaps a {:#x}",
+            b.iova,
+            a.iova
+        );
+        reg.unregister(a.id).unwrap();
+        drop(a);
+        assert!(b.is_mapped());
+        assert_eq!(d.mapping_count(), 1, "a's drop left b's mapping alone");
+        assert_eq!(reg.region_of_iova(b.iova).map(|(r, _)| r.id), Some(b.id));
+        let c = reg.register_anonymous(8192, None).unwrap();
+        assert!(c.iova + c.len as u64 <= b.iova || c.iova >= b.iova + b.len as u64);
+        assert_eq!(d.mapping_count(), 2);
     }
 
     #[test]

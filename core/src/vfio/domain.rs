@@ -10,6 +10,7 @@ use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
 
 use super::backend::Backend;
 use super::iommu_info::IommuInfo;
+use super::mapping::DmaMapping;
 use super::preflight::{group_members_in, DeviceSysfs};
 use crate::error::{CoreError, Result};
 use crate::iova::{IovaAllocator, IovaError};
@@ -21,7 +22,8 @@ const IOVA_FLOOR: u64 = 1 << 20;
 
 /// One IOMMU address space. Devices opened in it ([`crate::pci::PciDevice::open`]) share its
 /// mappings; memory is mapped once ([`DmaDomain::map`]) at an IOVA the domain allocates within
-/// the IOMMU's valid ranges.
+/// the IOMMU's valid ranges. Each mapping is owned by the [`DmaMapping`] `map` returns (a
+/// [`crate::UbRegion`] holds its own): nothing else can unmap it.
 ///
 /// Drop order: drivers and registries hold `Arc<DmaDomain>`, so the domain (the container, and
 /// with it every remaining mapping) outlives every device and region that uses it.
@@ -46,12 +48,21 @@ struct State {
     /// Restriction of IOVAs (a device's DMA width, or a test), intersected with `info`.
     limit: Option<Range<u64>>,
     iova: IovaAllocator,
-    /// iova -> (vaddr, len)
-    maps: BTreeMap<u64, (usize, usize)>,
+    /// iova -> the mapping's record.
+    maps: BTreeMap<u64, Entry>,
     /// vaddr -> len, to refuse double mappings of the same memory.
     by_vaddr: BTreeMap<usize, usize>,
     /// Bytes mapped (pinned by the IOMMU driver).
     mapped: u64,
+}
+
+/// One mapping on record.
+#[derive(Clone, Copy)]
+struct Entry {
+    vaddr: usize,
+    len: usize,
+    /// The IOMMU translation was removed ([`DmaMapping::revoke`]); the IOVAs stay reserved.
+    revoked: bool,
 }
 
 impl State {
@@ -185,13 +196,19 @@ impl DmaDomain {
     }
 
     /// Map `[vaddr, vaddr+len)` at a fresh IOVA aligned to `align` (raised to the IOMMU's
-    /// smallest page); returns the IOVA. `vaddr` and `len` must be page aligned.
+    /// smallest page). `vaddr` and `len` must be page aligned. The returned [`DmaMapping`]
+    /// owns the mapping: it is removed when that is unmapped or dropped, and by nothing else.
     ///
     /// # Safety
-    /// The memory must stay mapped in this process until [`DmaDomain::unmap`] of the returned
-    /// IOVA succeeds (or the domain is dropped), and devices may read and write it at any time
-    /// in between: the caller must not rely on its contents without its own protocol.
-    pub unsafe fn map(&self, vaddr: *mut u8, len: usize, align: usize) -> Result<u64> {
+    /// The memory must stay mapped in this process until the returned mapping is unmapped
+    /// ([`DmaMapping::unmap`] succeeds, or it is dropped), and devices may read and write it at
+    /// any time in between: the caller must not rely on its contents without its own protocol.
+    pub unsafe fn map(
+        self: &Arc<Self>,
+        vaddr: *mut u8,
+        len: usize,
+        align: usize,
+    ) -> Result<DmaMapping> {
         let mut s = self.lock();
         let Some(info) = s.info.clone().filter(|_| s.live) else {
             return Err(CoreError::NoDevice);
@@ -227,22 +244,29 @@ impl DmaDomain {
             let _ = s.iova.free(iova, len as u64);
             return Err(map_errno(errno, s.mapped + len as u64, va, len, iova));
         }
-        s.maps.insert(iova, (va, len));
+        s.maps.insert(
+            iova,
+            Entry {
+                vaddr: va,
+                len,
+                revoked: false,
+            },
+        );
         s.by_vaddr.insert(va, len);
         s.mapped += len as u64;
-        Ok(iova)
+        Ok(DmaMapping::new(self.clone(), iova, len))
     }
 
-    /// Remove the mapping at `iova` (exactly as returned by [`DmaDomain::map`] with `len`).
-    /// Quiesce every device that could still touch it first.
-    pub fn unmap(&self, iova: u64, len: usize) -> Result<()> {
+    /// Remove the mapping at `iova` of `len` bytes and free its IOVAs. Not public: only the
+    /// owning [`DmaMapping`] calls it, so no range is freed behind its owner's back.
+    pub(super) fn unmap(&self, iova: u64, len: usize) -> Result<()> {
         let mut s = self.lock();
-        match s.maps.get(&iova) {
-            Some(&(_, l)) if l == len => {}
+        let revoked = match s.maps.get(&iova) {
+            Some(e) if e.len == len => e.revoked,
             _ => return Err(CoreError::NotMapped { iova, len }),
-        }
+        };
         // Without a device the kernel has already dropped the IOMMU and its mappings.
-        if s.live {
+        if s.live && !revoked {
             self.backend
                 .unmap(iova, len)
                 .map_err(|errno| CoreError::Io {
@@ -250,10 +274,36 @@ impl DmaDomain {
                     source: std::io::Error::from_raw_os_error(errno),
                 })?;
         }
-        if let Some((va, _)) = s.maps.remove(&iova) {
-            s.by_vaddr.remove(&va);
+        if let Some(e) = s.maps.remove(&iova) {
+            s.by_vaddr.remove(&e.vaddr);
         }
         let _ = s.iova.free(iova, len as u64);
+        if !revoked {
+            s.mapped -= len as u64;
+        }
+        Ok(())
+    }
+
+    /// Remove the IOMMU translation of the mapping at `iova` but keep its IOVAs reserved and
+    /// its record (for [`DmaMapping::revoke`]); it is not replayed when devices reopen.
+    pub(super) fn revoke(&self, iova: u64, len: usize) -> Result<()> {
+        let mut s = self.lock();
+        match s.maps.get(&iova) {
+            Some(e) if e.len == len && e.revoked => return Ok(()),
+            Some(e) if e.len == len => {}
+            _ => return Err(CoreError::NotMapped { iova, len }),
+        }
+        if s.live {
+            self.backend
+                .unmap(iova, len)
+                .map_err(|errno| CoreError::Io {
+                    op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x}) (revoke)"),
+                    source: std::io::Error::from_raw_os_error(errno),
+                })?;
+        }
+        if let Some(e) = s.maps.get_mut(&iova) {
+            e.revoked = true;
+        }
         s.mapped -= len as u64;
         Ok(())
     }
@@ -303,7 +353,8 @@ impl DmaDomain {
     /// Map every recorded mapping again (the IOMMU was rebuilt); all or nothing.
     fn replay(&self, s: &State) -> Result<()> {
         let mut done = Vec::new();
-        for (&iova, &(va, len)) in &s.maps {
+        for (&iova, e) in s.maps.iter().filter(|(_, e)| !e.revoked) {
+            let (va, len) = (e.vaddr, e.len);
             // SAFETY: the memory was mapped before under map()'s contract and is still owned
             // by its region (which unmaps it through this domain before freeing it).
             if let Err(errno) = unsafe { self.backend.map(iova, len, va as *mut u8) } {
@@ -325,6 +376,11 @@ impl DmaDomain {
         if s.devices.is_empty() && !self.is_host_only() {
             s.live = false;
         }
+    }
+
+    /// Addresses of the devices open in the domain.
+    pub fn device_addresses(&self) -> Vec<PciAddress> {
+        self.lock().devices.iter().copied().collect()
     }
 
     /// Devices open in the domain.
@@ -434,7 +490,8 @@ mod tests {
         let d = DmaDomain::host_only();
         let m = page_mem(1 << 16);
         // SAFETY: m outlives the mapping (unmapped below).
-        let iova = unsafe { d.map(m.as_ptr(), 1 << 16, 1 << 21) }.unwrap();
+        let mut map = unsafe { d.map(m.as_ptr(), 1 << 16, 1 << 21) }.unwrap();
+        let iova = map.iova();
         assert_eq!(iova % (1 << 21), 0);
         assert!(iova >= IOVA_FLOOR);
         assert_eq!(d.mapping_count(), 1);
@@ -449,7 +506,10 @@ mod tests {
             d.unmap(iova, 4096),
             Err(CoreError::NotMapped { .. })
         ));
-        d.unmap(iova, 1 << 16).unwrap();
+        map.unmap().unwrap();
+        assert!(!map.is_mapped());
+        map.unmap().unwrap();
+        drop(map);
         assert_eq!(d.mapping_count(), 0);
         assert_eq!(d.mapped_bytes(), 0);
     }
@@ -487,6 +547,7 @@ mod tests {
         let m = page_mem(1 << 16);
         // SAFETY: m outlives the mappings.
         let a = unsafe { d.map(m.as_ptr(), 0x3000, 4096) }.unwrap();
+        assert_eq!(a.iova(), 0x10_0000);
         // SAFETY: as above.
         let e = unsafe { d.map(m.as_ptr().wrapping_add(0x4000), 0x2000, 4096) }.unwrap_err();
         assert!(e.to_string().contains("IOVA space exhausted"), "{e}");
@@ -495,7 +556,29 @@ mod tests {
             d.restrict_iova(0..1 << 40).is_err(),
             "restrict with live mappings"
         );
-        d.unmap(a, 0x3000).unwrap();
+        drop(a);
+        assert_eq!(d.mapping_count(), 0, "dropping the mapping unmaps it");
+    }
+
+    #[test]
+    fn a_revoked_mapping_keeps_its_iovas_until_its_owner_goes() {
+        let d = DmaDomain::host_only();
+        d.restrict_iova(0x10_0000..0x10_2000).unwrap();
+        let m = page_mem(1 << 16);
+        // SAFETY: m outlives the mappings.
+        let a = unsafe { d.map(m.as_ptr(), 0x2000, 4096) }.unwrap();
+        a.revoke().unwrap();
+        a.revoke().unwrap();
+        assert!(a.is_mapped(), "revoked, still owned");
+        assert_eq!((d.mapping_count(), d.mapped_bytes()), (1, 0));
+        // SAFETY: as above; refused.
+        let e = unsafe { d.map(m.as_ptr().wrapping_add(0x4000), 0x2000, 4096) }.unwrap_err();
+        assert!(matches!(e, CoreError::IovaExhausted { .. }), "{e}");
+        drop(a);
+        assert_eq!((d.mapping_count(), d.mapped_bytes()), (0, 0));
+        // SAFETY: as above.
+        let b = unsafe { d.map(m.as_ptr().wrapping_add(0x4000), 0x2000, 4096) }.unwrap();
+        assert_eq!(b.iova(), 0x10_0000, "freed when its owner went");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 mod backend;
 mod domain;
 mod iommu_info;
+mod mapping;
 mod preflight;
 
 pub use domain::DmaDomain;
 pub use iommu_info::IommuInfo;
+pub use mapping::DmaMapping;

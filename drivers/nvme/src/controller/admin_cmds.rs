@@ -185,7 +185,7 @@ impl Controller {
 }
 
 /// Copy a structure out of the admin data page.
-fn read_page<T: FromBytes>(mem: &DmaMem) -> T {
+pub(super) fn read_page<T: FromBytes>(mem: &DmaMem) -> T {
     // SAFETY: the admin data buffer is ADMIN_DATA_LEN (>= 4096) bytes, live while the admin
     // lock is held by the caller, and the command that filled it has completed.
     let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr(), std::mem::size_of::<T>()) };

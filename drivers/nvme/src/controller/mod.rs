@@ -7,7 +7,7 @@ mod lifecycle;
 use lifecycle::program_admin;
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -102,8 +102,11 @@ pub struct Controller {
     io_queues_granted: u16,
     qids: Mutex<Vec<QidUse>>,
     /// An admin command timed out: the admin queue does not answer until a reset, so further
-    /// admin commands fail at once instead of each waiting `admin_timeout`.
-    admin_wedged: AtomicBool,
+    /// admin commands fail at once instead of each waiting `admin_timeout` (the admin queue's
+    /// own flag, read here without its lock).
+    admin_wedged: Arc<AtomicBool>,
+    /// Resets since open (the generation I/O queues compare against to notice one).
+    generation: AtomicU64,
     shadow: Option<ShadowPages>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
@@ -171,7 +174,8 @@ impl Controller {
             namespaces: Vec::new(),
             io_queues_granted: 0,
             qids: Mutex::new(Vec::new()),
-            admin_wedged: AtomicBool::new(false),
+            admin_wedged: admin.wedged_flag(),
+            generation: AtomicU64::new(0),
             shadow: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
@@ -272,9 +276,9 @@ impl Controller {
         let dstrd = self.cap.dstrd();
         let slot = |off: usize| {
             let i = off - crate::spec::regs::REG_DOORBELL_BASE;
-            // SAFETY: i < 4096 for every qid the controller grants (checked when enabling:
-            // (2 * 65536) * 4 would exceed, so enable_shadow_doorbells bounds the queues).
             ShadowSlot {
+                // SAFETY: i < 4096 for every qid the controller grants (checked when enabling:
+                // (2 * 65536) * 4 would exceed, so enable_shadow_doorbells bounds the queues).
                 db: unsafe { s.db.as_ptr().add(i) }.cast::<u32>(),
                 // SAFETY: same offset within the EventIdx page.
                 ei: unsafe { s.ei.as_ptr().add(i) }.cast::<u32>(),
@@ -294,18 +298,7 @@ impl Controller {
     /// Run one admin command. Once one has timed out (see [`Controller::admin_wedged`]) the
     /// next fail at once with [`NvmeError::Wedged`] (queue 0) until [`Controller::reset`].
     pub(crate) fn admin_exec(&self, sqe: Sqe, command: &'static str) -> Result<crate::spec::Cqe> {
-        if self.admin_wedged() {
-            return Err(NvmeError::Wedged {
-                qid: 0,
-                outstanding: 1,
-                waited: std::time::Duration::ZERO,
-            });
-        }
-        let r = self.admin().execute(sqe, command, self.opts.admin_timeout);
-        if let Err(NvmeError::Timeout { .. }) = r {
-            self.admin_wedged.store(true, Ordering::Relaxed);
-        }
-        r
+        self.admin().execute(sqe, command, self.opts.admin_timeout)
     }
 
     /// Whether an admin command timed out since the controller was opened or last reset: the
@@ -314,9 +307,16 @@ impl Controller {
         self.admin_wedged.load(Ordering::Relaxed)
     }
 
-    /// Forget the admin timeout after a reset brought the admin queue back.
-    pub(super) fn clear_admin_wedged(&self) {
-        self.admin_wedged.store(false, Ordering::Relaxed);
+    /// Controller resets since open: [`Controller::reset`] and the automatic resets of queue
+    /// pairs that recover ([`crate::Recovery`]).
+    pub fn resets(&self) -> u64 {
+        self.generation()
+    }
+
+    /// The reset generation (one relaxed load: I/O queues compare it on every poll).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Read CSTS of the enabled controller: all-ones is [`NvmeError::DeviceGone`], CFS
