@@ -266,3 +266,36 @@ fn a_controller_reading_all_ones_is_device_gone() {
         "{r:?}"
     );
 }
+
+#[test]
+fn a_controller_that_never_reports_shutdown_complete_is_dropped_within_the_rtd3e_bound() {
+    let (reg, m, dev) = hostile(NvmeConfig::default(), Hostile::default());
+    let ctrl = Controller::open_device(
+        &reg,
+        dev,
+        ControllerOptions {
+            ready_timeout: Some(Duration::from_millis(1)),
+            ..fast_opts()
+        },
+    )
+    .unwrap();
+    assert_eq!(ctrl.info().rtd3e, 100_000);
+    // From now on CSTS always reads RDY=1, SHST=0: the shutdown on drop never completes and
+    // the disable after it never sees RDY=0. The model's RTD3E is 100 ms, which the driver
+    // clamps to its 1 s minimum; then ready_timeout (1 ms) for the disable.
+    m.set_tamper(Some(
+        Hostile {
+            registers: vec![(0x1c, 1)],
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    let start = std::time::Instant::now();
+    within(LIMIT, move || drop(ctrl));
+    let took = start.elapsed();
+    // Measured 1.00 s; the bound is 1 s plus the 1 ms ready wait, 3x is 3 s.
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
