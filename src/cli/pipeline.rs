@@ -13,6 +13,7 @@ use ubdirect::pipeline::{
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
 
+use super::units::{parse_offset, parse_size};
 use super::{CliResult, Outcome};
 
 /// Stream a source through the UB pool into a sink on one pinned polling thread, and report
@@ -21,9 +22,12 @@ use super::{CliResult, Outcome};
 ///   ubdirect pipeline --source file:/dev/shm/data --sink cuda:0 --mode copy
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// nvme:<pci-addr>[/nsid] (bound to vfio-pci) or file:<path> (io_uring).
+    /// nvme:<pci-addr> (bound to vfio-pci; --ns picks the namespace) or file:<path> (io_uring).
     #[arg(long, value_parser = parse_source)]
     source: SourceSpec,
+    /// Namespace id of an nvme: source (default: the first active one).
+    #[arg(long = "ns", value_name = "NSID", value_parser = clap::value_parser!(u32).range(1..))]
+    ns: Option<u32>,
     /// cuda[:gpu[,gpu...]] | cuda:all | bar:<pci-addr>/<bar> | null. Several GPUs: blocks are
     /// striped over them round-robin, each GPU with its own streams and events.
     #[arg(long, default_value = "null", value_parser = parse_sink)]
@@ -31,8 +35,8 @@ pub struct Args {
     /// Bytes per block (K/M/G suffixes; > 256 KiB suits storage).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     block_size: u64,
-    /// Source requests kept in flight.
-    #[arg(long, default_value_t = 32)]
+    /// Source requests kept in flight (queue depth).
+    #[arg(short = 'q', long = "queue-depth", alias = "qd", default_value_t = 32)]
     qd: usize,
     /// Pool size in bytes (default: block size x block count).
     #[arg(long, value_parser = parse_size)]
@@ -43,8 +47,8 @@ pub struct Args {
     /// Bytes to move (default: the whole source once).
     #[arg(long, value_parser = parse_size, conflicts_with = "seconds")]
     bytes: Option<u64>,
-    /// Source byte offset to start at (logical-block aligned).
-    #[arg(long, default_value = "0", value_parser = parse_offset)]
+    /// Where in the source to start, in bytes (K/M/G suffixes; logical-block aligned).
+    #[arg(long = "offset", alias = "start", default_value = "0", value_parser = parse_offset)]
     start: u64,
     /// Run this many seconds instead (wrapping around the source).
     #[arg(long)]
@@ -85,6 +89,11 @@ pub struct Args {
     /// auto (on for buffered), on, off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     uring_async: String,
+    /// File sources: when the source has nothing ready, sleep in the kernel up to this many
+    /// microseconds for a completion instead of spinning (default: 1000 for O_DIRECT, 0 =
+    /// spin for buffered).
+    #[arg(long)]
+    uring_idle_wait_us: Option<u64>,
     /// File sources: cap on io-wq workers.
     #[arg(long)]
     uring_workers: Option<u32>,
@@ -92,8 +101,8 @@ pub struct Args {
     #[arg(long)]
     sqpoll: Option<u32>,
     /// Print UBD-HOSTCHECK lines NAME,SOURCE_FILE,BAR_FILE comparing BAR blocks with the
-    /// source's backing file (test bed).
-    #[arg(long)]
+    /// source's backing file (test bed only: hidden from --help).
+    #[arg(long, hide = true)]
     hostcheck: Option<String>,
 }
 
@@ -122,7 +131,7 @@ fn parse_source(s: &str) -> Result<SourceSpec, String> {
             Some((a, n)) => (
                 a,
                 Some(n.parse::<u32>().map_err(|_| {
-                    format!("bad namespace id '{n}' in '{s}' (nvme:<pci-addr>/<nsid>)")
+                    format!("bad namespace id '{n}' in '{s}': name the namespace with --ns <nsid>")
                 })?),
             ),
             None => (rest, None),
@@ -142,7 +151,7 @@ fn parse_source(s: &str) -> Result<SourceSpec, String> {
         return Ok(SourceSpec::File(PathBuf::from(p)));
     }
     Err(format!(
-        "unknown source '{s}': use nvme:<pci-addr>[/nsid] or file:<path>"
+        "unknown source '{s}': use nvme:<pci-addr> (with --ns <nsid>) or file:<path>"
     ))
 }
 
@@ -193,38 +202,6 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     }
 }
 
-/// Sizes with an optional K/M/G/T suffix (binary), e.g. "4M", "512KiB", "1G", "4096".
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.chars().last() {
-        Some('K') | Some('k') => (&t[..t.len() - 1], 10),
-        Some('M') | Some('m') => (&t[..t.len() - 1], 20),
-        Some('G') | Some('g') => (&t[..t.len() - 1], 30),
-        Some('T') | Some('t') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size '{s}' (e.g. 4M, 512K, 1G)"))?;
-    n.checked_mul(1u64 << shift)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("size '{s}' is zero or too large"))
-}
-
-/// An offset: 0 or a size ("64M").
-fn parse_offset(s: &str) -> Result<u64, String> {
-    if s.trim() == "0" {
-        Ok(0)
-    } else {
-        parse_size(s)
-    }
-}
-
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 
 /// Run the subcommand; then fail (exit 1) if the kernel logged an IOMMU fault for one of its
@@ -250,7 +227,7 @@ pub fn run(args: &Args) -> CliResult {
 fn run_pipeline(args: &Args) -> CliResult {
     let bs = usize::try_from(args.block_size).map_err(|_| "block size too large")?;
     if args.qd == 0 {
-        return Err("--qd must be at least 1".into());
+        return Err("--queue-depth must be at least 1".into());
     }
     let blocks = match (args.blocks, args.pool_size) {
         (Some(b), _) => b,
@@ -262,6 +239,9 @@ fn run_pipeline(args: &Args) -> CliResult {
             "the pool holds no block: --pool-size must be at least --block-size ({bs})"
         )
         .into());
+    }
+    if args.ns.is_some() && matches!(args.source, SourceSpec::File(_)) {
+        return Err("--ns names a namespace of an nvme: source; a file: source has none".into());
     }
     if args.mode == Mode::Copy && !matches!(args.source, SourceSpec::File(_)) {
         return Err("--mode copy is the classic read() path: it needs a file: source".into());
@@ -437,9 +417,14 @@ fn run_pipeline(args: &Args) -> CliResult {
         }
         SourceSpec::Nvme { addr, nsid } => {
             let ctrl = ctrl.as_ref().ok_or("NVMe controller not opened")?;
+            let nsid = super::namespace::merge(args.ns, *nsid)?;
+            let ns = super::namespace::pick(ctrl, &addr.to_string(), nsid)?;
             let qopts = ubdirect_nvme::QueueOptions {
                 depth: (args.qd * 4).max(64),
-                nsid: *nsid,
+                nsid: Some(ns.nsid),
+                // A timeout or a controller reset under the run resets the controller and
+                // submits the reads in flight again: no block is lost.
+                recovery: ubdirect_nvme::Recovery::Requeue,
                 ..Default::default()
             };
             let mut q = ubdirect_nvme::IoQueuePair::new(ctrl, qopts)?;
@@ -456,6 +441,11 @@ fn run_pipeline(args: &Args) -> CliResult {
                 let sink_alone = bar_region.is_none();
                 let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, sink_alone)?;
                 reports.extend(seg);
+                if sink_alone {
+                    // The sink-alone segment fed this sink: a fresh one for the verified run.
+                    drop(sink);
+                    sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
+                }
             }
             // A hot-unplug of the controller or the BAR device ends the run with a typed error
             // (checked every 100 ms) instead of blocking the kernel's removal until exit.
@@ -464,6 +454,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             for d in &watched {
                 d.enable_removal_notice()?;
             }
+            let reset_hook = super::fault_hook::arm(ctrl.device());
             let mut r = run_direct_watching(
                 &mut q,
                 sink.as_mut(),
@@ -487,12 +478,20 @@ fn run_pipeline(args: &Args) -> CliResult {
             if let Some(hc) = &args.hostcheck {
                 print_hostchecks(hc, sink.as_ref())?;
             }
+            drop(reset_hook);
+            if ctrl.resets() > 0 {
+                eprintln!(
+                    "ubdirect pipeline: NVMe controller {addr} was reset {} time(s) during the run; the reads in flight were submitted again (requeued commands: {})",
+                    ctrl.resets(),
+                    q.stats().requeued
+                );
+            }
             reports.push(r);
         }
     }
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        super::pipeline_json::print(&reports)?;
     } else {
         for r in &reports {
             println!("{r}");
@@ -564,6 +563,9 @@ fn file_uring(
             .core
             .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
         writable: false,
+        idle_wait: args
+            .uring_idle_wait_us
+            .map(std::time::Duration::from_micros),
     };
     let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
     let cap = q.capacity();
@@ -586,6 +588,10 @@ fn file_uring(
     if args.segments {
         let seg = segments(&mut q, sink.as_mut(), pool, &cfg, &name, true)?;
         reports.extend(seg);
+        // The sink-alone segment fed this sink: a fresh one for the verified run
+        // (the old one released first: a CUDA sink registers the pool with the GPU).
+        drop(sink);
+        sink = make_sink(args, pool, bar_region, cap, device_numa)?;
     }
     for i in 0..args.repeat {
         let label = if args.repeat > 1 {
@@ -781,7 +787,7 @@ fn add_verify(
 ) -> Result<(), BoxErr> {
     let delivered = sink
         .delivered_checksum()
-        .ok_or("this sink cannot verify")??;
+        .ok_or("this sink cannot check what it received: run without --verify")??;
     r.verify = Some(compare(method, delivered, expected));
     Ok(())
 }
@@ -849,21 +855,112 @@ mod tests {
             .unwrap_err()
             .contains("BAR number"));
         assert!(parse_sink("bar:00:06.0/7").unwrap_err().contains("0..5"));
-        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu]"));
+        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu"));
+    }
+
+    fn parse(args: &[&str]) -> Args {
+        use clap::Parser;
+        let cli =
+            crate::cli::Cli::try_parse_from(["ubdirect", "pipeline"].iter().chain(args).copied())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            crate::cli::Command::Pipeline(a) => a,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
-        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("4X").is_err());
-        assert!(parse_size("99999999999T").is_err());
-        assert_eq!(parse_offset("0").unwrap(), 0);
-        assert_eq!(parse_offset("64M").unwrap(), 64 << 20);
+    fn one_spelling_for_offsets_depth_and_namespaces_old_ones_still_work() {
+        let a = parse(&[
+            "--source",
+            "nvme:00:04.0",
+            "--ns",
+            "2",
+            "--offset",
+            "64M",
+            "-q",
+            "4",
+        ]);
+        assert_eq!((a.ns, a.start, a.qd), (Some(2), 64 << 20, 4));
+        let a = parse(&["--source", "nvme:00:04.0/2", "--start", "1M", "--qd", "8"]);
+        assert_eq!((a.start, a.qd), (1 << 20, 8));
+        assert!(matches!(a.source, SourceSpec::Nvme { nsid: Some(2), .. }));
+        assert!(crate::cli::namespace::merge(a.ns, Some(2)).is_ok());
+    }
+
+    #[test]
+    fn modes() {
         assert!(parse_mode("fast").is_err());
+        assert!(parse_mode("copy").is_ok());
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v = vec!["pipeline"];
+        v.extend_from_slice(extra);
+        <T as clap::Parser>::try_parse_from(v).unwrap().a
+    }
+
+    fn temp_file(tag: &str, len: usize) -> (PathBuf, String) {
+        let p = std::env::temp_dir().join(format!("ubd-cli-{tag}-{}", std::process::id()));
+        std::fs::write(&p, vec![7u8; len]).unwrap();
+        let s = format!("file:{}", p.display());
+        (p, s)
+    }
+
+    #[test]
+    fn io_mapped_needs_a_cuda_sink_and_direct_mode() {
+        let (p, src) = temp_file("needs", 1 << 20);
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "null", "--io", "mapped", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--io mapped") && e.contains("--sink cuda"),
+            "{e}"
+        );
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--mode", "copy", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--mode direct"), "{e}");
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--qd", "2", "--repeat", "2",
+            "--verify",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--repeat"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn io_mapped_without_a_driver_says_so() {
+        if ubdirect_cuda::driver_available().is_ok() {
+            return; // a GPU machine: the device run covers mapped mode
+        }
+        let (p, src) = temp_file("nodriver", 1 << 20);
+        for io in ["mapped", "auto"] {
+            let e = run_pipeline(&args(&[
+                "--source", &src, "--sink", "cuda:0,1", "--io", io, "--qd", "2",
+            ]))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("libcuda"), "--io {io}: {e}");
+        }
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda:all", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("libcuda"), "{e}");
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

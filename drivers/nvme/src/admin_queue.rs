@@ -215,6 +215,7 @@ impl AdminQueue {
     fn timed_out(&mut self, command: &'static str, cid: u16, start: Instant) -> NvmeError {
         self.wedged.store(true, Ordering::Relaxed);
         NvmeError::Timeout {
+            then: crate::error::TIMEOUT_ADMIN,
             command,
             cid,
             qid: 0,

@@ -42,6 +42,7 @@ pub(crate) fn wait_loop(
         spins = spins.wrapping_add(1);
         if got < want && spins % 256 == 0 && start.elapsed() > timeout {
             return Err(NvmeError::Timeout {
+                then: crate::error::TIMEOUT_WAIT,
                 command: "I/O request",
                 cid: 0,
                 qid,
@@ -303,6 +304,7 @@ mod tests {
     #[test]
     fn other_errors_end_the_wait_and_the_blocking_call_keeps_its_completion() {
         let timeout = NvmeError::Timeout {
+            then: crate::error::TIMEOUT_WAIT,
             command: "Read",
             cid: 3,
             qid: 1,
@@ -316,6 +318,7 @@ mod tests {
             |_, g| {
                 g(done(BLOCKING_TAG));
                 Err(NvmeError::Timeout {
+                    then: crate::error::TIMEOUT_WAIT,
                     command: "Read",
                     cid: 3,
                     qid: 1,

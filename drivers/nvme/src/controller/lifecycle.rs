@@ -49,7 +49,7 @@ impl Controller {
 
     /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
     fn wait_rdy(&self, ready: bool, mut read: impl FnMut() -> Result<Csts>) -> Result<()> {
-        let timeout = self.cap.timeout();
+        let timeout = self.opts.ready_timeout.unwrap_or(self.cap.timeout());
         let start = Instant::now();
         loop {
             let csts = read()?;
@@ -111,6 +111,18 @@ impl Controller {
         a.reset();
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        // A BAR that no longer decodes drops the write (QEMU then reads 0, real hardware
+        // all-ones): waiting CAP.TO for RDY would be in vain.
+        let cc = self.mmio.read32(REG_CC);
+        if cc == u32::MAX {
+            return Err(NvmeError::DeviceGone { register: "CC" });
+        }
+        if !Cc(cc).en() {
+            return Err(NvmeError::ControllerNotReady {
+                csts: self.mmio.read32(REG_CSTS),
+                during: "re-enabling the controller after a reset (CC.EN does not keep the value written: the BAR no longer decodes)",
+            });
+        }
         self.wait_ready(true, "re-enabling the controller after a reset")?;
         let want = self.io_queues_granted as u32 - 1;
         let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
@@ -146,7 +158,7 @@ impl Controller {
             sqe.cdw10 = cns::NAMESPACE as u32;
             a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
             let id = super::admin_cmds::read_page::<IdentifyNamespace>(&a.data);
-            let same = Namespace::from_identify(ns.nsid, &id).is_some_and(|n| {
+            let same = Namespace::from_identify(ns.nsid, &id).is_ok_and(|n| {
                 n.nsze == ns.nsze
                     && n.lba_size == ns.lba_size
                     && n.metadata_size == ns.metadata_size

@@ -1,6 +1,7 @@
 //! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
 
 mod admin_cmds;
+mod checks;
 mod lifecycle;
 
 use lifecycle::program_admin;
@@ -42,6 +43,12 @@ pub struct ControllerOptions {
     pub max_command_bytes: usize,
     /// Bound on shutdown when the controller reports no RTD3E.
     pub default_shutdown_timeout: Duration,
+    /// Most active namespaces loaded (a controller reporting more: the first ones, in NSID
+    /// order, with a warning). Bounds the Identify commands and memory of bring-up.
+    pub max_namespaces: u32,
+    /// Wait at most this long for CSTS.RDY to change, instead of CAP.TO (None: CAP.TO, as the
+    /// spec says; a shorter bound fails faster on a dead controller, e.g. in tests).
+    pub ready_timeout: Option<Duration>,
 }
 
 impl Default for ControllerOptions {
@@ -53,6 +60,8 @@ impl Default for ControllerOptions {
             admin_timeout: Duration::from_secs(10),
             max_command_bytes: 2 << 20,
             default_shutdown_timeout: Duration::from_secs(5),
+            max_namespaces: 1024,
+            ready_timeout: None,
         }
     }
 }
@@ -131,6 +140,8 @@ impl Controller {
             });
         }
         let mmio = Arc::new(dev.map_bar(0)?);
+        // The registers up to ACQ must lie in BAR0 before any of them is read.
+        mmio.check_access(checks::REGISTERS_END - 8, 8)?;
         let cap_raw = mmio.read64(REG_CAP);
         if cap_raw == u64::MAX {
             return Err(NvmeError::DeviceGone { register: "CAP" });
@@ -147,6 +158,7 @@ impl Controller {
                 what: "a 4 KiB memory page size (CAP.MPSMIN..MPSMAX)",
             });
         }
+        checks::check_cap(cap, &mmio)?;
         let admin_entries = opts
             .admin_entries
             .clamp(2, cap.max_queue_entries().min(4096) as u16);
@@ -182,11 +194,7 @@ impl Controller {
 
         let id = ctrl.identify_controller()?;
         let info = ControllerInfo::from_identify(&id);
-        if info.sqes & 0xf > 6 || info.cqes & 0xf > 4 {
-            return Err(NvmeError::Unsupported {
-                what: "64-byte SQ and 16-byte CQ entries (Identify SQES/CQES)",
-            });
-        }
+        checks::check_entry_sizes(info.sqes, info.cqes)?;
         ctrl.info = Some(info);
         ctrl.negotiate_queues()?;
         ctrl.load_namespaces()?;

@@ -23,7 +23,13 @@ impl IoQueuePair {
         tracing::warn!(qid = self.qid, error = %why, "NVMe I/O queue recovering: resetting the controller");
         if let Err(e) = self.ctrl.recover(self.generation) {
             tracing::warn!(qid = self.qid, error = %e, "NVMe controller reset failed; the queue is dead");
-            return Err(self.die(e));
+            // A controller found fatal or not ready that a reset cannot bring back: that
+            // first finding is the error to report (the reset's is in the log).
+            let keep = match why {
+                NvmeError::ControllerNotReady { .. } | NvmeError::ControllerFatal { .. } => why,
+                _ => e,
+            };
+            return Err(self.die(keep));
         }
         self.rebuild(f)
     }
