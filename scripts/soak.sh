@@ -494,6 +494,11 @@ while ! guest_done; do
         done
         if [ "$gone" != yes ]; then
             echo "$(date +%T) unplug NOT survived: the guest did not release nvme2 within 120 s" >>"$hlog"
+            # the guest may be stuck for good (seen once): give it 300 s to finish, then stop QEMU
+            if ! wait_line '^SOAK-SUMMARY' 0 300; then
+                echo "$(date +%T) the guest printed no summary 300 s later: stopping QEMU (a hang)" >>"$hlog"
+                qmp '{"execute":"quit"}' >/dev/null 2>&1
+            fi
             break
         fi
         echo "$(date +%T) nvme2 gone after ${i}s; plugging it back" >>"$hlog"
