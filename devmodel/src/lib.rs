@@ -14,6 +14,7 @@
 pub mod config;
 pub mod dma;
 pub mod nvme;
+pub mod virtio_net;
 
 use std::sync::Arc;
 
