@@ -9,6 +9,7 @@ me=setup.sh
 SYS=/sys
 STATE_DIR=${UBD_STATE_DIR:-/run/ubdirect}
 STATE_FILE=$STATE_DIR/original-drivers
+HUGE_STATE=$STATE_DIR/original-hugepages
 
 usage() {
     cat <<'EOF'
@@ -24,22 +25,33 @@ Modes:
 
 Devices bound by `config`: NVMe controllers (class 0108) unless PCI_ALLOWED is set; then only
 the devices it lists (of any class: NICs are bound only when listed). Devices in use are
-skipped and named: an NVMe with a mounted filesystem, swap or holder on one of its
-namespaces/partitions, a NIC that is up with an address or a default route.
-A second `config` changes nothing and says so.
+skipped and their active users named, whatever the device's class: a disk below the device
+(NVMe namespace, SATA disk behind an AHCI controller, ...) or one of its partitions that is
+mounted in any mount namespace (matched by major:minor or by the mount's source, so btrfs,
+bcachefs and ZFS-style anonymous devices count), used as swap, held by device-mapper/md/LVM,
+a member of a btrfs or bcachefs filesystem or carrying a ZFS label; a network interface of the
+device that is up with an address or a default route, or that is enslaved to a bridge, bond or
+VLAN (at any depth) which has one.
+A second `config` changes nothing and says so. A device that fails to bind gets its
+driver_override cleared and goes back to its driver.
 
 Environment:
-  HUGEMEM=MiB          hugepage memory to have reserved (default 1024; 0 leaves hugepages alone).
-                       Never shrinks an existing reservation.
+  HUGEMEM=MiB          hugepage memory to have reserved (decimal; default 1024; 0 leaves
+                       hugepages alone). Never shrinks an existing reservation. If the kernel
+                       cannot reserve it all, the previous count is restored and nothing is
+                       bound. `reset` gives back what `config` added.
   HUGEPGSZ=kB          hugepage size: 2048 (default) or 1048576
   HUGENODE=N[,N...]    reserve HUGEMEM on each of these NUMA nodes (default: system-wide)
   PCI_ALLOWED="BDF..." only these devices (space or comma separated, 0000:00:04.0 or 00:04.0)
   PCI_BLOCKED="BDF..." never these devices
-  TARGET_USER=name     hand /dev/vfio/<group> and the hugetlbfs mount to this user and check
-                       its memlock limit (`ulimit -l`) against HUGEMEM
-  UBD_ALLOW_NOIOMMU=yes  allow vfio's unsafe no-IOMMU mode when the machine has no IOMMU
-                       (devices can then DMA anywhere; needs CONFIG_VFIO_NOIOMMU)
-  UBD_STATE_DIR=dir    where the original drivers are remembered (default /run/ubdirect)
+  TARGET_USER=name     hand /dev/vfio/<group> of the devices ubdirect bound (this run or an
+                       earlier one) to this user and check its memlock limit (`ulimit -l`)
+                       against HUGEMEM. No hugetlbfs mount changes owner: ubdirect allocates
+                       hugepages with memfd_create(MFD_HUGETLB), which needs none.
+  UBD_ALLOW_NOIOMMU    refused: vfio's no-IOMMU mode would let devices DMA anywhere, and no
+                       ubdirect back end can run without an IOMMU yet
+  UBD_STATE_DIR=dir    where the original drivers and hugepage counts are remembered
+                       (default /run/ubdirect)
 
 Exit status: 0 done (or nothing to do; devices skipped because they are in use are named on
 stderr), 1 an error or something left undone, 2 bad usage. `config` and `reset` need root.
@@ -146,12 +158,14 @@ HUGEMEM=${HUGEMEM:-1024}
 HUGEPGSZ=${HUGEPGSZ:-2048}
 HUGENODE=$(printf '%s' "${HUGENODE:-}" | tr ',' ' ')
 TARGET_USER=${TARGET_USER:-}
-UBD_ALLOW_NOIOMMU=${UBD_ALLOW_NOIOMMU:-no}
 
 case $HUGEMEM in
 '' | *[!0-9]*) usage_die "HUGEMEM='$HUGEMEM' is not a number of MiB (e.g. HUGEMEM=1024; 0 leaves hugepages alone)" ;;
 esac
-HUGEMEM=$((HUGEMEM + 0))
+# Decimal, whatever the leading zeros (sh arithmetic would read 010 as octal 8).
+hm=$(printf '%s' "$HUGEMEM" | sed 's/^0*//')
+[ ${#hm} -le 9 ] || usage_die "HUGEMEM='$HUGEMEM' is too large (at most 999999999 MiB)"
+HUGEMEM=${hm:-0}
 case $HUGEPGSZ in
 2048 | 1048576) ;;
 *) usage_die "HUGEPGSZ='$HUGEPGSZ' is not a hugepage size in kB: use 2048 (2 MiB) or 1048576 (1 GiB)" ;;
@@ -163,10 +177,9 @@ for n in $HUGENODE; do
     [ -d "$SYS/devices/system/node/node$n" ] ||
         usage_die "HUGENODE: NUMA node $n does not exist (see $SYS/devices/system/node)"
 done
-case $UBD_ALLOW_NOIOMMU in
-yes | no) ;;
-*) usage_die "UBD_ALLOW_NOIOMMU='$UBD_ALLOW_NOIOMMU': write yes to allow vfio's unsafe no-IOMMU mode, or leave it unset" ;;
-esac
+if [ -n "${UBD_ALLOW_NOIOMMU+set}" ]; then
+    usage_die "UBD_ALLOW_NOIOMMU='$UBD_ALLOW_NOIOMMU' is refused: vfio's no-IOMMU mode lets every bound device DMA anywhere in memory, and no ubdirect back end can work without an IOMMU yet (DMA is mapped through the vfio type1 IOMMU). Enable the IOMMU (VT-d/AMD-Vi in firmware, intel_iommu=on or amd_iommu=on) and unset UBD_ALLOW_NOIOMMU"
+fi
 
 # norm_list NAME LIST MUST_EXIST: canonical addresses, or die naming the bad one.
 norm_list() {
@@ -312,48 +325,178 @@ forget() {
 # ---------------------------------------------------------------------------------------------
 # config: in-use checks
 
-# nvme_in_use ADDR: print why the NVMe controller is in use, if it is: a namespace or a
-# partition mounted (matched by major:minor in /proc/self/mountinfo), used as swap, or held
-# (device-mapper, md).
-nvme_in_use() {
-    why=
-    for ns in "$(dev_dir "$1")"/nvme/nvme*/nvme*n*; do
-        [ -d "$ns" ] || continue
-        # A multipath path node nvme<S>c<C>n<N> stands for the block device nvme<S>n<N>.
-        head=$(printf '%s\n' "${ns##*/}" | sed 's/c[0-9]*n/n/')
-        for blk in "$SYS/block/$head" "$SYS/block/$head/$head"p*; do
-            [ -d "$blk" ] || continue
-            b=${blk##*/}
-            mm=$(read_attr "$blk/dev")
-            at=$(awk -v mm="$mm" '$3 == mm { printf " %s", $5 }' /proc/self/mountinfo 2>/dev/null)
-            [ -n "$mm" ] && [ -n "$at" ] && why="$why /dev/$b mounted on$at;"
-            if awk -v d="/dev/$b" '$1 == d { f = 1 } END { exit !f }' /proc/swaps 2>/dev/null; then
-                why="$why /dev/$b is swap;"
-            fi
-            for h in "$blk"/holders/*; do
-                [ -e "$h" ] && why="$why /dev/$b held by ${h##*/};"
+# MOUNTS: one line per mount of every mount namespace (each namespace read once, through one of
+# its processes): "MAJ:MIN SRC_MAJ:MIN SOURCE MOUNTPOINT FSTYPE WHERE", SRC_MAJ:MIN being the
+# device the source path names ("-" when it names none) and WHERE "-" for this script's own
+# namespace, else "pid(comm)". btrfs, bcachefs and ZFS mounts carry an anonymous MAJ:MIN (0:N):
+# only their source names the disk. Built once, on first use.
+MOUNTS=
+mount_table() {
+    [ -n "$MOUNTS" ] && return 0
+    MOUNTS=$(mktemp "${TMPDIR:-/tmp}/ubd-setup-mounts.XXXXXX") || die "mktemp failed"
+    mt_self=$(readlink /proc/self/ns/mnt 2>/dev/null)
+    mt_seen=
+    for mt_mi in /proc/self/mountinfo /proc/[0-9]*/mountinfo; do
+        mt_pid=${mt_mi#/proc/}
+        mt_pid=${mt_pid%/mountinfo}
+        mt_ns=$(readlink "/proc/$mt_pid/ns/mnt" 2>/dev/null) || mt_ns="pid$mt_pid"
+        case " $mt_seen " in *" $mt_ns "*) continue ;; esac
+        mt_seen="$mt_seen $mt_ns"
+        mt_where=-
+        [ "$mt_pid" = self ] || [ "$mt_ns" = "$mt_self" ] ||
+            mt_where="$mt_pid($(read_attr "/proc/$mt_pid/comm"))"
+        awk -v w="$mt_where" '{
+            for (i = 7; i <= NF && $i != "-"; i++) ;
+            print $3, $(i + 2), $5, $(i + 1), w
+        }' "$mt_mi" 2>/dev/null
+    done | while read -r mt_mm mt_src mt_mp mt_fs mt_w; do
+        # the source's own device: a path (bcachefs: several joined by ':') to a block node
+        mt_smm=
+        case $mt_src in
+        /*)
+            for mt_p in $(printf '%s\n' "$mt_src" | tr ':' ' '); do
+                [ -b "$mt_p" ] || continue
+                mt_hex=$(stat -L -c '%t %T' "$mt_p" 2>/dev/null) || continue
+                # shellcheck disable=SC2086 # two hex numbers: major minor
+                set -- $mt_hex
+                [ $# = 2 ] && mt_smm="$mt_smm,$(printf '%d:%d' "0x$1" "0x$2")"
+            done
+            ;;
+        esac
+        mt_smm=${mt_smm#,}
+        echo "$mt_mm ${mt_smm:--} $mt_src $mt_mp $mt_fs $mt_w"
+    done >"$MOUNTS"
+}
+cleanup() { [ -z "$MOUNTS" ] || rm -f "$MOUNTS"; }
+trap cleanup EXIT
+
+# disks_of ADDR: the whole disks below the PCI device (NVMe namespaces, SATA/SAS/virtio disks):
+# every /sys/class/block entry whose device path lies under the PCI device, and the block node
+# of each NVMe path node nvme<S>c<C>n<N> (native multipath puts the disk elsewhere).
+disks_of() {
+    do_real=$(readlink -f "$(dev_dir "$1")")
+    for do_b in "$SYS"/class/block/*; do
+        [ -e "$do_b" ] && [ ! -e "$do_b/partition" ] || continue
+        case $(readlink -f "$do_b") in "$do_real"/*) echo "${do_b##*/}" ;; esac
+    done
+    for do_ns in "$(dev_dir "$1")"/nvme/nvme*/nvme*n*; do
+        [ -d "$do_ns" ] || continue
+        do_h=$(printf '%s\n' "${do_ns##*/}" | sed 's/c[0-9]*n/n/')
+        [ -d "$SYS/class/block/$do_h" ] && echo "$do_h"
+    done
+}
+
+# zfs_label DEV: succeed when DEV carries a ZFS vdev label: at least 4 uberblocks (magic
+# 0x00bab10c, either byte order, at the start of a 1 KiB slot) in the uberblock array
+# (bytes 128 KiB..256 KiB) of label 0 or label 1 (the same at 256 KiB), as blkid decides.
+zfs_label() {
+    for zl_off in 128 384; do
+        # od: 16 bytes a line, so a slot starts every 64 lines
+        zl_n=$(dd if="$1" bs=1024 skip=$zl_off count=128 2>/dev/null | od -A n -t x8 -v 2>/dev/null |
+            awk '(NR - 1) % 64 == 0 && ($1 == "0000000000bab10c" || $1 == "0cb1ba0000000000") { n++ }
+                END { print n + 0 }')
+        [ "${zl_n:-0}" -ge 4 ] && return 0
+    done
+    return 1
+}
+
+# blk_users DEV: why the block device DEV (a disk or a partition) is in use, if it is.
+blk_users() {
+    bu_dir=$SYS/class/block/$1
+    bu_mm=$(read_attr "$bu_dir/dev")
+    if [ -n "$bu_mm" ]; then
+        mount_table
+        bu_at=$(awk -v mm="$bu_mm" -v dev="/dev/$1" '
+            { n = split($2, s, ",") ; hit = ($1 == mm || $3 == dev); for (i = 1; i <= n; i++) if (s[i] == mm) hit = 1 }
+            hit { printf " %s (%s%s)", $4, $5, $6 == "-" ? "" : ", mount namespace of " $6 }' "$MOUNTS")
+        [ -n "$bu_at" ] && printf ' /dev/%s mounted on%s;' "$1" "$bu_at"
+    fi
+    awk -v d="/dev/$1" '$1 == d { f = 1 } END { exit !f }' /proc/swaps 2>/dev/null &&
+        printf ' /dev/%s is swap;' "$1"
+    for bu_h in "$bu_dir"/holders/*; do
+        [ -e "$bu_h" ] || continue
+        bu_hn=${bu_h##*/}
+        bu_dm=$(read_attr "$bu_h/dm/name")
+        printf ' /dev/%s held by %s%s;' "$1" "$bu_hn" "${bu_dm:+ (device-mapper $bu_dm)}"
+    done
+    for bu_f in "$SYS"/fs/btrfs/*/devices/"$1"; do
+        [ -e "$bu_f" ] || continue
+        bu_f=${bu_f%/devices/*}
+        printf ' /dev/%s is a member of btrfs filesystem %s;' "$1" "${bu_f##*/}"
+    done
+    for bu_f in "$SYS"/fs/bcachefs/*/dev-*/block; do
+        [ -e "$bu_f" ] || continue
+        [ "$(readlink -f "$bu_f")" = "$(readlink -f "$bu_dir")" ] || continue
+        bu_f=${bu_f%/dev-*}
+        printf ' /dev/%s is a member of bcachefs filesystem %s;' "$1" "${bu_f##*/}"
+    done
+    if [ -b "/dev/$1" ]; then
+        if command -v zpool >/dev/null 2>&1 &&
+            zpool status -P -L 2>/dev/null | awk -v d="/dev/$1" '$1 == d { f = 1 } END { exit !f }'; then
+            printf ' /dev/%s is in a ZFS pool (zpool status);' "$1"
+        elif zfs_label "/dev/$1"; then
+            printf ' /dev/%s carries a ZFS label (pool member; zpool labelclear it if the pool is gone);' "$1"
+        fi
+    fi
+}
+
+# disk_in_use ADDR: why a disk below the device (or one of its partitions) is in use.
+disk_in_use() {
+    for di_d in $(disks_of "$1" | sort -u); do
+        blk_users "$di_d"
+        for di_p in "$SYS/class/block/$di_d/$di_d"*; do
+            [ -e "$di_p/partition" ] && blk_users "${di_p##*/}"
+        done
+    done
+}
+
+# ifc_users IFC: why the interface IFC carries traffic: up with a global address or a default
+# route (IPv4 or IPv6).
+ifc_users() {
+    iu_flags=$(read_attr "$SYS/class/net/$1/flags")
+    [ -n "$iu_flags" ] && [ $((iu_flags & 1)) -eq 1 ] || return 0
+    iu_addrs=$(ip -o addr show dev "$1" scope global 2>/dev/null | awk '{ printf " %s", $4 }')
+    [ -n "$iu_addrs" ] && printf ' %s is up with address%s;' "$1" "$iu_addrs"
+    if awk -v i="$1" 'NR > 1 && $1 == i && $2 == "00000000" { f = 1 } END { exit !f }' \
+        /proc/net/route 2>/dev/null ||
+        awk -v i="$1" '$1 == "00000000000000000000000000000000" && $2 == "00" && $NF == i { f = 1 }
+            END { exit !f }' /proc/net/ipv6_route 2>/dev/null; then
+        printf ' %s carries the default route;' "$1"
+    fi
+}
+
+# nic_in_use ADDR: why a network interface of the device is in use: itself, or any interface
+# stacked on it (bridge, bond, VLAN, macvlan: its master and its upper_* links, at any depth).
+nic_in_use() {
+    ni_real=$(readlink -f "$(dev_dir "$1")")
+    for ni_n in "$SYS"/class/net/*; do
+        [ -e "$ni_n/device" ] || continue
+        case $(readlink -f "$ni_n/device") in "$ni_real" | "$ni_real"/*) ;; *) continue ;; esac
+        ni_if=${ni_n##*/}
+        ifc_users "$ni_if"
+        ni_todo=$ni_if ni_seen=" $ni_if "
+        while [ -n "$ni_todo" ]; do
+            ni_cur=${ni_todo%% *}
+            ni_todo=${ni_todo#"$ni_cur"}
+            ni_todo=${ni_todo# }
+            for ni_u in "$SYS/class/net/$ni_cur/master" "$SYS/class/net/$ni_cur"/upper_*; do
+                [ -e "$ni_u" ] || continue
+                ni_up=$(readlink -f "$ni_u")
+                ni_up=${ni_up##*/}
+                case $ni_seen in *" $ni_up "*) continue ;; esac
+                ni_seen="$ni_seen$ni_up "
+                ni_todo="$ni_todo${ni_todo:+ }$ni_up"
+                ni_w=$(ifc_users "$ni_up")
+                [ -n "$ni_w" ] && printf ' %s is enslaved to %s:%s' "$ni_if" "$ni_up" "$ni_w"
             done
         done
     done
-    printf '%s\n' "$why"
 }
 
-# nic_in_use ADDR: print why the NIC is in use (up with an address or a default route).
-nic_in_use() {
-    why=
-    for n in "$(dev_dir "$1")"/net/* "$(dev_dir "$1")"/virtio*/net/*; do
-        [ -d "$n" ] || continue
-        ifc=${n##*/}
-        flags=$(read_attr "$n/flags")
-        [ -n "$flags" ] && [ $((flags & 1)) -eq 1 ] || continue
-        addrs=$(ip -o addr show dev "$ifc" scope global 2>/dev/null | awk '{ printf " %s", $4 }')
-        [ -n "$addrs" ] && why="$why $ifc is up with address$addrs;"
-        if awk -v i="$ifc" 'NR > 1 && $1 == i && $2 == "00000000" { f = 1 } END { exit !f }' \
-            /proc/net/route 2>/dev/null; then
-            why="$why $ifc carries the default route;"
-        fi
-    done
-    printf '%s\n' "$why"
+# in_use ADDR: the device's active users, whatever its class (empty when none).
+in_use() {
+    disk_in_use "$1"
+    nic_in_use "$1"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -361,22 +504,7 @@ nic_in_use() {
 
 load_vfio() {
     if ! has_iommu; then
-        if [ "$UBD_ALLOW_NOIOMMU" != yes ]; then
-            die "no IOMMU ($SYS/kernel/iommu_groups is empty): enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on or amd_iommu=on; or set UBD_ALLOW_NOIOMMU=yes for vfio's unsafe no-IOMMU mode (no DMA isolation)"
-        fi
-        [ -e "$noiommu_param" ] || modprobe vfio enable_unsafe_noiommu_mode=1 2>/dev/null
-        if [ ! -e "$noiommu_param" ]; then
-            die "UBD_ALLOW_NOIOMMU=yes but this kernel has no CONFIG_VFIO_NOIOMMU ($noiommu_param is missing): no-IOMMU mode is impossible here; enable the IOMMU instead"
-        fi
-        if [ "$(read_attr "$noiommu_param")" != Y ]; then
-            echo Y >"$noiommu_param" || die "could not enable vfio no-IOMMU mode"
-            warn "vfio no-IOMMU mode ENABLED (UBD_ALLOW_NOIOMMU=yes): bound devices can DMA anywhere in memory"
-            changes=$((changes + 1))
-        else
-            warn "vfio no-IOMMU mode is on: bound devices can DMA anywhere in memory"
-        fi
-    elif [ "$UBD_ALLOW_NOIOMMU" = yes ]; then
-        say "an IOMMU is present: UBD_ALLOW_NOIOMMU=yes is not needed and changes nothing"
+        die "no IOMMU ($SYS/kernel/iommu_groups is empty): enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on or amd_iommu=on (ubdirect needs the IOMMU: it has no no-IOMMU back end)"
     fi
     for m in vfio vfio_iommu_type1 vfio-pci; do
         case $m in
@@ -384,29 +512,48 @@ load_vfio() {
         *) present=$SYS/module/$m ;;
         esac
         [ -e "$present" ] && continue
-        has_iommu || [ "$m" != vfio_iommu_type1 ] || continue
         modprobe "$m" || die "modprobe $m failed: is the module installed for $(uname -r)?"
         say "loaded $m"
         changes=$((changes + 1))
     done
 }
 
-# reserve_pages FILE WANT WHERE
+# huge_remember FILE COUNT: note a hugepage count before config first raises it (first time
+# only: `reset` restores it).
+huge_remember() {
+    mkdir -p "$STATE_DIR" || return 0
+    grep -q "^$1 " "$HUGE_STATE" 2>/dev/null && return 0
+    echo "$1 $2" >>"$HUGE_STATE"
+}
+
+# undo_raised: put back every count this run raised ("FILE:COUNT" in RAISED).
+undo_raised() {
+    for ur in $RAISED; do
+        echo "${ur##*:}" >"${ur%:*}" 2>/dev/null
+    done
+    RAISED=
+}
+
+# reserve_pages FILE WANT WHERE: raise the count to WANT, or put it back and stop: a partial
+# reservation would leave the machine without free memory (MemAvailable 0) for nothing.
+RAISED=
 reserve_pages() {
     have=$(read_attr "$1")
-    if [ "${have:-0}" -ge "$2" ]; then
+    have=${have:-0}
+    if [ "$have" -ge "$2" ]; then
         say "hugepages: $have x ${HUGEPGSZ}kB reserved on $3 (HUGEMEM=$HUGEMEM MiB needs $2): unchanged"
         return 0
     fi
     echo "$2" >"$1" 2>/dev/null
     got=$(read_attr "$1")
-    changes=$((changes + 1))
+    RAISED="$RAISED $1:$have"
     if [ "${got:-0}" -lt "$2" ]; then
-        warn "hugepages: only $got of $2 x ${HUGEPGSZ}kB reserved on $3 (memory fragmented or short): free memory, or reserve at boot with hugepages=$2 on the kernel command line"
-        failed=$((failed + 1))
-    else
-        say "hugepages: reserved $got x ${HUGEPGSZ}kB on $3 (was $have)"
+        undo_raised
+        die "hugepages: the kernel could reserve only $got of $2 x ${HUGEPGSZ}kB on $3 for HUGEMEM=$HUGEMEM MiB (memory short or fragmented): the reservation is back at $(read_attr "$1") and no device was bound. Ask for less (HUGEMEM), free memory, or reserve at boot with hugepages=$2 on the kernel command line"
     fi
+    huge_remember "$1" "$have"
+    changes=$((changes + 1))
+    say "hugepages: reserved $got x ${HUGEPGSZ}kB on $3 (was $have)"
 }
 
 hugepages() {
@@ -430,6 +577,22 @@ hugepages() {
     fi
 }
 
+# give_back ADDR DRIVER WHY: binding ADDR failed: clear its driver_override (else the kernel
+# would keep offering it to vfio-pci only), let DRIVER (its driver before) take it back, forget
+# it, and report.
+give_back() {
+    echo >"$(dev_dir "$1")/driver_override" 2>/dev/null
+    gb_now=$(driver_of "$1")
+    if [ -n "$2" ] && [ "$gb_now" != "$2" ]; then
+        [ -n "$gb_now" ] && echo "$1" >"$(dev_dir "$1")/driver/unbind" 2>/dev/null
+        echo "$1" >"$SYS/bus/pci/drivers_probe" 2>/dev/null
+        gb_now=$(driver_of "$1")
+    fi
+    forget "$1"
+    warn "$1: $3; driver_override cleared, the device is on '${gb_now:-no driver}'"
+    failed=$((failed + 1))
+}
+
 # bind ADDR: hand one device to vfio-pci.
 bind_vfio() {
     a=$1
@@ -439,16 +602,13 @@ bind_vfio() {
     if [ "$drv" = vfio-pci ]; then
         say "$a: already bound to vfio-pci (group ${g:-?})"
         BOUND="$BOUND $a"
+        [ -n "$(remembered "$a")" ] && OWNED="$OWNED $a"
         return 0
     fi
     c=$(class4 "$a")
-    case $c in
-    0108) why=$(nvme_in_use "$a") ;;
-    02*) why=$(nic_in_use "$a") ;;
-    *) why= ;;
-    esac
+    why=$(in_use "$a")
     if [ -n "$why" ]; then
-        warn "$a ($(class_name "$c"), $drv): in use, skipped:$why unmount / swapoff / bring it down first, or list it in PCI_BLOCKED"
+        warn "$a ($(class_name "$c"), ${drv:-no driver}): in use, skipped; active users:$why unmount / swapoff / stop the holder / bring it down first, or list it in PCI_BLOCKED"
         SKIPPED="$SKIPPED $a"
         return 0
     fi
@@ -459,14 +619,16 @@ bind_vfio() {
     fi
     remember "$a" "$drv"
     echo vfio-pci >"$d/driver_override" || die "cannot write $d/driver_override"
-    [ -n "$drv" ] && echo "$a" >"$d/driver/unbind"
+    if [ -n "$drv" ] && ! echo "$a" >"$d/driver/unbind"; then
+        give_back "$a" "$drv" "unbinding from $drv failed"
+        return 0
+    fi
     echo "$a" >"$SYS/bus/pci/drivers_probe" 2>/dev/null
     changes=$((changes + 1))
     now=$(driver_of "$a")
     g=$(group_of "$a")
     if [ "$now" != vfio-pci ]; then
-        warn "$a: still on '${now:-no driver}' after binding to vfio-pci (see dmesg)"
-        failed=$((failed + 1))
+        give_back "$a" "$drv" "still on '${now:-no driver}' after binding to vfio-pci (see dmesg)"
         return 0
     fi
     node=/dev/vfio/$g
@@ -478,6 +640,7 @@ bind_vfio() {
     fi
     say "$a ($(class_name "$c")): ${drv:-no driver} -> vfio-pci, group $g ($node)"
     BOUND="$BOUND $a"
+    OWNED="$OWNED $a"
 }
 
 # warn_groups: name the other members of each bound device's IOMMU group.
@@ -500,9 +663,16 @@ warn_groups() {
     done
 }
 
+# target_user: /dev/vfio/<group> of the devices ubdirect bound (OWNED: by this run, or by an
+# earlier one as the state file says) to TARGET_USER; never a group of a device someone else put
+# on vfio-pci (a VM's), never a hugetlbfs mount (ubdirect uses memfd hugetlb: no mount needed).
 target_user() {
     [ -n "$TARGET_USER" ] || return 0
     for a in $BOUND; do
+        if ! in_list "$a" "$OWNED"; then
+            say "$a: on vfio-pci but not bound by ubdirect: /dev/vfio/$(group_of "$a") left to its owner"
+            continue
+        fi
         g=$(group_of "$a")
         node=/dev/vfio/$g
         has_iommu || node=/dev/vfio/noiommu-$g
@@ -510,13 +680,6 @@ target_user() {
         if [ "$(stat -c %U "$node")" != "$TARGET_USER" ]; then
             chown "$TARGET_USER" "$node" || die "chown $TARGET_USER $node failed"
             say "$node now owned by $TARGET_USER"
-            changes=$((changes + 1))
-        fi
-    done
-    for mnt in $(awk '$3 == "hugetlbfs" { print $2 }' /proc/mounts); do
-        if [ "$(stat -c %U "$mnt")" != "$TARGET_USER" ]; then
-            chown "$TARGET_USER" "$mnt" || die "chown $TARGET_USER $mnt failed"
-            say "hugetlbfs $mnt now owned by $TARGET_USER"
             changes=$((changes + 1))
         fi
     done
@@ -546,7 +709,8 @@ target_user() {
 config() {
     load_vfio
     hugepages
-    BOUND= SKIPPED=
+    mount_table
+    BOUND= SKIPPED= OWNED=
     cand=
     if [ -n "${PCI_ALLOWED# }" ]; then
         cand=$PCI_ALLOWED
@@ -632,17 +796,64 @@ reset_one() {
     fi
 }
 
+# clear_override ADDR: a device left with driver_override=vfio-pci but not on vfio-pci (a bind
+# that failed half-way): clear the override and, when it has no driver, probe its own.
+clear_override() {
+    echo >"$(dev_dir "$1")/driver_override" || {
+        warn "$1: cannot clear driver_override"
+        failed=$((failed + 1))
+        return 0
+    }
+    changes=$((changes + 1))
+    co_now=$(driver_of "$1")
+    if [ -z "$co_now" ]; then
+        co_to=$(remembered "$1")
+        [ -n "$co_to" ] && [ "$co_to" != vfio-pci ] || co_to=$(default_driver "$1")
+        [ "$co_to" = none ] || echo "$1" >"$SYS/bus/pci/drivers_probe" 2>/dev/null
+        co_now=$(driver_of "$1")
+    fi
+    forget "$1"
+    say "$1: stale driver_override=vfio-pci cleared (on '${co_now:-no driver}')"
+}
+
+# reset_hugepages: put back the hugepage counts `config` raised (full resets only).
+reset_hugepages() {
+    [ -s "$HUGE_STATE" ] || return 0
+    if [ -n "${PCI_ALLOWED# }" ] || [ -n "${PCI_BLOCKED# }" ]; then
+        say "hugepages: left as they are (PCI_ALLOWED/PCI_BLOCKED set; a full reset gives them back)"
+        return 0
+    fi
+    while read -r rh_f rh_n; do
+        rh_now=$(read_attr "$rh_f")
+        [ "${rh_now:-0}" -gt "$rh_n" ] || continue
+        echo "$rh_n" >"$rh_f" 2>/dev/null
+        rh_got=$(read_attr "$rh_f")
+        changes=$((changes + 1))
+        if [ "$rh_got" = "$rh_n" ]; then
+            say "hugepages: $rh_f back to $rh_n (was $rh_now)"
+        else
+            warn "hugepages: $rh_f is at $rh_got, wanted $rh_n (was $rh_now)"
+            failed=$((failed + 1))
+        fi
+    done <"$HUGE_STATE"
+    rm -f "$HUGE_STATE"
+}
+
 reset() {
     for d in "$SYS"/bus/pci/devices/*; do
         [ -e "$d" ] || continue
         a=${d##*/}
-        [ "$(driver_of "$a")" = vfio-pci ] || continue
+        if [ "$(driver_of "$a")" != vfio-pci ]; then
+            [ "$(read_attr "$d/driver_override")" = vfio-pci ] && selected "$a" && clear_override "$a"
+            continue
+        fi
         if ! selected "$a"; then
             say "$a: not selected by PCI_ALLOWED/PCI_BLOCKED, left on vfio-pci"
             continue
         fi
         reset_one "$a"
     done
+    reset_hugepages
     if [ $changes -eq 0 ] && [ $failed -eq 0 ]; then
         say "reset: nothing to do, no device is bound to vfio-pci"
     fi

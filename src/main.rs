@@ -13,11 +13,10 @@ fn main() -> ExitCode {
     match args.command.run() {
         Ok(outcome) => outcome.exit_code(),
         Err(e) => {
-            eprintln!("ubdirect: error: {e}");
-            let mut source = e.source();
-            while let Some(s) = source {
-                eprintln!("ubdirect:   caused by: {s}");
-                source = s.source();
+            let (msg, causes) = cli::errors::user_message(e.as_ref());
+            eprintln!("ubdirect: error: {msg}");
+            for c in causes {
+                eprintln!("ubdirect:   caused by: {c}");
             }
             ExitCode::from(1)
         }

@@ -36,6 +36,13 @@ const CMD_MEMORY: u16 = 1 << 1;
 const CMD_BUS_MASTER: u16 = 1 << 2;
 /// Deadline of blocking calls that should just work.
 const T: Duration = Duration::from_secs(30);
+/// With io_timeout 1 s the CSTS health check starts when the oldest command is 250 ms old
+/// (timed from its submission, which comes some time before the poll loop that measures), and
+/// the first error of a dead controller comes within ~3x of the 203-276 ms measured.
+const FIRST_ERROR_MIN_MS: u64 = 100;
+const FIRST_ERROR_MAX_MS: u64 = 1000;
+/// A vanished NIC's first burst error: 100 ms health interval, measured 102-110 ms; ~3x.
+const NIC_GONE_MAX_MS: u128 = 330;
 
 // ---------------------------------------------------------------------------------------------
 // Child processes
@@ -409,11 +416,14 @@ fn driver_slab(bed: &NvmeBed) -> Arc<UbRegion> {
 }
 
 /// Parent side of the vanish and reset scenarios: the first error (ControllerNotReady) came
-/// within io_timeout + admin_timeout (1 s + 1 s) + 3 s margin, the second at once with the
-/// same cause.
+/// from io_timeout / 4 (250 ms: the CSTS check of the oldest command) and within 3x of the
+/// 255-320 ms measured (RELIABILITY.md rows 19a, 19c), the second at once with the same cause.
 fn assert_not_ready_errors_came_in_time(run: &ChildRun) {
     let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
-    assert!(ms < 1000 + 1000 + 3000, "first error only after {ms} ms");
+    assert!(
+        (FIRST_ERROR_MIN_MS..FIRST_ERROR_MAX_MS).contains(&ms),
+        "first error after {ms} ms"
+    );
     assert_eq!(run.one("second-error-kind"), "ControllerNotReady");
     let again: u64 = run.one("second-error-after-ms").parse().unwrap();
     assert!(again < 100, "second error after {again} ms");
@@ -660,11 +670,13 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         return;
     }
     let run = run_clean_child(TEST, "unmap", Duration::from_secs(150));
+    // Row 20: QEMU sets CFS on the failed DMA; the driver reads CSTS from io_timeout / 4 on.
     let kind = run.one("first-error-kind");
+    assert_eq!(kind, "ControllerFatal", "{}", run.one("first-error"));
+    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
     assert!(
-        ["ControllerFatal", "Timeout", "Wedged"].contains(&kind.as_str()),
-        "{}",
-        run.one("first-error")
+        (FIRST_ERROR_MIN_MS..FIRST_ERROR_MAX_MS).contains(&ms),
+        "ControllerFatal after {ms} ms"
     );
     let n: usize = run.one("dmar-faults-in-slab").parse().unwrap();
     assert!(n > 0, "no DMAR fault inside the unmapped slab was logged");
@@ -718,14 +730,13 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         return;
     }
     let run = run_clean_child(TEST, "lost-path", Duration::from_secs(120));
-    let status = run.one("read-status");
-    if status == "success" {
-        assert_eq!(
-            run.one("buffer-untouched"),
-            "true",
-            "data landed in an unmapped buffer?"
-        );
-    }
+    // Row 21: QEMU completes the READ with success although nothing landed.
+    assert_eq!(run.one("read-status"), "success");
+    assert_eq!(
+        run.one("buffer-untouched"),
+        "true",
+        "data landed in an unmapped buffer?"
+    );
     let n: usize = run.one("dmar-write-faults-in-buffer").parse().unwrap();
     assert!(n > 0, "no DMAR write fault inside the buffer was logged");
     assert_nvme0_works();
@@ -835,34 +846,32 @@ fn nic_vanishing_mid_flight_never_hangs() {
         "0",
         "a vanished NIC delivered frames"
     );
+    // Row 19b: QEMU reads the BAR as 0, device_status 0 after DRIVER_OK: DeviceGone.
     let first = run.one("first-burst-error");
     assert!(
-        first.starts_with("DeviceGone") || first.starts_with("DeviceNeedsReset"),
-        "an idle burst on a vanished NIC must fail with a typed error: {first}"
+        first.starts_with("DeviceGone"),
+        "an idle burst on a vanished NIC must fail with DeviceGone: {first}"
     );
     let ms: u128 = run.one("first-burst-error-ms").parse().unwrap();
-    // 100 ms health interval; the bound leaves room for a loaded TCG host.
-    assert!(ms < 3000, "noticed after {ms} ms");
+    // 100 ms health interval: measured 102-110 ms; ~3x.
+    assert!(
+        (100..NIC_GONE_MAX_MS).contains(&ms),
+        "noticed after {ms} ms"
+    );
     let burst_errors: usize = run.one("burst-errors").parse().unwrap();
     assert!(
         burst_errors > 0,
         "later bursts on the dead NIC kept returning Ok"
     );
     let health = run.one("check-health");
-    assert!(
-        health.starts_with("DeviceGone") || health.starts_with("DeviceNeedsReset"),
-        "{health}"
-    );
+    assert!(health.starts_with("DeviceGone"), "{health}");
     let before: usize = run.one("rx-in-use-before-shutdown").parse().unwrap();
     let after: usize = run.one("rx-in-use-after-shutdown").parse().unwrap();
     assert!(before > 0, "RX buffers were posted");
     // The reset write is lost on a BAR that does not decode: shutdown cannot confirm the
     // device stopped, so it must fail and keep the buffers out of the pool.
     let shutdown = run.one("shutdown");
-    assert!(
-        shutdown.starts_with("DeviceGone") || shutdown.starts_with("ResetTimeout"),
-        "{shutdown}"
-    );
+    assert!(shutdown.starts_with("DeviceGone"), "{shutdown}");
     assert_eq!(
         after, before,
         "a failed shutdown must keep the RX buffers out"
@@ -1179,10 +1188,11 @@ fn pipeline_cli_ends_with_an_error_when_the_nvme_vanishes() {
         err.contains("not ready (CSTS.RDY=0"),
         "the error does not name the not-ready controller: {err}"
     );
-    // Default timeouts (io 10 s, admin 10 s): the first error comes by io_timeout, the bound is
-    // io_timeout + admin_timeout; 10 s margin for the engine's shutdown and a loaded TCG host.
+    // Default io_timeout 10 s: the CSTS check starts when the oldest read is 2.5 s old; the
+    // pipeline's recovery (Recovery::Requeue) finds that CC.EN does not stick (the BAR no longer
+    // decodes) and gives up at once. Measured 2.8 s (RELIABILITY.md row 19e); ~3x.
     assert!(
-        took < Duration::from_secs(10 + 10 + 10),
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(9),
         "the pipeline took {took:?} to end after the fault"
     );
     assert_nvme0_works();
@@ -1245,14 +1255,15 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
     }
     let run = run_clean_child(TEST, "pipeline-unmap", Duration::from_secs(120));
     let p = run.one("pipeline");
-    assert!(
-        p.starts_with("Source DeviceGone") || p.starts_with("Source Timeout"),
-        "{p}"
-    );
-    // io_timeout (1 s) + slack: a fatal controller ends the run at once, without the engine's
-    // 10 s drain of requests that cannot complete.
+    assert!(p.starts_with("Source DeviceGone"), "{p}");
+    assert!(p.contains("CSTS.CFS=1"), "{p}");
+    // io_timeout / 4 (250 ms) after the first read stuck, then the run ends at once, without
+    // the engine's 10 s drain of requests that cannot complete. Measured 258 ms; ~3x.
     let ms: u64 = run.one("returned-after-fault-ms").parse().unwrap();
-    assert!(ms < 5_000, "the pipeline returned {ms} ms after the fault");
+    assert!(
+        ms < FIRST_ERROR_MAX_MS,
+        "the pipeline returned {ms} ms after the fault"
+    );
     let n: usize = run.one("dmar-faults-in-slab").parse().unwrap();
     assert!(n > 0, "no DMAR fault inside the unmapped slab");
     assert_nvme0_works();

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ubdirect::pipeline::{
-    file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineSink,
+    file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineError,
+    PipelineSink,
 };
 use ubdirect_core::testbed::{self, BackingImage, GPUBAR_FILE, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
@@ -266,14 +267,30 @@ fn nvme_pipeline_refuses_bad_settings() {
     )
     .unwrap();
     let mut sink = NullSink::new(2, false);
-    // unaligned start, block size not a multiple of the LBA, more bytes than verify can cover
-    for c in [
-        cfg(1 << 20, 2, 100, 1 << 20),
-        cfg(1000, 2, 0, 1 << 20),
-        cfg(1 << 20, 2, 0, NVME0_NS1.len + 1),
+    // Each bad setting is a Config error naming the setting and the reason, and nothing is
+    // submitted (the queue stays empty, no pool block is taken).
+    for (c, want) in [
+        (
+            cfg(1 << 20, 2, 100, 1 << 20),
+            "start offset 100 must be a multiple of the 512-byte logical block",
+        ),
+        (
+            cfg(1000, 2, 0, 1 << 20),
+            "--block-size 1000 must be a positive multiple of the source's 512-byte logical block",
+        ),
+        (
+            cfg(1 << 20, 2, 0, NVME0_NS1.len + 1),
+            "--verify checks one pass over the source: --bytes 67108865 exceeds its 67108864 bytes",
+        ),
     ] {
         let e = run_direct(&mut n.qp, &mut sink, &pool, &c, "bad", "nvme0").unwrap_err();
         println!("refused: {e}");
+        assert!(
+            matches!(&e, PipelineError::Config(m) if m.contains(want)),
+            "want a Config error containing {want:?}, got {e:?}"
+        );
+        assert_eq!(n.qp.in_flight(), 0, "nothing submitted for {want:?}");
+        assert_eq!(n.qp.stats().commands, 0, "no command sent for {want:?}");
     }
     assert_eq!(pool.stats().in_use, 0, "no buffer leaked by refused runs");
     assert_eq!(n.qp.in_flight(), 0);

@@ -158,6 +158,19 @@ pub enum CoreError {
         /// The MMIO offset read.
         offset: usize,
     },
+    /// An MMIO access outside its window or not aligned to its size (a register offset taken
+    /// from the device, e.g. a doorbell stride or a capability offset, that does not fit).
+    #[error("MMIO access of {size} bytes at offset {offset:#x} {reason} of a {window:#x}-byte window: the device reported a register layout that does not fit its BAR")]
+    MmioOutOfRange {
+        /// The offset asked for.
+        offset: usize,
+        /// Access size in bytes.
+        size: usize,
+        /// Length of the window.
+        window: usize,
+        /// "outside" or "unaligned".
+        reason: &'static str,
+    },
     /// The device does not support the operation.
     #[error("{addr}: {what} is not supported by this device")]
     Unsupported {

@@ -20,7 +20,7 @@ pub mod vfio;
 
 pub use error::{CoreError, Result};
 pub use mmio::Mmio;
-pub use pci::{PciAddress, PciCapability, PciDevice};
+pub use pci::{DeviceModel, PciAddress, PciCapability, PciDevice};
 pub use seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, Sink, SinkError, SinkErrorKind,
 };

@@ -1,44 +1,103 @@
 //! [`Mmio`]: the only place volatile device-register access lives.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::error::{CoreError, Result};
+use crate::pci::DeviceModel;
 
-/// A mapped MMIO window (a BAR mmapped through VFIO, or anonymous memory standing in for one in
-/// tests). Accessors are volatile; offsets past the end panic (a programming error, never
-/// device input). Unmapped on drop when owned.
-#[derive(Debug)]
+/// A mapped MMIO window (a BAR mmapped through VFIO, anonymous memory standing in for one in
+/// tests, or a BAR of a [`DeviceModel`]). Accessors are volatile. An access outside the window
+/// or not aligned to its size panics (a programming error): offsets that come from the device
+/// (a doorbell stride, a capability offset) must pass [`Mmio::check_access`] first, which
+/// answers [`CoreError::MmioOutOfRange`] instead. Unmapped on drop when owned.
 pub struct Mmio {
     ptr: NonNull<u8>,
     len: usize,
     owned: bool,
+    /// Set for a window onto a device model: every access goes to the model (one
+    /// well-predicted branch on the real path).
+    model: Option<ModelWindow>,
 }
 
-// SAFETY: Mmio only performs volatile accesses through its pointer; device registers are
-// designed for access from any CPU, and the mapping lives as long as the Mmio.
+/// Where a model-backed window's accesses go.
+struct ModelWindow {
+    dev: Arc<dyn DeviceModel>,
+    bar: u8,
+    /// Offset of the window in the BAR.
+    base: u64,
+}
+
+impl std::fmt::Debug for Mmio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Mmio");
+        match &self.model {
+            None => d.field("ptr", &self.ptr),
+            Some(m) => d.field("model_bar", &m.bar).field("base", &m.base),
+        };
+        d.field("len", &self.len).finish()
+    }
+}
+
+// SAFETY: Mmio only performs volatile accesses through its pointer (or calls a Send + Sync
+// model); device registers are designed for access from any CPU, and the mapping lives as long
+// as the Mmio.
 unsafe impl Send for Mmio {}
 // SAFETY: as above; concurrent volatile accesses to device registers are the driver's protocol
 // concern, not a memory-safety one.
 unsafe impl Sync for Mmio {}
 
+/// The address a model-backed window pretends to start at: never dereferenced (every access of
+/// a model window goes to the model), only used for the alignment check, so BAR offsets keep
+/// their alignment.
+const MODEL_FAKE_BASE: usize = 1 << 12;
+
 macro_rules! accessors {
     ($($read:ident $write:ident $t:ty;)*) => {$(
-        #[doc = concat!("Volatile ", stringify!($t), " read at byte offset `off`.")]
+        #[doc = concat!("Volatile ", stringify!($t), " read at byte offset `off` (panics when `off` is outside the window or unaligned).")]
         #[inline(always)]
         pub fn $read(&self, off: usize) -> $t {
-            self.check(off, std::mem::size_of::<$t>());
-            // SAFETY: bounds checked above; the mapping is live and the offset is in it.
+            const SIZE: usize = std::mem::size_of::<$t>();
+            self.check(off, SIZE);
+            if let Some(m) = &self.model {
+                return model_read(m, off, SIZE) as $t;
+            }
+            // SAFETY: bounds and alignment checked above; the mapping is live and the offset
+            // is in it.
             unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off).cast::<$t>()) }
         }
 
-        #[doc = concat!("Volatile ", stringify!($t), " write at byte offset `off`.")]
+        #[doc = concat!("Volatile ", stringify!($t), " write at byte offset `off` (panics when `off` is outside the window or unaligned).")]
         #[inline(always)]
         pub fn $write(&self, off: usize, v: $t) {
-            self.check(off, std::mem::size_of::<$t>());
-            // SAFETY: bounds checked above; the mapping is live and the offset is in it.
+            const SIZE: usize = std::mem::size_of::<$t>();
+            self.check(off, SIZE);
+            if let Some(m) = &self.model {
+                return model_write(m, off, SIZE, v as u64);
+            }
+            // SAFETY: bounds and alignment checked above; the mapping is live and the offset
+            // is in it.
             unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(off).cast::<$t>(), v) }
         }
     )*};
+}
+
+#[cold]
+#[inline(never)]
+fn model_read(m: &ModelWindow, off: usize, size: usize) -> u64 {
+    m.dev.mmio_read(m.bar, m.base + off as u64, size as u8)
+}
+
+#[cold]
+#[inline(never)]
+fn model_write(m: &ModelWindow, off: usize, size: usize, v: u64) {
+    m.dev.mmio_write(m.bar, m.base + off as u64, size as u8, v)
+}
+
+#[cold]
+#[inline(never)]
+fn bad_access(off: usize, size: usize, len: usize) -> ! {
+    panic!("MMIO access of {size} bytes at {off:#x} outside a {len:#x}-byte window or unaligned (offsets from the device must pass Mmio::check_access first)")
 }
 
 impl Mmio {
@@ -52,6 +111,7 @@ impl Mmio {
             ptr,
             len,
             owned: true,
+            model: None,
         }
     }
 
@@ -64,6 +124,21 @@ impl Mmio {
             ptr,
             len,
             owned: false,
+            model: None,
+        }
+    }
+
+    /// A window of `len` bytes onto BAR `bar` of a device model: every access calls
+    /// [`DeviceModel::mmio_read`] / [`DeviceModel::mmio_write`]. What
+    /// [`crate::PciDevice::map_bar`] returns for a device made with
+    /// [`crate::PciDevice::from_model`].
+    pub fn from_model(dev: Arc<dyn DeviceModel>, bar: u8, len: usize) -> Mmio {
+        Mmio {
+            // Never dereferenced: see MODEL_FAKE_BASE.
+            ptr: NonNull::new(std::ptr::without_provenance_mut(MODEL_FAKE_BASE)).expect("non-zero"),
+            len,
+            owned: false,
+            model: Some(ModelWindow { dev, bar, base: 0 }),
         }
     }
 
@@ -93,6 +168,36 @@ impl Mmio {
         Ok(unsafe { Mmio::from_mmap(NonNull::new_unchecked(p.cast()), len) })
     }
 
+    /// The `len` bytes at `off` of this window as a window of their own (a virtio capability's
+    /// structure inside a BAR), checked: `[off, off+len)` must lie inside this window and be
+    /// non-empty, else [`CoreError::MmioOutOfRange`]. Accesses through the sub-window are
+    /// checked against its own length and aligned to their size in the BAR.
+    ///
+    /// # Safety
+    /// For a real mapping the sub-window borrows it: `self` must outlive the returned Mmio
+    /// (keep both in one struct, or the parent behind an `Arc` the child's owner holds).
+    pub unsafe fn sub_window(&self, off: usize, len: usize) -> Result<Mmio> {
+        let end = off.checked_add(len).filter(|&e| e <= self.len && len > 0);
+        if end.is_none() {
+            return Err(CoreError::MmioOutOfRange {
+                offset: off,
+                size: len,
+                window: self.len,
+                reason: "outside",
+            });
+        }
+        Ok(Mmio {
+            ptr: NonNull::new(self.ptr.as_ptr().wrapping_add(off)).expect("inside a mapping"),
+            len,
+            owned: false,
+            model: self.model.as_ref().map(|m| ModelWindow {
+                dev: m.dev.clone(),
+                bar: m.bar,
+                base: m.base + off as u64,
+            }),
+        })
+    }
+
     /// Length of the window in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -103,18 +208,51 @@ impl Mmio {
         self.len == 0
     }
 
-    /// The start of the window.
+    /// True for a window onto a [`DeviceModel`] (no memory behind [`Mmio::as_ptr`]).
+    pub fn is_model(&self) -> bool {
+        self.model.is_some()
+    }
+
+    /// The start of the window. For a model-backed window ([`Mmio::is_model`]) an address
+    /// with no memory behind it, never to be dereferenced.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// Whether an access of `size` bytes at `off` is inside the window and aligned to `size`
+    /// (a power of two): the fallible check for offsets derived from device input, before
+    /// they reach an accessor (which panics on them).
+    pub fn check_access(&self, off: usize, size: usize) -> Result<()> {
+        let err = |reason| {
+            Err(CoreError::MmioOutOfRange {
+                offset: off,
+                size,
+                window: self.len,
+                reason,
+            })
+        };
+        if off.checked_add(size).is_none_or(|end| end > self.len) {
+            return err("outside");
+        }
+        if size == 0 || !size.is_power_of_two() || (self.addr() + off) % size != 0 {
+            return err("unaligned");
+        }
+        Ok(())
+    }
+
+    /// The address used for the alignment check.
+    #[inline(always)]
+    fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
     #[inline(always)]
     fn check(&self, off: usize, size: usize) {
-        assert!(
-            off.checked_add(size).is_some_and(|end| end <= self.len),
-            "MMIO access of {size} bytes at {off:#x} outside a {:#x}-byte window",
-            self.len
-        );
+        let inside = off.checked_add(size).is_some_and(|end| end <= self.len);
+        let aligned = self.addr().wrapping_add(off) & (size - 1) == 0;
+        if !(inside && aligned) {
+            bad_access(off, size, self.len);
+        }
     }
 
     accessors! {
@@ -180,7 +318,62 @@ mod tests {
     #[should_panic(expected = "outside")]
     fn out_of_bounds_panics() {
         let m = Mmio::anonymous(4096).unwrap();
-        m.read32(4094);
+        m.read32(4096);
+    }
+
+    /// Issue 9: an unaligned offset used to be a misaligned volatile access (undefined
+    /// behaviour); it is refused now, before any access.
+    #[test]
+    #[should_panic(expected = "unaligned")]
+    fn unaligned_access_panics_instead_of_ub() {
+        let m = Mmio::anonymous(4096).unwrap();
+        m.read32(2);
+    }
+
+    #[test]
+    fn check_access_refuses_outside_and_unaligned() {
+        let m = Mmio::anonymous(0x2000).unwrap();
+        assert!(m.check_access(0x1ffc, 4).is_ok());
+        assert!(m.check_access(0x1ff8, 8).is_ok());
+        for (off, size, why) in [
+            (0x2000, 4, "outside"),
+            (0x1ffe, 4, "outside"),
+            (usize::MAX - 1, 4, "outside"),
+            (0x1002, 4, "unaligned"),
+            (0x1004, 8, "unaligned"),
+            (0x1000, 3, "unaligned"),
+        ] {
+            match m.check_access(off, size) {
+                Err(CoreError::MmioOutOfRange { reason, window, .. }) => {
+                    assert_eq!((reason, window), (why, 0x2000), "{off:#x}+{size}")
+                }
+                other => panic!("{off:#x}+{size}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sub_window_is_bounded_and_aligned_in_the_parent() {
+        let m = Mmio::anonymous(0x1000).unwrap();
+        m.write32(0x104, 0xabcd);
+        // SAFETY: `m` outlives `w`.
+        let w = unsafe { m.sub_window(0x100, 0x10) }.unwrap();
+        assert_eq!(w.read32(4), 0xabcd);
+        assert!(w.check_access(0x10, 1).is_err());
+        // SAFETY: as above.
+        let odd = unsafe { m.sub_window(0x102, 8) }.unwrap();
+        assert!(matches!(
+            odd.check_access(0, 4),
+            Err(CoreError::MmioOutOfRange {
+                reason: "unaligned",
+                ..
+            })
+        ));
+        assert!(odd.check_access(2, 4).is_ok());
+        // SAFETY: as above.
+        assert!(unsafe { m.sub_window(0xff0, 0x20) }.is_err());
+        // SAFETY: as above.
+        assert!(unsafe { m.sub_window(0x10, 0) }.is_err());
     }
 
     #[test]

@@ -76,10 +76,7 @@ pub fn run(args: &Args) -> CliResult {
     let devs = select(args)?;
     tracing::debug!(count = devs.len(), all = args.all, "devices selected");
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&DevicesJson { devices: &devs })?
-        );
+        super::json::print("devices", DevicesJson { devices: &devs })?;
         return Ok(Outcome::Success);
     }
     if devs.is_empty() {
@@ -163,7 +160,8 @@ mod tests {
     #[test]
     fn json_has_the_device_fields() {
         let d = [fake_device("0000:00:06.0", 0x050000, None)];
-        let v: serde_json::Value = serde_json::to_value(DevicesJson { devices: &d }).unwrap();
+        let v = crate::cli::json::document("devices", DevicesJson { devices: &d }).unwrap();
+        crate::cli::json::validate(&v).unwrap();
         let dev = &v["devices"][0];
         assert_eq!(dev["address"], "0000:00:06.0");
         assert_eq!(dev["role"], "memory");

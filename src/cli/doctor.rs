@@ -137,7 +137,7 @@ pub fn run(args: &Args) -> CliResult {
             warnings,
             errors,
         };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        super::json::print("doctor", doc)?;
     } else {
         let names: Vec<&str> = selected.iter().map(|d| d.address.as_str()).collect();
         println!(

@@ -69,7 +69,7 @@ pub fn run(args: &Args) -> CliResult {
             registers: regs,
             namespaces: ctrl.namespaces(),
         };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        super::json::print("identify", doc)?;
         return Ok(Outcome::Success);
     }
     print_controller(&args.addr, ctrl.info(), &regs);

@@ -143,10 +143,7 @@ fn parse_bar(s: &str) -> Result<(PciAddress, u8), LoopbackError> {
 pub fn run(args: &Args) -> super::CliResult {
     let report = measure(args)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("report serialises")
-        );
+        super::json::print("loopback", &report)?;
     } else {
         println!("{}", report.text());
     }

@@ -12,10 +12,17 @@
 
 mod devices;
 mod doctor;
+pub mod errors;
+mod fault_hook;
 mod identify;
+pub mod json;
+mod log;
 mod loopback;
+mod namespace;
 mod perf;
 mod pipeline;
+mod pipeline_json;
+mod units;
 
 use std::process::ExitCode;
 
@@ -50,6 +57,8 @@ pub enum Command {
     Loopback(loopback::Args),
     /// Stream a source (NVMe via vfio, file via io_uring) through the UB pool into a sink (CUDA, BAR, null).
     Pipeline(pipeline::Args),
+    /// Read an NVMe controller's log pages: `log smart <addr>`, `log error <addr>` (like nvme-cli).
+    Log(log::Args),
 }
 
 impl Command {
@@ -62,6 +71,7 @@ impl Command {
             Command::Perf(a) => perf::run(a),
             Command::Loopback(a) => loopback::run(a),
             Command::Pipeline(a) => pipeline::run(a),
+            Command::Log(a) => log::run(a),
         }
     }
 }
@@ -170,6 +180,65 @@ mod tests {
         assert_eq!(parse_bdf("00:04.0").unwrap(), "0000:00:04.0");
         let e = parse_bdf("04.0").unwrap_err();
         assert!(e.contains("0000:00:04.0"), "{e}");
+    }
+
+    /// Every subcommand's --help text.
+    fn all_help() -> Vec<(String, String)> {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut out = vec![("ubdirect".to_string(), cmd.render_long_help().to_string())];
+        let mut stack: Vec<(String, clap::Command)> = cmd
+            .get_subcommands()
+            .map(|c| (c.get_name().to_string(), c.clone()))
+            .collect();
+        while let Some((name, mut c)) = stack.pop() {
+            out.push((name.clone(), c.render_long_help().to_string()));
+            for sub in c.get_subcommands() {
+                stack.push((format!("{name} {}", sub.get_name()), sub.clone()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn help_hides_test_bed_hooks_and_old_spellings() {
+        let help = all_help();
+        assert!(help.len() >= 7, "{} help texts", help.len());
+        for (name, text) in &help {
+            for word in [
+                "hostcheck",
+                "HOSTCHECK",
+                "UBD_",
+                "test bed",
+                "--offset-mib",
+                "--span-mib",
+                "--qd",
+                "--start",
+                "--time",
+                "/nsid",
+                "[/nsid]",
+            ] {
+                assert!(
+                    !text.contains(word),
+                    "`{name} --help` shows {word:?}:\n{text}"
+                );
+            }
+        }
+        let perf = &help.iter().find(|(n, _)| n == "perf").unwrap().1;
+        let pipeline = &help.iter().find(|(n, _)| n == "pipeline").unwrap().1;
+        for flag in [
+            "--ns <NSID>",
+            "--offset <",
+            "--queue-depth <",
+            "--seconds <",
+        ] {
+            assert!(perf.contains(flag), "perf --help lacks {flag}:\n{perf}");
+            assert!(
+                pipeline.contains(flag),
+                "pipeline --help lacks {flag}:\n{pipeline}"
+            );
+        }
     }
 
     #[test]

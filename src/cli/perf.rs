@@ -10,8 +10,10 @@ use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, Recovery};
 
+use super::json::LatencyNs;
+use super::units::{parse_offset, parse_size, parse_usize_size};
 use super::{parse_bdf, CliResult, Outcome};
 
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
@@ -25,8 +27,8 @@ pub struct Args {
     #[arg(short = 'q', long = "queue-depth", default_value_t = 32)]
     queue_depth: usize,
 
-    /// I/O size in bytes (a multiple of the LBA size).
-    #[arg(short = 'o', long = "io-size", default_value_t = 4096)]
+    /// I/O size in bytes (K/M suffixes; a multiple of the LBA size).
+    #[arg(short = 'o', long = "io-size", default_value = "4096", value_parser = parse_usize_size)]
     io_size: usize,
 
     /// I/O pattern.
@@ -38,23 +40,31 @@ pub struct Args {
     rwmixread: u8,
 
     /// Seconds to run.
-    #[arg(short = 't', long = "time", default_value_t = 5.0)]
+    #[arg(short = 't', long = "seconds", alias = "time", default_value_t = 5.0)]
     time: f64,
 
     /// Cores to run on, each with its own queue pair: a list "0,2" or a mask "0x5".
     #[arg(short = 'c', long = "cores", default_value = "0", value_parser = parse_cores)]
     cores: CoreList,
 
-    /// Namespace id.
-    #[arg(long = "ns", default_value_t = 1)]
-    nsid: u32,
+    /// Namespace id (default: the first active one).
+    #[arg(long = "ns", value_name = "NSID", value_parser = clap::value_parser!(u32).range(1..))]
+    nsid: Option<u32>,
 
-    /// Start of the I/O span in MiB from the start of the namespace.
-    #[arg(long = "offset-mib", default_value_t = 0)]
-    offset_mib: u64,
+    /// Start of the I/O span in the namespace, in bytes (K/M/G suffixes: 64M).
+    #[arg(long = "offset", value_name = "SIZE", value_parser = parse_offset, conflicts_with = "offset_mib")]
+    offset: Option<u64>,
 
-    /// Length of the I/O span in MiB (default: to the end of the namespace).
-    #[arg(long = "span-mib")]
+    /// Length of the I/O span in bytes (K/M/G suffixes; default: to the end of the namespace).
+    #[arg(long = "span", value_name = "SIZE", value_parser = parse_size, conflicts_with = "span_mib")]
+    span: Option<u64>,
+
+    /// Old spelling of --offset, in MiB (hidden; still accepted).
+    #[arg(long = "offset-mib", hide = true)]
+    offset_mib: Option<u64>,
+
+    /// Old spelling of --span, in MiB (hidden; still accepted).
+    #[arg(long = "span-mib", hide = true)]
     span_mib: Option<u64>,
 
     /// Writes stamp each block with its LBA; reads check stamps they find (misdirected or stale data).
@@ -121,13 +131,8 @@ struct CoreResult {
     errors: u64,
     seconds: f64,
     iops: f64,
-    mib_s: f64,
-    lat_avg_us: f64,
-    lat_min_us: f64,
-    lat_p50_us: f64,
-    lat_p99_us: f64,
-    lat_p999_us: f64,
-    lat_max_us: f64,
+    bytes_per_s: f64,
+    latency_ns: LatencyNs,
     submit_cycles_per_io: f64,
     complete_cycles_per_io: f64,
     sq_doorbell_writes_per_io: f64,
@@ -135,6 +140,10 @@ struct CoreResult {
     shadow_only_updates_per_io: f64,
     verified_blocks: u64,
     verify_errors: u64,
+    /// Controller resets this worker's queue went through (its requests were requeued).
+    resets: u64,
+    /// Commands submitted again after those resets.
+    requeued: u64,
     #[serde(skip)]
     hist: Option<LatencyHistogram>,
     #[serde(skip)]
@@ -161,17 +170,16 @@ struct PerfReport<'a> {
 struct Total {
     ios: u64,
     iops: f64,
-    mib_s: f64,
-    lat_avg_us: f64,
-    lat_p50_us: f64,
-    lat_p99_us: f64,
-    lat_p999_us: f64,
+    bytes_per_s: f64,
+    latency_ns: LatencyNs,
     submit_cycles_per_io: f64,
     complete_cycles_per_io: f64,
     submit_ns_per_io: f64,
     complete_ns_per_io: f64,
     errors: u64,
     verify_errors: u64,
+    /// Controller resets during the run (recoveries from timeouts or a reset under the run).
+    controller_resets: u64,
 }
 
 /// Settings shared by the workers.
@@ -217,42 +225,52 @@ fn run_perf(args: &Args) -> CliResult {
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
-    let ns = ctrl.namespace(args.nsid).ok_or_else(|| {
-        format!(
-            "namespace {} is not active on {} (active: {:?})",
-            args.nsid,
-            args.addr,
-            ctrl.namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>()
-        )
-    })?;
+    let ns = super::namespace::pick(&ctrl, &args.addr, args.nsid)?;
+    let nsid = ns.nsid;
     let lba = ns.lba_size as u64;
-    if args.io_size == 0 || args.io_size as u64 % lba != 0 {
+    if args.io_size as u64 % lba != 0 {
         return Err(format!(
-            "-o {} is not a positive multiple of namespace {}'s {lba}-byte LBA",
-            args.io_size, args.nsid
+            "-o {} is not a multiple of namespace {nsid}'s {lba}-byte logical block: use -o {}",
+            args.io_size,
+            (args.io_size as u64).next_multiple_of(lba)
         )
         .into());
     }
-    let first_block = (args.offset_mib << 20) / lba;
+    let offset = args
+        .offset
+        .or(args.offset_mib.map(|m| m.saturating_mul(1 << 20)))
+        .unwrap_or(0);
+    if offset % lba != 0 {
+        return Err(format!(
+            "--offset {offset} is not a multiple of namespace {nsid}'s {lba}-byte logical block"
+        )
+        .into());
+    }
+    let first_block = offset / lba;
     if first_block >= ns.nsze {
         return Err(format!(
-            "--offset-mib {} is past the end of namespace {} ({} MiB)",
-            args.offset_mib,
-            args.nsid,
-            ns.size_bytes() >> 20
+            "--offset {offset} is past the end of namespace {nsid} ({} bytes)",
+            ns.size_bytes()
         )
         .into());
     }
     let mut span_blocks = ns.nsze - first_block;
-    if let Some(m) = args.span_mib {
-        span_blocks = span_blocks.min((m << 20) / lba);
+    if let Some(b) = args
+        .span
+        .or(args.span_mib.map(|m| m.saturating_mul(1 << 20)))
+    {
+        span_blocks = span_blocks.min(b / lba);
     }
     if span_blocks < args.io_size as u64 / lba {
-        return Err("the namespace (or --span-mib) is smaller than one I/O".into());
+        return Err(format!(
+            "the span from --offset {offset} (--span, or the end of namespace {nsid}) is smaller than one {}-byte I/O",
+            args.io_size
+        )
+        .into());
     }
     if args.cores.0.len() > ctrl.io_queues_granted() as usize {
         return Err(format!(
-            "{} cores asked for but the controller granted {} I/O queues",
+            "{} cores asked for but the controller granted {} I/O queue pairs: give -c at most that many cores",
             args.cores.0.len(),
             ctrl.io_queues_granted()
         )
@@ -270,7 +288,7 @@ fn run_perf(args: &Args) -> CliResult {
     )?;
     let tsc = Tsc::calibrate(Duration::from_millis(100));
     let job = Arc::new(Job {
-        nsid: args.nsid,
+        nsid,
         io_size: args.io_size,
         depth: args.queue_depth,
         workload: args.workload,
@@ -285,6 +303,7 @@ fn run_perf(args: &Args) -> CliResult {
         cores: args.cores.0.len(),
     });
     let start = Arc::new(Barrier::new(args.cores.0.len()));
+    let reset_hook = super::fault_hook::arm(ctrl.device());
     let results: Vec<Result<CoreResult, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = args
             .cores
@@ -306,10 +325,12 @@ fn run_perf(args: &Args) -> CliResult {
     for r in results {
         cores.push(r?);
     }
-    let total = summarize(&cores, &tsc, args.io_size);
+    drop(reset_hook);
+    let mut total = summarize(&cores, &tsc, args.io_size);
+    total.controller_resets = ctrl.resets();
     let report = PerfReport {
         address: &args.addr,
-        nsid: args.nsid,
+        nsid,
         workload: args.workload,
         rwmixread: args.rwmixread,
         io_size: args.io_size,
@@ -320,7 +341,7 @@ fn run_perf(args: &Args) -> CliResult {
         total,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::json::print("perf", &report)?;
     } else {
         print_report(&report);
     }
@@ -339,26 +360,40 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
     }
     let ios: u64 = cores.iter().map(|c| c.ios).sum();
     let iops: f64 = cores.iter().map(|c| c.iops).sum();
-    let us = |t: u64| tsc.to_ns(t as f64) / 1000.0;
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
     let submit = per_io(cores.iter().map(|c| c.submit_cycles).sum());
     let complete = per_io(cores.iter().map(|c| c.complete_cycles).sum());
     Total {
         ios,
         iops,
-        mib_s: iops * io_size as f64 / (1 << 20) as f64,
-        lat_avg_us: tsc.to_ns(h.mean()) / 1000.0,
-        lat_p50_us: us(h.quantile(0.5)),
-        lat_p99_us: us(h.quantile(0.99)),
-        lat_p999_us: us(h.quantile(0.999)),
+        bytes_per_s: iops * io_size as f64,
+        latency_ns: latency_ns(&h, tsc),
         submit_cycles_per_io: submit,
         complete_cycles_per_io: complete,
         submit_ns_per_io: tsc.to_ns(submit),
         complete_ns_per_io: tsc.to_ns(complete),
         errors: cores.iter().map(|c| c.errors).sum(),
         verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
+        controller_resets: 0,
     }
 }
+
+/// A histogram of TSC ticks as nanoseconds.
+fn latency_ns(h: &LatencyHistogram, tsc: &Tsc) -> LatencyNs {
+    let ns = |t: u64| tsc.to_ns(t as f64);
+    LatencyNs {
+        count: Some(h.count()),
+        mean: tsc.to_ns(h.mean()),
+        min: Some(ns(h.min())),
+        p50: ns(h.quantile(0.5)),
+        p90: Some(ns(h.quantile(0.9))),
+        p99: ns(h.quantile(0.99)),
+        p999: ns(h.quantile(0.999)),
+        max: ns(h.max()),
+    }
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
@@ -390,21 +425,26 @@ fn print_report(r: &PerfReport<'_>) {
                 r.address, r.nsid, c.core
             ),
             c.iops,
-            c.mib_s,
-            c.lat_avg_us,
-            c.lat_min_us,
-            c.lat_max_us
+            c.bytes_per_s / MIB,
+            c.latency_ns.mean / 1e3,
+            c.latency_ns.min.unwrap_or(0.0) / 1e3,
+            c.latency_ns.max / 1e3
         );
     }
     println!("{}", "=".repeat(96));
     let t = &r.total;
     println!(
         "{:<40}: {:>10.2} {:>10.2} {:>10.2}",
-        "Total", t.iops, t.mib_s, t.lat_avg_us
+        "Total",
+        t.iops,
+        t.bytes_per_s / MIB,
+        t.latency_ns.mean / 1e3
     );
     println!(
         "latency percentiles (us): p50 {:.2}  p99 {:.2}  p99.9 {:.2}",
-        t.lat_p50_us, t.lat_p99_us, t.lat_p999_us
+        t.latency_ns.p50 / 1e3,
+        t.latency_ns.p99 / 1e3,
+        t.latency_ns.p999 / 1e3
     );
     println!(
         "driver cost per I/O (TSC {:.0} MHz): submit {:.0} cycles ({:.0} ns), complete {:.0} cycles ({:.0} ns)",
@@ -422,6 +462,13 @@ fn print_report(r: &PerfReport<'_>) {
     }
     if t.errors > 0 {
         println!("I/O errors: {}", t.errors);
+    }
+    if t.controller_resets > 0 {
+        println!(
+            "controller resets: {} (commands in flight submitted again: {})",
+            t.controller_resets,
+            r.cores.iter().map(|c| c.requeued).sum::<u64>()
+        );
     }
     if r.cores
         .iter()
@@ -474,6 +521,9 @@ fn worker(
                 depth: job.depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
+                // A command that times out, or a controller reset under the run, resets the
+                // controller and submits what was in flight again: the run goes on.
+                recovery: Recovery::Requeue,
                 ..Default::default()
             },
         )
@@ -601,7 +651,6 @@ fn worker(
         eprintln!("ubdirect perf: core {core}: {errors} I/O error(s), first: {e}");
     }
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
-    let us = |t: u64| job.tsc.to_ns(t as f64) / 1000.0;
     let iops = ios as f64 / secs;
     Ok(CoreResult {
         core,
@@ -612,13 +661,8 @@ fn worker(
         errors,
         seconds: secs,
         iops,
-        mib_s: iops * job.io_size as f64 / (1 << 20) as f64,
-        lat_avg_us: job.tsc.to_ns(hist.mean()) / 1000.0,
-        lat_min_us: us(hist.min()),
-        lat_p50_us: us(hist.quantile(0.5)),
-        lat_p99_us: us(hist.quantile(0.99)),
-        lat_p999_us: us(hist.quantile(0.999)),
-        lat_max_us: us(hist.max()),
+        bytes_per_s: iops * job.io_size as f64,
+        latency_ns: latency_ns(&hist, &job.tsc),
         submit_cycles_per_io: per_io(submit_cycles),
         complete_cycles_per_io: per_io(complete_cycles),
         sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
@@ -626,6 +670,8 @@ fn worker(
         shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
         verified_blocks: verified,
         verify_errors,
+        resets: st.resets - stats0.resets,
+        requeued: st.requeued - stats0.requeued,
         hist: Some(hist),
         submit_cycles,
         complete_cycles,
@@ -661,6 +707,59 @@ fn check_stamps(buf: &UbBuf, lba: u64, lba_size: usize, blocks: u64) -> (u64, u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["ubdirect", "perf"].iter().chain(args).copied())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            crate::cli::Command::Perf(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_spelling_for_sizes_offsets_and_namespaces_old_ones_still_work() {
+        let a = parse(&[
+            "00:04.0",
+            "--ns",
+            "2",
+            "--offset",
+            "64M",
+            "--span",
+            "8M",
+            "-o",
+            "4K",
+            "--seconds",
+            "1",
+        ]);
+        assert_eq!(
+            (a.nsid, a.offset, a.span, a.io_size, a.time),
+            (Some(2), Some(64 << 20), Some(8 << 20), 4096, 1.0)
+        );
+        let a = parse(&[
+            "00:04.0",
+            "--offset-mib",
+            "64",
+            "--span-mib",
+            "8",
+            "--time",
+            "2",
+        ]);
+        assert_eq!((a.offset_mib, a.span_mib, a.time), (Some(64), Some(8), 2.0));
+        let a = parse(&["00:04.0"]);
+        assert_eq!((a.nsid, a.offset, a.io_size), (None, None, 4096));
+        use clap::Parser;
+        for bad in [
+            &["perf", "00:04.0", "--offset", "1M", "--offset-mib", "1"][..],
+            &["perf", "00:04.0", "--ns", "0"],
+            &["perf", "00:04.0", "-o", "0"],
+        ] {
+            let e = crate::cli::Cli::try_parse_from(["ubdirect"].iter().chain(bad).copied())
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
 
     #[test]
     fn core_lists_and_masks() {

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use ubdirect::pipeline::{
     compare, file_checksum, numa_node_of_cpu, pin_to_core, queue_checksum, run_copy, run_direct,
-    run_direct_watching, run_sink_only, BarSink, DmaFaultWatch, Limit, Mode, NullSink,
-    PipelineConfig, PipelineReport, PipelineSink,
+    run_direct_watching, run_mapped, run_sink_only, BarSink, CudaSinks, DmaFaultWatch, Limit,
+    MappedFile, Mode, NullSink, PipelineConfig, PipelineReport, PipelineSink,
 };
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
 
+use super::units::{parse_offset, parse_size};
 use super::{CliResult, Outcome};
 
 /// Stream a source through the UB pool into a sink on one pinned polling thread, and report
@@ -21,17 +22,21 @@ use super::{CliResult, Outcome};
 ///   ubdirect pipeline --source file:/dev/shm/data --sink cuda:0 --mode copy
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// nvme:<pci-addr>[/nsid] (bound to vfio-pci) or file:<path> (io_uring).
+    /// nvme:<pci-addr> (bound to vfio-pci; --ns picks the namespace) or file:<path> (io_uring).
     #[arg(long, value_parser = parse_source)]
     source: SourceSpec,
-    /// cuda[:gpu] | bar:<pci-addr>/<bar> | null.
+    /// Namespace id of an nvme: source (default: the first active one).
+    #[arg(long = "ns", value_name = "NSID", value_parser = clap::value_parser!(u32).range(1..))]
+    ns: Option<u32>,
+    /// cuda[:gpu[,gpu...]] | cuda:all | bar:<pci-addr>/<bar> | null. Several GPUs: blocks are
+    /// striped over them round-robin, each GPU with its own streams and events.
     #[arg(long, default_value = "null", value_parser = parse_sink)]
     sink: SinkSpec,
     /// Bytes per block (K/M/G suffixes; > 256 KiB suits storage).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     block_size: u64,
-    /// Source requests kept in flight.
-    #[arg(long, default_value_t = 32)]
+    /// Source requests kept in flight (queue depth).
+    #[arg(short = 'q', long = "queue-depth", alias = "qd", default_value_t = 32)]
     qd: usize,
     /// Pool size in bytes (default: block size x block count).
     #[arg(long, value_parser = parse_size)]
@@ -42,8 +47,8 @@ pub struct Args {
     /// Bytes to move (default: the whole source once).
     #[arg(long, value_parser = parse_size, conflicts_with = "seconds")]
     bytes: Option<u64>,
-    /// Source byte offset to start at (logical-block aligned).
-    #[arg(long, default_value = "0", value_parser = parse_offset)]
+    /// Where in the source to start, in bytes (K/M/G suffixes; logical-block aligned).
+    #[arg(long = "offset", alias = "start", default_value = "0", value_parser = parse_offset)]
     start: u64,
     /// Run this many seconds instead (wrapping around the source).
     #[arg(long)]
@@ -66,13 +71,29 @@ pub struct Args {
     /// CUDA copy streams.
     #[arg(long, default_value_t = 4)]
     streams: usize,
-    /// File sources: auto (O_DIRECT, buffered for tmpfs or when refused), direct, buffered.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "direct", "buffered"])]
+    /// File sources: mapped (the page cache mapped read-only and registered once with CUDA;
+    /// the copy engines read it in place), direct (O_DIRECT into the UB pool), buffered
+    /// (io_uring page-cache reads into the UB pool), auto (mapped when the file is >= 90% in
+    /// the page cache and the sink is CUDA in direct mode; otherwise O_DIRECT, buffered for
+    /// tmpfs or when refused).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "mapped", "direct", "buffered"])]
     io: String,
+    /// --io mapped: most bytes of file mappings kept registered (default: half the RAM).
+    #[arg(long, value_parser = parse_size)]
+    map_cap: Option<u64>,
+    /// Run the measured pass this many times in one process (registered file windows are
+    /// reused by the later runs).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// File sources: punt reads to io-wq workers (spreads page-cache copies over cores):
     /// auto (on for buffered), on, off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     uring_async: String,
+    /// File sources: when the source has nothing ready, sleep in the kernel up to this many
+    /// microseconds for a completion instead of spinning (default: 1000 for O_DIRECT, 0 =
+    /// spin for buffered).
+    #[arg(long)]
+    uring_idle_wait_us: Option<u64>,
     /// File sources: cap on io-wq workers.
     #[arg(long)]
     uring_workers: Option<u32>,
@@ -80,8 +101,8 @@ pub struct Args {
     #[arg(long)]
     sqpoll: Option<u32>,
     /// Print UBD-HOSTCHECK lines NAME,SOURCE_FILE,BAR_FILE comparing BAR blocks with the
-    /// source's backing file (test bed).
-    #[arg(long)]
+    /// source's backing file (test bed only: hidden from --help).
+    #[arg(long, hide = true)]
     hostcheck: Option<String>,
 }
 
@@ -95,8 +116,12 @@ enum SourceSpec {
 /// Where it goes.
 #[derive(Debug, Clone)]
 enum SinkSpec {
-    Cuda(usize),
-    Bar { addr: PciAddress, bar: u8 },
+    /// GPU ordinals (empty = every GPU the driver sees).
+    Cuda(Vec<usize>),
+    Bar {
+        addr: PciAddress,
+        bar: u8,
+    },
     Null,
 }
 
@@ -106,7 +131,7 @@ fn parse_source(s: &str) -> Result<SourceSpec, String> {
             Some((a, n)) => (
                 a,
                 Some(n.parse::<u32>().map_err(|_| {
-                    format!("bad namespace id '{n}' in '{s}' (nvme:<pci-addr>/<nsid>)")
+                    format!("bad namespace id '{n}' in '{s}': name the namespace with --ns <nsid>")
                 })?),
             ),
             None => (rest, None),
@@ -126,21 +151,29 @@ fn parse_source(s: &str) -> Result<SourceSpec, String> {
         return Ok(SourceSpec::File(PathBuf::from(p)));
     }
     Err(format!(
-        "unknown source '{s}': use nvme:<pci-addr>[/nsid] or file:<path>"
+        "unknown source '{s}': use nvme:<pci-addr> (with --ns <nsid>) or file:<path>"
     ))
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
     match s {
         "null" => return Ok(SinkSpec::Null),
-        "cuda" => return Ok(SinkSpec::Cuda(0)),
+        "cuda" => return Ok(SinkSpec::Cuda(vec![0])),
+        "cuda:all" => return Ok(SinkSpec::Cuda(Vec::new())),
         _ => {}
     }
     if let Some(n) = s.strip_prefix("cuda:") {
-        return n
-            .parse()
-            .map(SinkSpec::Cuda)
-            .map_err(|_| format!("bad GPU ordinal in '{s}' (cuda:0)"));
+        let mut v = Vec::new();
+        for part in n.split(',') {
+            let o: usize = part.trim().parse().map_err(|_| {
+                format!("bad GPU ordinal '{part}' in '{s}' (cuda:0, cuda:0,1 or cuda:all)")
+            })?;
+            if v.contains(&o) {
+                return Err(format!("GPU {o} is listed twice in '{s}'"));
+            }
+            v.push(o);
+        }
+        return Ok(SinkSpec::Cuda(v));
     }
     if let Some(rest) = s.strip_prefix("bar:") {
         let (a, b) = rest
@@ -157,7 +190,7 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
         return Ok(SinkSpec::Bar { addr, bar });
     }
     Err(format!(
-        "unknown sink '{s}': use cuda[:gpu], bar:<pci-addr>/<bar> or null"
+        "unknown sink '{s}': use cuda[:gpu[,gpu...]], cuda:all, bar:<pci-addr>/<bar> or null"
     ))
 }
 
@@ -166,38 +199,6 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
         "direct" => Ok(Mode::Direct),
         "copy" => Ok(Mode::Copy),
         _ => Err(format!("unknown mode '{s}': direct or copy")),
-    }
-}
-
-/// Sizes with an optional K/M/G/T suffix (binary), e.g. "4M", "512KiB", "1G", "4096".
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, shift) = match t.chars().last() {
-        Some('K') | Some('k') => (&t[..t.len() - 1], 10),
-        Some('M') | Some('m') => (&t[..t.len() - 1], 20),
-        Some('G') | Some('g') => (&t[..t.len() - 1], 30),
-        Some('T') | Some('t') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size '{s}' (e.g. 4M, 512K, 1G)"))?;
-    n.checked_mul(1u64 << shift)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| format!("size '{s}' is zero or too large"))
-}
-
-/// An offset: 0 or a size ("64M").
-fn parse_offset(s: &str) -> Result<u64, String> {
-    if s.trim() == "0" {
-        Ok(0)
-    } else {
-        parse_size(s)
     }
 }
 
@@ -226,7 +227,7 @@ pub fn run(args: &Args) -> CliResult {
 fn run_pipeline(args: &Args) -> CliResult {
     let bs = usize::try_from(args.block_size).map_err(|_| "block size too large")?;
     if args.qd == 0 {
-        return Err("--qd must be at least 1".into());
+        return Err("--queue-depth must be at least 1".into());
     }
     let blocks = match (args.blocks, args.pool_size) {
         (Some(b), _) => b,
@@ -238,6 +239,9 @@ fn run_pipeline(args: &Args) -> CliResult {
             "the pool holds no block: --pool-size must be at least --block-size ({bs})"
         )
         .into());
+    }
+    if args.ns.is_some() && matches!(args.source, SourceSpec::File(_)) {
+        return Err("--ns names a namespace of an nvme: source; a file: source has none".into());
     }
     if args.mode == Mode::Copy && !matches!(args.source, SourceSpec::File(_)) {
         return Err("--mode copy is the classic read() path: it needs a file: source".into());
@@ -324,68 +328,103 @@ fn run_pipeline(args: &Args) -> CliResult {
     let mut reports = Vec::new();
     match &args.source {
         SourceSpec::File(path) => {
-            let opts = ubdirect_uring::UringOptions {
-                direct: match args.io.as_str() {
-                    "direct" => ubdirect_uring::DirectMode::Require,
-                    "buffered" => ubdirect_uring::DirectMode::Off,
-                    _ => ubdirect_uring::DirectMode::Auto,
-                },
-                depth: args.qd,
-                sqpoll_idle_ms: args.sqpoll,
-                force_async: match args.uring_async.as_str() {
-                    "on" => Some(true),
-                    "off" => Some(false),
-                    _ => None,
-                },
-                max_workers: args.uring_workers,
-                // io-wq workers everywhere but the polling core.
-                iowq_cpus: args
-                    .core
-                    .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
-                writable: false,
-            };
-            let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
-            let cap = q.capacity();
-            let cfg = PipelineConfig {
-                limit: limit(args, cap)?,
-                ..cfg
-            };
-            let name = format!(
-                "file:{} (io_uring, {}{})",
-                path.display(),
-                if q.is_direct() {
-                    "O_DIRECT"
-                } else {
-                    "buffered"
-                },
-                if q.is_async() { ", io-wq" } else { "" }
-            );
-            let mut sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
-            warn_numa(args.core, device_numa);
-            if args.segments {
-                let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, true)?;
-                reports.extend(seg);
+            let is_cuda = matches!(args.sink, SinkSpec::Cuda(_));
+            if args.repeat == 0 {
+                return Err("--repeat must be at least 1".into());
             }
-            let mut r = match args.mode {
-                Mode::Direct => run_direct(&mut q, sink.as_mut(), &pool, &cfg, "pipeline", &name)?,
-                Mode::Copy => run_copy(path, sink.as_mut(), &cfg, "pipeline (classic copy)")?,
+            if args.repeat > 1 && args.verify {
+                return Err("--verify checks one run: drop --repeat".into());
+            }
+            if args.io == "mapped" && !(is_cuda && args.mode == Mode::Direct) {
+                return Err("--io mapped hands registered page cache to the GPU copy engines: it needs --sink cuda[...] and --mode direct (use --io buffered or direct otherwise)".into());
+            }
+            let file = std::fs::File::open(path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            let size = file.metadata()?.len();
+            let mapped = match args.io.as_str() {
+                "mapped" => Some(resident(&file, args, size)),
+                "auto" if is_cuda && args.mode == Mode::Direct => {
+                    let r = resident(&file, args, size);
+                    (r >= AUTO_MAPPED_RESIDENT).then_some(r)
+                }
+                _ => None,
             };
-            if args.verify {
-                let expected = file_checksum(path, args.start, r.bytes)?;
-                add_verify(
-                    &mut r,
-                    sink.as_mut(),
-                    expected,
-                    "sink checksum vs read() of the file",
+            if let Some(resident) = mapped {
+                let limit = limit(args, size)?;
+                let cfg = PipelineConfig { limit, ..cfg };
+                let mut sinks = make_cuda_sinks(args, &pool, args.qd, &mut device_numa)?;
+                warn_numa(args.core, device_numa);
+                let gpu = ubdirect_cuda::CudaGpu::open(cuda_ordinals(args)?[0])?;
+                let pinner = ubdirect_cuda::CudaHostPinner::new(&gpu)?;
+                let registry =
+                    ubdirect_cuda::FileWindowRegistry::new(Arc::new(pinner), map_cap(args));
+                let src = MappedFile {
+                    file: &file,
+                    name: format!(
+                        "file:{} (mapped page cache, registered read-only)",
+                        path.display()
+                    ),
+                    registry: &registry,
+                    resident,
+                };
+                if args.segments {
+                    let c = PipelineConfig {
+                        verify: false,
+                        ..cfg.clone()
+                    };
+                    let mut seg = run_sink_only(
+                        &mut sinks,
+                        &pool,
+                        &c,
+                        "segment: pinned UB -> GPU (H2D ceiling, no source)",
+                    )?;
+                    seg.gpus = sinks.shares(std::time::Duration::from_secs_f64(seg.seconds));
+                    reports.push(seg);
+                    sinks.reset_counts();
+                }
+                for i in 0..args.repeat {
+                    let label = if args.repeat > 1 {
+                        format!("pipeline (run {}/{})", i + 1, args.repeat)
+                    } else {
+                        "pipeline".to_string()
+                    };
+                    let mut r = run_mapped(&src, &mut sinks, &cfg, &label)?;
+                    sinks.reset_counts();
+                    if args.verify {
+                        let expected = file_checksum(path, args.start, r.bytes)?;
+                        add_verify(
+                            &mut r,
+                            &mut sinks,
+                            expected,
+                            "GPU checksum vs read() of the file",
+                        )?;
+                    }
+                    reports.push(r);
+                }
+                drop(sinks);
+                drop(registry);
+            } else {
+                file_uring(
+                    args,
+                    path,
+                    &pool,
+                    bar_region.as_ref(),
+                    cfg,
+                    &mut device_numa,
+                    &mut reports,
                 )?;
             }
-            reports.push(r);
         }
         SourceSpec::Nvme { addr, nsid } => {
             let ctrl = ctrl.as_ref().ok_or("NVMe controller not opened")?;
+            let nsid = super::namespace::merge(args.ns, *nsid)?;
+            let ns = super::namespace::pick(ctrl, &addr.to_string(), nsid)?;
             let qopts = ubdirect_nvme::QueueOptions {
                 depth: (args.qd * 4).max(64),
-                nsid: *nsid,
+                nsid: Some(ns.nsid),
+                // A timeout or a controller reset under the run resets the controller and
+                // submits the reads in flight again: no block is lost.
+                recovery: ubdirect_nvme::Recovery::Requeue,
                 ..Default::default()
             };
             let mut q = ubdirect_nvme::IoQueuePair::new(ctrl, qopts)?;
@@ -402,6 +441,11 @@ fn run_pipeline(args: &Args) -> CliResult {
                 let sink_alone = bar_region.is_none();
                 let seg = segments(&mut q, sink.as_mut(), &pool, &cfg, &name, sink_alone)?;
                 reports.extend(seg);
+                if sink_alone {
+                    // The sink-alone segment fed this sink: a fresh one for the verified run.
+                    drop(sink);
+                    sink = make_sink(args, &pool, bar_region.as_ref(), cap, &mut device_numa)?;
+                }
             }
             // A hot-unplug of the controller or the BAR device ends the run with a typed error
             // (checked every 100 ms) instead of blocking the kernel's removal until exit.
@@ -410,6 +454,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             for d in &watched {
                 d.enable_removal_notice()?;
             }
+            let reset_hook = super::fault_hook::arm(ctrl.device());
             let mut r = run_direct_watching(
                 &mut q,
                 sink.as_mut(),
@@ -433,12 +478,20 @@ fn run_pipeline(args: &Args) -> CliResult {
             if let Some(hc) = &args.hostcheck {
                 print_hostchecks(hc, sink.as_ref())?;
             }
+            drop(reset_hook);
+            if ctrl.resets() > 0 {
+                eprintln!(
+                    "ubdirect pipeline: NVMe controller {addr} was reset {} time(s) during the run; the reads in flight were submitted again (requeued commands: {})",
+                    ctrl.resets(),
+                    q.stats().requeued
+                );
+            }
             reports.push(r);
         }
     }
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        super::pipeline_json::print(&reports)?;
     } else {
         for r in &reports {
             println!("{r}");
@@ -452,6 +505,121 @@ fn run_pipeline(args: &Args) -> CliResult {
         .into()),
         _ => Ok(Outcome::Success),
     }
+}
+
+/// Page-cache residency above which `--io auto` maps the file instead of reading it.
+const AUTO_MAPPED_RESIDENT: f64 = 0.9;
+
+/// Fraction of the range the run reads that is in the page cache (0 when it cannot be told).
+fn resident(file: &std::fs::File, args: &Args, size: u64) -> f64 {
+    let start = args.start.min(size);
+    let len = args.bytes.unwrap_or(u64::MAX).min(size - start);
+    ubdirect_cuda::resident_fraction(file, start, len).unwrap_or(0.0)
+}
+
+/// `--map-cap`, or half the RAM (MemTotal / 2), or 16 GiB when /proc/meminfo says nothing.
+fn map_cap(args: &Args) -> u64 {
+    args.map_cap.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<u64>().ok())
+            })
+            .map(|kb| kb * 1024 / 2)
+            .unwrap_or(16 << 30)
+    })
+}
+
+/// The file source through io_uring into the UB pool (`--io direct|buffered`, auto's fallback).
+#[allow(clippy::too_many_arguments)]
+fn file_uring(
+    args: &Args,
+    path: &std::path::Path,
+    pool: &Arc<UbPool>,
+    bar_region: Option<&Arc<UbRegion>>,
+    cfg: PipelineConfig,
+    device_numa: &mut Option<u32>,
+    reports: &mut Vec<PipelineReport>,
+) -> Result<(), BoxErr> {
+    let opts = ubdirect_uring::UringOptions {
+        direct: match args.io.as_str() {
+            "direct" => ubdirect_uring::DirectMode::Require,
+            "buffered" => ubdirect_uring::DirectMode::Off,
+            _ => ubdirect_uring::DirectMode::Auto,
+        },
+        depth: args.qd,
+        sqpoll_idle_ms: args.sqpoll,
+        force_async: match args.uring_async.as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => None,
+        },
+        max_workers: args.uring_workers,
+        // io-wq workers everywhere but the polling core.
+        iowq_cpus: args
+            .core
+            .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
+        writable: false,
+        idle_wait: args
+            .uring_idle_wait_us
+            .map(std::time::Duration::from_micros),
+    };
+    let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
+    let cap = q.capacity();
+    let cfg = PipelineConfig {
+        limit: limit(args, cap)?,
+        ..cfg
+    };
+    let name = format!(
+        "file:{} (io_uring, {}{})",
+        path.display(),
+        if q.is_direct() {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        },
+        if q.is_async() { ", io-wq" } else { "" }
+    );
+    let mut sink = make_sink(args, pool, bar_region, cap, device_numa)?;
+    warn_numa(args.core, *device_numa);
+    if args.segments {
+        let seg = segments(&mut q, sink.as_mut(), pool, &cfg, &name, true)?;
+        reports.extend(seg);
+        // The sink-alone segment fed this sink: a fresh one for the verified run
+        // (the old one released first: a CUDA sink registers the pool with the GPU).
+        drop(sink);
+        sink = make_sink(args, pool, bar_region, cap, device_numa)?;
+    }
+    for i in 0..args.repeat {
+        let label = if args.repeat > 1 {
+            format!("pipeline (run {}/{})", i + 1, args.repeat)
+        } else {
+            "pipeline".to_string()
+        };
+        let mut r = match args.mode {
+            Mode::Direct => run_direct(&mut q, sink.as_mut(), pool, &cfg, &label, &name)?,
+            Mode::Copy => run_copy(
+                path,
+                sink.as_mut(),
+                &cfg,
+                &format!("{label} (classic copy)"),
+            )?,
+        };
+        if args.verify {
+            let expected = file_checksum(path, args.start, r.bytes)?;
+            add_verify(
+                &mut r,
+                sink.as_mut(),
+                expected,
+                "sink checksum vs read() of the file",
+            )?;
+        }
+        reports.push(r);
+    }
+    Ok(())
 }
 
 /// `--segments`: the source alone into a null sink, then (with `sink_alone`) the sink alone,
@@ -550,19 +718,56 @@ fn make_sink(
                 args.verify,
             ))
         }
-        SinkSpec::Cuda(ordinal) => {
-            let cfg = ubdirect_cuda::CudaSinkConfig {
-                ordinal: *ordinal,
-                streams: args.streams.max(1),
-                depth: pool.block_count(),
-                block_size: pool.block_size(),
-                verify: args.verify,
-            };
-            let sink = ubdirect_cuda::CudaSink::new(&cfg, &[pool.region().clone()])?;
-            *numa = numa.or(sink.gpu().numa_node());
-            Box::new(sink)
-        }
+        SinkSpec::Cuda(_) => Box::new(make_cuda_sinks(args, pool, pool.block_count(), numa)?),
     })
+}
+
+/// The GPU ordinals of `--sink cuda...` (`cuda:all`: every GPU the driver sees).
+fn cuda_ordinals(args: &Args) -> Result<Vec<usize>, BoxErr> {
+    match &args.sink {
+        SinkSpec::Cuda(v) if !v.is_empty() => Ok(v.clone()),
+        SinkSpec::Cuda(_) => {
+            ubdirect_cuda::driver_available()?;
+            let n = ubdirect_cuda::CudaGpu::count();
+            if n == 0 {
+                return Err("cuda:all: the driver sees no GPU".into());
+            }
+            Ok((0..n).collect())
+        }
+        _ => Err("not a CUDA sink".into()),
+    }
+}
+
+/// One CUDA sink per GPU of `--sink`, `depth` copies each; the pool's memory is registered
+/// once (PORTABLE: every GPU's context sees it as pinned).
+fn make_cuda_sinks(
+    args: &Args,
+    pool: &Arc<UbPool>,
+    depth: usize,
+    numa: &mut Option<u32>,
+) -> Result<CudaSinks, BoxErr> {
+    let ordinals = cuda_ordinals(args)?;
+    let mut sinks = Vec::with_capacity(ordinals.len());
+    for (i, &ordinal) in ordinals.iter().enumerate() {
+        let cfg = ubdirect_cuda::CudaSinkConfig {
+            ordinal,
+            streams: args.streams.max(1),
+            depth: depth.max(1),
+            block_size: pool.block_size(),
+            verify: args.verify,
+        };
+        let regions = if i == 0 {
+            vec![pool.region().clone()]
+        } else {
+            Vec::new()
+        };
+        let sink = ubdirect_cuda::CudaSink::new(&cfg, &regions)?;
+        if i == 0 {
+            *numa = numa.or(sink.gpu().numa_node());
+        }
+        sinks.push(sink);
+    }
+    Ok(CudaSinks::new(sinks, ordinals, pool.block_size()))
 }
 
 fn warn_numa(core: Option<usize>, device_numa: Option<u32>) {
@@ -582,7 +787,7 @@ fn add_verify(
 ) -> Result<(), BoxErr> {
     let delivered = sink
         .delivered_checksum()
-        .ok_or("this sink cannot verify")??;
+        .ok_or("this sink cannot check what it received: run without --verify")??;
     r.verify = Some(compare(method, delivered, expected));
     Ok(())
 }
@@ -635,8 +840,12 @@ mod tests {
     #[test]
     fn sinks_parse_or_say_what_is_wrong() {
         assert!(matches!(parse_sink("null").unwrap(), SinkSpec::Null));
-        assert!(matches!(parse_sink("cuda").unwrap(), SinkSpec::Cuda(0)));
-        assert!(matches!(parse_sink("cuda:3").unwrap(), SinkSpec::Cuda(3)));
+        assert!(matches!(parse_sink("cuda").unwrap(), SinkSpec::Cuda(v) if v == [0]));
+        assert!(matches!(parse_sink("cuda:3").unwrap(), SinkSpec::Cuda(v) if v == [3]));
+        assert!(matches!(parse_sink("cuda:0,1").unwrap(), SinkSpec::Cuda(v) if v == [0, 1]));
+        assert!(matches!(parse_sink("cuda:all").unwrap(), SinkSpec::Cuda(v) if v.is_empty()));
+        assert!(parse_sink("cuda:0,0").unwrap_err().contains("twice"));
+        assert!(parse_sink("cuda:0,").unwrap_err().contains("ordinal"));
         assert!(matches!(
             parse_sink("bar:00:06.0/2").unwrap(),
             SinkSpec::Bar { bar: 2, .. }
@@ -646,21 +855,112 @@ mod tests {
             .unwrap_err()
             .contains("BAR number"));
         assert!(parse_sink("bar:00:06.0/7").unwrap_err().contains("0..5"));
-        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu]"));
+        assert!(parse_sink("gpu").unwrap_err().contains("cuda[:gpu"));
+    }
+
+    fn parse(args: &[&str]) -> Args {
+        use clap::Parser;
+        let cli =
+            crate::cli::Cli::try_parse_from(["ubdirect", "pipeline"].iter().chain(args).copied())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            crate::cli::Command::Pipeline(a) => a,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
-        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("4X").is_err());
-        assert!(parse_size("99999999999T").is_err());
-        assert_eq!(parse_offset("0").unwrap(), 0);
-        assert_eq!(parse_offset("64M").unwrap(), 64 << 20);
+    fn one_spelling_for_offsets_depth_and_namespaces_old_ones_still_work() {
+        let a = parse(&[
+            "--source",
+            "nvme:00:04.0",
+            "--ns",
+            "2",
+            "--offset",
+            "64M",
+            "-q",
+            "4",
+        ]);
+        assert_eq!((a.ns, a.start, a.qd), (Some(2), 64 << 20, 4));
+        let a = parse(&["--source", "nvme:00:04.0/2", "--start", "1M", "--qd", "8"]);
+        assert_eq!((a.start, a.qd), (1 << 20, 8));
+        assert!(matches!(a.source, SourceSpec::Nvme { nsid: Some(2), .. }));
+        assert!(crate::cli::namespace::merge(a.ns, Some(2)).is_ok());
+    }
+
+    #[test]
+    fn modes() {
         assert!(parse_mode("fast").is_err());
+        assert!(parse_mode("copy").is_ok());
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut v = vec!["pipeline"];
+        v.extend_from_slice(extra);
+        <T as clap::Parser>::try_parse_from(v).unwrap().a
+    }
+
+    fn temp_file(tag: &str, len: usize) -> (PathBuf, String) {
+        let p = std::env::temp_dir().join(format!("ubd-cli-{tag}-{}", std::process::id()));
+        std::fs::write(&p, vec![7u8; len]).unwrap();
+        let s = format!("file:{}", p.display());
+        (p, s)
+    }
+
+    #[test]
+    fn io_mapped_needs_a_cuda_sink_and_direct_mode() {
+        let (p, src) = temp_file("needs", 1 << 20);
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "null", "--io", "mapped", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--io mapped") && e.contains("--sink cuda"),
+            "{e}"
+        );
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--mode", "copy", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--mode direct"), "{e}");
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda", "--io", "mapped", "--qd", "2", "--repeat", "2",
+            "--verify",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--repeat"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn io_mapped_without_a_driver_says_so() {
+        if ubdirect_cuda::driver_available().is_ok() {
+            return; // a GPU machine: the device run covers mapped mode
+        }
+        let (p, src) = temp_file("nodriver", 1 << 20);
+        for io in ["mapped", "auto"] {
+            let e = run_pipeline(&args(&[
+                "--source", &src, "--sink", "cuda:0,1", "--io", io, "--qd", "2",
+            ]))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("libcuda"), "--io {io}: {e}");
+        }
+        let e = run_pipeline(&args(&[
+            "--source", &src, "--sink", "cuda:all", "--qd", "2",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("libcuda"), "{e}");
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

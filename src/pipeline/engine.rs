@@ -8,9 +8,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::seams::{
-    BlockCompletion, BlockError, BlockErrorKind, BlockQueue, SinkErrorKind,
-};
+use ubdirect_core::seams::{BlockCompletion, BlockErrorKind, BlockQueue, SinkErrorKind};
 use ubdirect_core::util::{rdtsc, LatencyHistogram};
 use ubdirect_core::{PciDevice, UbBuf, UbPool};
 
@@ -213,17 +211,6 @@ where
         let n = {
             let mut on_done = |c: BlockCompletion| {
                 let n = match c.result {
-                    Ok(0) => {
-                        let e = BlockError::new(
-                            BlockErrorKind::Device,
-                            format!(
-                                "source returned 0 bytes at stream offset {} (truncated?)",
-                                c.tag
-                            ),
-                        );
-                        err.get_or_insert(PipelineError::Source(e));
-                        return;
-                    }
                     Ok(n) => n,
                     Err(e) => {
                         err.get_or_insert(PipelineError::Source(e));
@@ -231,13 +218,19 @@ where
                     }
                 };
                 // The request was rounded up to the logical block; deliver the bytes asked for.
+                // Fewer than that is a short read: an error, never a hole in the stream.
                 let s = c.tag / bs;
                 let md = meta[(s & mask) as usize];
-                let len = if md.seq == s {
-                    n.min(md.len as usize)
-                } else {
-                    n
-                };
+                let want = if md.seq == s { md.len } else { bs };
+                if (n as u64) < want {
+                    err.get_or_insert(PipelineError::ShortRead {
+                        offset: c.tag,
+                        got: n as u64,
+                        want,
+                    });
+                    return;
+                }
+                let len = want as usize;
                 delivered_bytes += len as u64;
                 match sink.submit(c.buf, len, c.tag) {
                     Ok(()) => {}

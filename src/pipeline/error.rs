@@ -12,6 +12,17 @@ pub enum PipelineError {
     /// The source failed.
     #[error("source: {0}")]
     Source(BlockError),
+    /// The source completed a read with fewer bytes than asked for: the data past them would be
+    /// a hole in the stream, so the run stops instead of delivering it.
+    #[error("source: short read at stream offset {offset}: {got} of {want} bytes (the source shrank or the device returned less than asked; check its size and dmesg); nothing past it was delivered")]
+    ShortRead {
+        /// Stream offset of the block.
+        offset: u64,
+        /// Bytes the source returned.
+        got: u64,
+        /// Bytes the block needed.
+        want: u64,
+    },
     /// The sink failed.
     #[error("sink: {0}")]
     Sink(SinkError),

@@ -34,14 +34,16 @@ impl Sink for NullSink {
             let msg = format!("{len} bytes from a {}-byte buffer", buf.len());
             return Err((buf, SinkError::new(SinkErrorKind::InvalidRequest, msg)));
         }
-        if let Some(sum) = &mut self.checksum {
-            *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
-        }
+        // Refuse before counting: a refused buffer comes back, is resubmitted and must be
+        // checksummed once, when it is accepted.
         if self.done.is_full() {
             return Err((
                 buf,
                 SinkError::new(SinkErrorKind::Full, "null sink full: poll first"),
             ));
+        }
+        if let Some(sum) = &mut self.checksum {
+            *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
         }
         self.done.push(buf, tag);
         Ok(())

@@ -54,6 +54,32 @@ pub struct VerifyResult {
     pub ok: bool,
 }
 
+/// One GPU's share of a striped run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuShare {
+    /// Which GPU ("cuda:1 (NVIDIA H200)").
+    pub gpu: String,
+    /// Bytes it received.
+    pub bytes: u64,
+    /// Its GB/s over the run's wall time.
+    pub gb_per_s: f64,
+}
+
+/// What a mapped-file run (`--io mapped`) did with the registered page cache.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MappedInfo {
+    /// Fraction of the file's pages in the page cache when the run chose its I/O.
+    pub resident: f64,
+    /// Windows mapped and registered by this run (before it and during it).
+    pub windows_registered: u64,
+    /// Window acquisitions served by an already registered window.
+    pub windows_reused: u64,
+    /// Seconds spent mapping and registering (cuMemHostRegister) for this run.
+    pub register_s: f64,
+    /// GB/s with the registration time added to the wall time (what one cold pass costs).
+    pub gb_per_s_with_register: f64,
+}
+
 /// One run's figures.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PipelineReport {
@@ -81,6 +107,15 @@ pub struct PipelineReport {
     pub iops: f64,
     /// Process CPU seconds (all threads, kernel workers included) per GB moved.
     pub cpu_s_per_gb: f64,
+    /// Cores the run used: process CPU seconds (every thread, io-wq and driver threads
+    /// included) per wall-clock second.
+    pub cores: f64,
+    /// Per-GPU figures when the sink stripes over several GPUs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuShare>,
+    /// Registered-mapping figures of a `--io mapped` run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<MappedInfo>,
     /// Per-block latency, source submit to sink completion.
     pub latency: LatencySummary,
     /// Cycles (TSC) spent reaping one source completion and handing it to the sink.
@@ -124,6 +159,9 @@ impl PipelineReport {
             } else {
                 0.0
             },
+            cores: cpu.as_secs_f64() / s,
+            gpus: Vec::new(),
+            mapped: None,
             latency: lat.into(),
             cycles_per_completion: None,
             verify: None,
@@ -145,13 +183,34 @@ impl fmt::Display for PipelineReport {
         )?;
         writeln!(
             f,
-            "  {:.3} GB in {:.3} s: {:.2} GB/s, {:.0} blocks/s, {:.3} CPU-s/GB",
+            "  {:.3} GB in {:.3} s: {:.2} GB/s, {:.0} blocks/s, {:.3} CPU-s/GB, {:.2} cores",
             self.bytes as f64 / 1e9,
             self.seconds,
             self.gb_per_s,
             self.iops,
-            self.cpu_s_per_gb
+            self.cpu_s_per_gb,
+            self.cores
         )?;
+        for g in &self.gpus {
+            writeln!(
+                f,
+                "  {}: {:.3} GB, {:.2} GB/s",
+                g.gpu,
+                g.bytes as f64 / 1e9,
+                g.gb_per_s
+            )?;
+        }
+        if let Some(m) = &self.mapped {
+            writeln!(
+                f,
+                "  mapped page cache ({:.0}% resident): {} window(s) registered in {:.3} s, {} reuse(s); {:.2} GB/s with registration",
+                m.resident * 100.0,
+                m.windows_registered,
+                m.register_s,
+                m.windows_reused,
+                m.gb_per_s_with_register
+            )?;
+        }
         let l = &self.latency;
         write!(
             f,
@@ -172,5 +231,35 @@ impl fmt::Display for PipelineReport {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cores_are_cpu_seconds_per_wall_second_in_text_and_json() {
+        let mut lat = LatencyHistogram::default();
+        lat.record(1000);
+        let r = PipelineReport::new(
+            "t",
+            Mode::Direct,
+            "src".into(),
+            "sink".into(),
+            4096,
+            1,
+            2_000_000_000,
+            10,
+            Duration::from_secs(2),
+            Duration::from_millis(500),
+            &lat,
+        );
+        assert!((r.cores - 0.25).abs() < 1e-9);
+        assert!((r.cpu_s_per_gb - 0.25).abs() < 1e-9);
+        assert!(r.to_string().contains("0.250 CPU-s/GB, 0.25 cores"), "{r}");
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["cores"].as_f64(), Some(0.25));
+        assert!(j.get("gpus").is_none() && j.get("mapped").is_none());
     }
 }

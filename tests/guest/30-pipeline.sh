@@ -54,7 +54,10 @@ if pl 1 --source file:/tmp/pl-src.bin --verify --seconds 1 && err_has "needs --b
 if pl 1 --source file:/tmp/pl-src.bin --block-size 1000 --io direct && err_has "O_DIRECT\|block"; then
     ok "direct I/O on tmpfs or unaligned block refused"
 else not_ok "direct I/O on tmpfs or unaligned block refused"; fi
-if pl 1 --source nvme:$NVME0 --sink null && err_has "vfio"; then ok "nvme not bound to vfio-pci: clear error"; else not_ok "nvme not bound to vfio-pci: clear error"; fi
+if pl 1 --source nvme:$NVME0 --sink null && err_has "not vfio-pci" && err_has "PCI_ALLOWED=$NVME0 scripts/setup.sh" &&
+    ! err_has "setup bind"; then
+    ok "nvme not bound to vfio-pci: the error names scripts/setup.sh with PCI_ALLOWED"
+else not_ok "nvme not bound to vfio-pci: the error names scripts/setup.sh with PCI_ALLOWED"; fi
 
 # ---- vfio: NVMe -> BAR (zero copy) and -> null ----
 bind-vfio "$NVME0" "$IVSHMEM" >/dev/null 2>&1
@@ -63,12 +66,16 @@ if pl 0 --source "nvme:$NVME0" --sink "bar:$IVSHMEM/2" --block-size 1M --qd 4 --
     ok "nvme (vfio) -> ivshmem BAR, verified"
     grep UBD-HOSTCHECK "$OUT"
 else not_ok "nvme (vfio) -> ivshmem BAR, verified"; fi
-if pl 0 --source "nvme:$NVME0" --sink null --block-size 512K --qd 8 --bytes 16M --segments --json && out_has '"gb_per_s"' &&
-    out_has "segment: source"; then
+if pl 0 --source "nvme:$NVME0" --sink null --block-size 512K --qd 8 --bytes 16M --segments --json && out_has '"bytes_per_s"' &&
+    out_has '"schema": "ubdirect/1"' && out_has '"queue_depth": 8' && out_has "segment: source"; then
     ok "nvme (vfio) -> null, segments, JSON"
 else not_ok "nvme (vfio) -> null, segments, JSON"; fi
 if pl 1 --source "nvme:$NVME0" --mode copy && err_has "needs a file"; then ok "copy mode needs a file source"; else not_ok "copy mode needs a file source"; fi
-if pl 1 --source "nvme:$NVME0/9" --sink null && err_has "9"; then ok "missing namespace"; else not_ok "missing namespace"; fi
+if pl 1 --source "nvme:$NVME0" --ns 9 --sink null && err_has "namespace 9 is not active" && err_has "ids are 1:" ; then
+    ok "missing namespace: the error lists the active namespace ids"
+else not_ok "missing namespace: the error lists the active namespace ids"; fi
+if pl 1 --source "nvme:$NVME0/9" --sink null && err_has "namespace 9 is not active"; then ok "old nvme:addr/N spelling still works"; else not_ok "old nvme:addr/N spelling still works"; fi
+if pl 1 --source "nvme:$NVME0/1" --ns 2 --sink null && err_has "differ"; then ok "--ns and addr/N must agree"; else not_ok "--ns and addr/N must agree"; fi
 
 rm -f /tmp/pl-src.bin "$OUT" "$ERR"
 echo "1..$n"

@@ -12,6 +12,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::VfioDevice;
 
 use super::capability::{walk, PciCapability};
+use super::model::DeviceModel;
 use super::removal::RemovalNotice;
 use super::PciAddress;
 use crate::error::{CoreError, Result};
@@ -27,12 +28,13 @@ const COMMAND: u16 = 0x04;
 const CMD_MEMORY: u16 = 1 << 1;
 const CMD_BUS_MASTER: u16 = 1 << 2;
 
-/// A PCI function opened through VFIO. Shares its domain's IOMMU mappings; holds an
-/// `Arc<DmaDomain>` so the domain outlives it. Closed (the group released) on drop.
+/// A PCI function opened through VFIO (or an in-process [`DeviceModel`], see
+/// [`PciDevice::from_model`]). Shares its domain's IOMMU mappings; holds an `Arc<DmaDomain>` so
+/// the domain outlives it. Closed (the group released) on drop.
 pub struct PciDevice {
     addr: PciAddress,
-    /// Dropped by hand in Drop, before the domain hears the device closed.
-    dev: ManuallyDrop<VfioDevice>,
+    /// The VFIO device, or the model standing in for one.
+    access: Access,
     flags: u32,
     config_off: u64,
     config_len: u64,
@@ -43,6 +45,14 @@ pub struct PciDevice {
     domain: Arc<DmaDomain>,
     /// The VFIO request channel, once [`PciDevice::enable_removal_notice`] registered it.
     removal: Mutex<Option<RemovalNotice>>,
+}
+
+/// What config space, BARs and reset go to.
+enum Access {
+    /// Dropped by hand in Drop, before the domain hears the device closed.
+    Vfio(ManuallyDrop<VfioDevice>),
+    /// An in-process model (host tests, fuzzing).
+    Model(Arc<dyn DeviceModel>),
 }
 
 impl std::fmt::Debug for PciDevice {
@@ -78,7 +88,7 @@ impl PciDevice {
             addr,
             config_off: dev.get_region_offset(cfg),
             config_len: dev.get_region_size(cfg),
-            dev,
+            access: Access::Vfio(dev),
             flags,
             vendor: 0,
             device: 0,
@@ -87,6 +97,44 @@ impl PciDevice {
             domain: domain.clone(),
             removal: Mutex::new(None),
         };
+        d.read_ids()?;
+        Ok(Arc::new(d))
+    }
+
+    /// A device whose config space, BARs, reset and removal requests are `model`'s, at the
+    /// made-up address `addr`, with DMA in `domain` (normally [`DmaDomain::host_only`]: the
+    /// model reads and writes driver memory through the domain's IOVAs). Drivers run on it
+    /// unchanged: [`PciDevice::map_bar`] returns model-backed [`Mmio`] windows.
+    pub fn from_model(
+        domain: &Arc<DmaDomain>,
+        addr: PciAddress,
+        model: Arc<dyn DeviceModel>,
+    ) -> Result<Arc<PciDevice>> {
+        let mut d = PciDevice {
+            addr,
+            config_off: 0,
+            config_len: u64::from(model.config_len()),
+            flags: if model.can_reset() {
+                VFIO_DEVICE_FLAGS_RESET
+            } else {
+                0
+            },
+            numa: model.numa_node(),
+            access: Access::Model(model),
+            vendor: 0,
+            device: 0,
+            class: 0,
+            domain: domain.clone(),
+            removal: Mutex::new(None),
+        };
+        d.read_ids()?;
+        Ok(Arc::new(d))
+    }
+
+    /// Check the config space size and read vendor, device and class.
+    fn read_ids(&mut self) -> Result<()> {
+        let addr = self.addr;
+        let d = self;
         if d.config_len < 64 {
             return Err(CoreError::ConfigAccess {
                 addr,
@@ -109,7 +157,7 @@ impl PciDevice {
         d.vendor = id as u16;
         d.device = (id >> 16) as u16;
         d.class = d.config_read_u32(8)? >> 8;
-        Ok(Arc::new(d))
+        Ok(())
     }
 
     /// The device's PCI address.
@@ -156,7 +204,20 @@ impl PciDevice {
                 self.config_len
             )));
         }
-        let fd = self.dev.as_raw_fd();
+        let dev = match &self.access {
+            Access::Vfio(dev) => dev,
+            Access::Model(m) => {
+                // SAFETY: buf points to len bytes owned by the caller (see the callers).
+                let b = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+                if what == "read" {
+                    m.config_read(off, b);
+                } else {
+                    m.config_write(off, b);
+                }
+                return Ok(());
+            }
+        };
+        let fd = dev.as_raw_fd();
         let pos = (self.config_off + u64::from(off)) as libc::off_t;
         // SAFETY: buf points to len bytes owned by the caller; pread/pwrite touch only those.
         let n = unsafe {
@@ -228,7 +289,10 @@ impl PciDevice {
         if bar > 5 {
             return Err(bad("BAR index must be 0..=5".into()));
         }
-        let len = self.dev.get_region_size(u32::from(bar));
+        let len = match &self.access {
+            Access::Vfio(dev) => dev.get_region_size(u32::from(bar)),
+            Access::Model(m) => m.bar_len(bar),
+        };
         if len == 0 {
             return Err(bad("the device does not implement this BAR (size 0)".into()));
         }
@@ -243,7 +307,18 @@ impl PciDevice {
     /// mmap the whole BAR through VFIO.
     pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
         let len = self.check_bar(bar)?;
-        let flags = self.dev.get_region_flags(u32::from(bar));
+        let dev = match &self.access {
+            Access::Vfio(dev) => dev,
+            Access::Model(m) => {
+                let len = usize::try_from(len).map_err(|_| CoreError::BadBar {
+                    addr: self.addr,
+                    bar,
+                    reason: format!("BAR of {len:#x} bytes does not fit the address space"),
+                })?;
+                return Ok(Mmio::from_model(m.clone(), bar, len));
+            }
+        };
+        let flags = dev.get_region_flags(u32::from(bar));
         if flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
             return Err(CoreError::BadBar {
                 addr: self.addr,
@@ -263,7 +338,7 @@ impl PciDevice {
             bar,
             reason: format!("BAR of {len:#x} bytes does not fit the address space"),
         })?;
-        let off = self.dev.get_region_offset(u32::from(bar));
+        let off = dev.get_region_offset(u32::from(bar));
         // SAFETY: a fresh shared mapping of the device fd at the region offset VFIO gave us.
         let p = unsafe {
             libc::mmap(
@@ -271,7 +346,7 @@ impl PciDevice {
                 len,
                 prot,
                 libc::MAP_SHARED,
-                self.dev.as_raw_fd(),
+                dev.as_raw_fd(),
                 off as libc::off_t,
             )
         };
@@ -316,8 +391,15 @@ impl PciDevice {
                 what: "VFIO_DEVICE_RESET",
             });
         }
+        let dev = match &self.access {
+            Access::Vfio(dev) => dev,
+            Access::Model(m) => {
+                m.reset();
+                return Ok(());
+            }
+        };
         // SAFETY: a no-argument ioctl on our device fd.
-        let rc = unsafe { libc::ioctl(self.dev.as_raw_fd(), VFIO_DEVICE_RESET) };
+        let rc = unsafe { libc::ioctl(dev.as_raw_fd(), VFIO_DEVICE_RESET) };
         if rc != 0 {
             return Err(CoreError::last_os(format!(
                 "VFIO_DEVICE_RESET on {}",
@@ -325,6 +407,11 @@ impl PciDevice {
             )));
         }
         Ok(())
+    }
+
+    /// True for a device made with [`PciDevice::from_model`].
+    pub fn is_model(&self) -> bool {
+        matches!(self.access, Access::Model(_))
     }
 
     /// True when VFIO reports a reset method for the device.
@@ -339,9 +426,13 @@ impl PciDevice {
     /// [`PciDevice::removal_requested`] on slow paths and, when it says so, stop I/O and drop
     /// everything holding the device: the removal completes when the device is closed.
     pub fn enable_removal_notice(&self) -> Result<()> {
+        let dev = match &self.access {
+            Access::Vfio(dev) => dev,
+            Access::Model(_) => return Ok(()),
+        };
         let mut slot = self.removal.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            *slot = Some(RemovalNotice::register(&self.dev, self.addr)?);
+            *slot = Some(RemovalNotice::register(dev, self.addr)?);
         }
         Ok(())
     }
@@ -351,6 +442,9 @@ impl PciDevice {
     /// ~100 ms between batches), never per I/O. Always false before
     /// [`PciDevice::enable_removal_notice`].
     pub fn removal_requested(&self) -> bool {
+        if let Access::Model(m) = &self.access {
+            return m.removal_requested();
+        }
         let slot = self.removal.lock().unwrap_or_else(|p| p.into_inner());
         slot.as_ref().is_some_and(RemovalNotice::requested)
     }
@@ -358,9 +452,11 @@ impl PciDevice {
 
 impl Drop for PciDevice {
     fn drop(&mut self) {
-        // SAFETY: dropped exactly once, here; the field is not used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.dev) };
-        self.domain.device_closed(self.addr);
+        if let Access::Vfio(dev) = &mut self.access {
+            // SAFETY: dropped exactly once, here; the field is not used afterwards.
+            unsafe { ManuallyDrop::drop(dev) };
+            self.domain.device_closed(self.addr);
+        }
     }
 }
 

@@ -1,11 +1,13 @@
 //! PCI devices opened through VFIO: addresses, checked config-space access, capabilities,
-//! BARs, bus mastering and reset.
+//! BARs, bus mastering and reset; or the same API over an in-process [`DeviceModel`].
 
 mod address;
 mod capability;
 mod device;
+mod model;
 mod removal;
 
 pub use address::PciAddress;
 pub use capability::PciCapability;
 pub use device::PciDevice;
+pub use model::DeviceModel;

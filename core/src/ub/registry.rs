@@ -121,6 +121,12 @@ impl UbRegistry {
     /// devices in the domain can DMA into the BAR).
     pub fn register_bar(&self, dev: &Arc<PciDevice>, bar: u8) -> Result<Arc<UbRegion>> {
         let m = dev.map_bar(bar)?;
+        if m.is_model() {
+            return Err(CoreError::Unsupported {
+                addr: dev.address(),
+                what: "registering a BAR of a device model (no memory behind it)",
+            });
+        }
         let (ptr, len) = (m.as_ptr(), m.len());
         let align = if len >= MIB2 && len % MIB2 == 0 {
             MIB2

@@ -50,3 +50,51 @@ impl Drop for HostRegistration {
         }
     }
 }
+
+/// [`crate::HostPinner`] for file windows: `cuMemHostRegister(PORTABLE | READ_ONLY)`, so every
+/// GPU's copy engines read the mapped page cache in place (one registration serves all GPUs).
+#[derive(Debug)]
+pub struct CudaHostPinner {
+    gpu: Arc<CudaGpu>,
+}
+
+impl CudaHostPinner {
+    /// A pinner registering through `gpu`'s context. Fails when the driver cannot register
+    /// read-only memory (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 0).
+    pub fn new(gpu: &Arc<CudaGpu>) -> Result<CudaHostPinner, CudaError> {
+        let ro = gpu
+            .context()
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+            )
+            .map_err(drv("cuDeviceGetAttribute"))?;
+        if ro == 0 {
+            return Err(CudaError::Unsupported(format!(
+                "{} cannot register read-only host memory, so file mappings cannot be read in place: use --io buffered or --io direct",
+                gpu.name()
+            )));
+        }
+        Ok(CudaHostPinner { gpu: gpu.clone() })
+    }
+}
+
+impl crate::HostPinner for CudaHostPinner {
+    fn pin(&self, ptr: *const u8, len: usize) -> Result<(), String> {
+        self.gpu.bind().map_err(|e| e.to_string())?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: [ptr, ptr+len) is a live read-only mapping owned by the calling FileWindow,
+        // which calls `unpin` before unmapping it.
+        unsafe { sys::cuMemHostRegister_v2(ptr as *mut _, len, flags) }
+            .result()
+            .map_err(|e| format!("cuMemHostRegister(READ_ONLY) of {len} bytes: {e:?}"))
+    }
+
+    fn unpin(&self, ptr: *const u8, _len: usize) {
+        let _ = self.gpu.bind();
+        // SAFETY: the base address `pin` registered; the window's holders drained their copies.
+        let r = unsafe { sys::cuMemHostUnregister(ptr as *mut _) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!("cuMemHostUnregister (file window) failed: {r:?}");
+        }
+    }
+}

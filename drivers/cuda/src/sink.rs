@@ -32,7 +32,8 @@ pub struct CudaSinkConfig {
 }
 
 struct InFlight {
-    buf: UbBuf,
+    /// The pool buffer copied from; `None` for a [`CudaSink::submit_host`] copy.
+    buf: Option<UbBuf>,
     tag: u64,
 }
 
@@ -240,83 +241,48 @@ impl CudaSink {
         .map_err(drv("cuLaunchKernel (checksum)"))
     }
 
-    fn submit_inner(&mut self, buf: &UbBuf, len: usize, tag: u64) -> Result<u32, SinkError> {
-        if len == 0 || len > buf.len() || len > self.slot_size {
-            return Err(SinkError::new(
-                SinkErrorKind::InvalidRequest,
-                format!(
-                    "copy of {len} bytes from a {}-byte buffer into {}-byte device slots",
-                    buf.len(),
-                    self.slot_size
-                ),
-            ));
-        }
-        if self.kernel.is_some() && tag % 8 != 0 {
-            return Err(SinkError::new(
-                SinkErrorKind::InvalidRequest,
-                format!("verify needs 8-byte aligned stream offsets as tags, got {tag}"),
-            ));
-        }
-        let Some(slot) = self.free.pop() else {
-            return Err(SinkError::new(
-                SinkErrorKind::Full,
-                format!(
-                    "{} copies in flight: poll before submitting more",
-                    self.slots.len()
-                ),
-            ));
-        };
-        let fail = |call: &str, e: cudarc::driver::DriverError| {
-            SinkError::new(SinkErrorKind::Device, format!("{call} failed: {e:?}"))
-        };
-        if let Err(e) = self.gpu.bind() {
-            self.free.push(slot);
-            return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
-        }
-        let si = self.next_stream;
-        self.next_stream = (si + 1) % self.streams.len();
-        let stream = self.streams[si];
-        let dst = self.dev + (slot as usize * self.slot_size) as u64;
-        // SAFETY: the source buffer is owned by the slot table until this copy's event completes;
-        // `dst` is a `slot_size` slot of the device ring and len <= slot_size.
-        let r =
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst, buf.as_ptr().cast(), len, stream) }.result();
-        if let Err(e) = r {
-            self.free.push(slot);
-            return Err(fail("cuMemcpyHtoDAsync", e));
-        }
-        if let Err(e) = self.launch_checksum(dst, len, tag, stream) {
-            // The copy is queued: the slot must wait for the stream before reuse.
-            let _ = self.synchronize();
-            self.free.push(slot);
-            return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
-        }
-        // SAFETY: event and stream are live handles of this context.
-        if let Err(e) = unsafe { result::event::record(self.events[slot as usize], stream) } {
-            let _ = self.synchronize();
-            self.free.push(slot);
-            return Err(fail("cuEventRecord", e));
-        }
-        self.fifo[si].push_back(slot);
-        Ok(slot)
-    }
-}
-
-impl Sink for CudaSink {
-    fn submit(&mut self, buf: UbBuf, len: usize, tag: u64) -> Result<(), (UbBuf, SinkError)> {
-        match self.submit_inner(&buf, len, tag) {
-            Ok(slot) => {
-                self.slots[slot as usize] = Some(InFlight { buf, tag });
-                Ok(())
-            }
-            Err(e) => Err((buf, e)),
-        }
+    /// Queue a copy of `len` bytes at host address `src` (memory registered with CUDA, e.g. a
+    /// [`crate::FileWindow`]) into a device slot; [`CudaSink::poll_host`] reports `tag` when it
+    /// completed. `Full` when every slot is in flight.
+    ///
+    /// # Safety
+    /// `[src, src + len)` must stay mapped (and registered) until `poll_host` (or `synchronize`,
+    /// or dropping the sink) reported the copy complete.
+    pub unsafe fn submit_host(
+        &mut self,
+        src: *const u8,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), SinkError> {
+        let slot = self.submit_inner(src, len, len, tag)?;
+        self.slots[slot as usize] = Some(InFlight { buf: None, tag });
+        Ok(())
     }
 
-    fn poll(
+    /// Reap completed copies (of either kind) in order per stream: `f(tag, result)` for each;
+    /// pool buffers of [`Sink::submit`] copies go back to their pool.
+    pub fn poll_host(
         &mut self,
         max: usize,
-        f: &mut dyn FnMut(UbBuf, u64, Result<(), SinkError>),
+        f: &mut dyn FnMut(u64, Result<(), SinkError>),
+    ) -> Result<usize, SinkError> {
+        self.poll_inner(max, &mut |_buf, tag, r| f(tag, r))
+    }
+
+    /// Copies in flight.
+    pub fn copies_in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Device ring slots (the most copies in flight).
+    pub fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn poll_inner(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Option<UbBuf>, u64, Result<(), SinkError>),
     ) -> Result<usize, SinkError> {
         let mut n = 0;
         for si in 0..self.fifo.len() {
@@ -353,6 +319,100 @@ impl Sink for CudaSink {
         Ok(n)
     }
 
+    fn submit_inner(
+        &mut self,
+        src: *const u8,
+        avail: usize,
+        len: usize,
+        tag: u64,
+    ) -> Result<u32, SinkError> {
+        if len == 0 || len > avail || len > self.slot_size {
+            return Err(SinkError::new(
+                SinkErrorKind::InvalidRequest,
+                format!(
+                    "copy of {len} bytes from a {avail}-byte buffer into {}-byte device slots",
+                    self.slot_size
+                ),
+            ));
+        }
+        if self.kernel.is_some() && tag % 8 != 0 {
+            return Err(SinkError::new(
+                SinkErrorKind::InvalidRequest,
+                format!("verify needs 8-byte aligned stream offsets as tags, got {tag}"),
+            ));
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err(SinkError::new(
+                SinkErrorKind::Full,
+                format!(
+                    "{} copies in flight: poll before submitting more",
+                    self.slots.len()
+                ),
+            ));
+        };
+        let fail = |call: &str, e: cudarc::driver::DriverError| {
+            SinkError::new(SinkErrorKind::Device, format!("{call} failed: {e:?}"))
+        };
+        if let Err(e) = self.gpu.bind() {
+            self.free.push(slot);
+            return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
+        }
+        let si = self.next_stream;
+        self.next_stream = (si + 1) % self.streams.len();
+        let stream = self.streams[si];
+        let dst = self.dev + (slot as usize * self.slot_size) as u64;
+        // SAFETY: the source (a pool buffer owned by the slot table, or host memory the caller
+        // of `submit_host` keeps mapped) lives until this copy's event completes; `dst` is a
+        // `slot_size` slot of the device ring and len <= slot_size.
+        let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream) }.result();
+        if let Err(e) = r {
+            self.free.push(slot);
+            return Err(fail("cuMemcpyHtoDAsync", e));
+        }
+        if let Err(e) = self.launch_checksum(dst, len, tag, stream) {
+            // The copy is queued: the slot must wait for the stream before reuse.
+            let _ = self.synchronize();
+            self.free.push(slot);
+            return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
+        }
+        // SAFETY: event and stream are live handles of this context.
+        if let Err(e) = unsafe { result::event::record(self.events[slot as usize], stream) } {
+            let _ = self.synchronize();
+            self.free.push(slot);
+            return Err(fail("cuEventRecord", e));
+        }
+        self.fifo[si].push_back(slot);
+        Ok(slot)
+    }
+}
+
+impl Sink for CudaSink {
+    fn submit(&mut self, buf: UbBuf, len: usize, tag: u64) -> Result<(), (UbBuf, SinkError)> {
+        match self.submit_inner(buf.as_ptr(), buf.len(), len, tag) {
+            Ok(slot) => {
+                self.slots[slot as usize] = Some(InFlight {
+                    buf: Some(buf),
+                    tag,
+                });
+                Ok(())
+            }
+            Err(e) => Err((buf, e)),
+        }
+    }
+
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(UbBuf, u64, Result<(), SinkError>),
+    ) -> Result<usize, SinkError> {
+        // Host copies (submit_host) complete here too; they have no buffer to hand back.
+        self.poll_inner(max, &mut |buf, tag, r| {
+            if let Some(buf) = buf {
+                f(buf, tag, r)
+            }
+        })
+    }
+
     fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
     }
@@ -364,8 +424,8 @@ impl Drop for CudaSink {
             // Copies may still read these buffers: leak them rather than hand them back.
             tracing::error!("CUDA sink drop: {e}; leaking in-flight buffers");
             for s in self.slots.iter_mut() {
-                if let Some(f) = s.take() {
-                    std::mem::forget(f.buf);
+                if let Some(InFlight { buf: Some(b), .. }) = s.take() {
+                    std::mem::forget(b);
                 }
             }
             return;

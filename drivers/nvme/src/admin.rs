@@ -133,6 +133,20 @@ impl Controller {
         Ok(ErrorLogEntry::parse_all(&p))
     }
 
+    /// Send one admin command that moves no data (passthrough: the caller builds the entry, the
+    /// driver sets its command id) and wait up to `admin_timeout`; returns its completion.
+    /// Entries with a data or metadata pointer (PRP1, PRP2, MPTR not 0) are refused: safe code
+    /// cannot aim the controller's DMA. Like every admin path it fails at once with
+    /// [`NvmeError::Wedged`] after an admin command timed out, until [`Controller::reset`].
+    pub fn admin_command(&self, sqe: Sqe, name: &'static str) -> Result<crate::spec::Cqe> {
+        if sqe.prp1 != 0 || sqe.prp2 != 0 || sqe.mptr != 0 {
+            return Err(NvmeError::InvalidArgument(
+                "admin_command takes commands without data: PRP1, PRP2 and MPTR must be 0",
+            ));
+        }
+        self.admin_exec(sqe, name)
+    }
+
     /// Abort command `cid` on submission queue `sqid`. Returns true when the controller says
     /// it aborted it (CQE DW0 bit 0 clear).
     pub fn abort(&self, sqid: u16, cid: u16) -> Result<bool> {

@@ -1,5 +1,12 @@
 //! The admin queue pair: one command at a time, polled to completion under a deadline.
+//!
+//! Every admin path goes through [`AdminQueue::execute`], which refuses at once once a command
+//! has timed out (the queue is "wedged" until the controller is reset): the timed-out command
+//! may still complete, or DMA into the data page, at any time, so neither a new command nor the
+//! data page is handed out before the reset disabled the controller. The SQ head comes from the
+//! completions (CQE.SQHD), and a submission that would overrun it is refused.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +63,18 @@ pub(crate) struct AdminQueue {
     entries: u16,
     sq_db_off: usize,
     cq_db_off: usize,
+    /// SQ head as last reported by the controller (CQE.SQHD).
+    sq_head: u16,
+    /// A command timed out: refuse every command until [`AdminQueue::reset`]. Shared with the
+    /// controller so it can be read without taking the admin lock.
+    wedged: Arc<AtomicBool>,
+    /// Completion entries skipped: stale (a timed-out command's late completion) or malformed.
+    pub(crate) skipped: u64,
 }
+
+/// Most completion entries one `execute` skips (stale or malformed) before it gives up: a
+/// controller posting garbage cannot keep the loop going past this, whatever the deadline.
+const MAX_SKIPPED: u32 = 4096;
 
 impl AdminQueue {
     /// Allocate the admin rings of `entries` entries each.
@@ -77,6 +95,9 @@ impl AdminQueue {
             entries,
             sq_db_off: sq_tail_doorbell(0, dstrd),
             cq_db_off: cq_head_doorbell(0, dstrd),
+            sq_head: 0,
+            wedged: Arc::new(AtomicBool::new(false)),
+            skipped: 0,
         })
     }
 
@@ -97,8 +118,22 @@ impl AdminQueue {
         self.sq.reset();
         self.cq.reset();
         self.next_cid = 0;
+        self.sq_head = 0;
         self.sq_db = Doorbell::new(self.mmio.clone(), self.sq_db_off, None);
         self.cq_db = Doorbell::new(self.mmio.clone(), self.cq_db_off, None);
+        // The controller is disabled: the timed-out command is gone with every other one, so
+        // the data page is ours again.
+        self.wedged.store(false, Ordering::Relaxed);
+    }
+
+    /// The wedged flag, shared with the controller (read without the admin lock).
+    pub(crate) fn wedged_flag(&self) -> Arc<AtomicBool> {
+        self.wedged.clone()
+    }
+
+    /// Whether a command timed out since the last reset.
+    pub(crate) fn is_wedged(&self) -> bool {
+        self.wedged.load(Ordering::Relaxed)
     }
 
     /// Number of entries of each admin ring.
@@ -106,13 +141,32 @@ impl AdminQueue {
         self.entries
     }
 
-    /// Submit `sqe`, wait for its completion up to `timeout`, and decode the status.
+    /// Submit `sqe`, wait for its completion up to `timeout`, and decode the status. Refused at
+    /// once with [`NvmeError::Wedged`] (queue 0) after an earlier command timed out, until
+    /// [`AdminQueue::reset`]; a timeout wedges the queue.
     pub(crate) fn execute(
         &mut self,
         mut sqe: Sqe,
         command: &'static str,
         timeout: Duration,
     ) -> Result<Cqe> {
+        if self.is_wedged() {
+            return Err(NvmeError::Wedged {
+                qid: 0,
+                outstanding: 1,
+                waited: Duration::ZERO,
+            });
+        }
+        let next_tail = (self.sq.tail() + 1) % self.entries;
+        if next_tail == self.sq_head {
+            // The controller says it has not fetched the entries before the tail: one more
+            // would overwrite an entry it has yet to read.
+            return Err(NvmeError::Wedged {
+                qid: 0,
+                outstanding: self.entries as usize - 1,
+                waited: Duration::ZERO,
+            });
+        }
         let cid = self.next_cid;
         self.next_cid = self.next_cid.wrapping_add(1) % (self.entries * 4);
         sqe.set_cid(cid);
@@ -120,34 +174,52 @@ impl AdminQueue {
         self.sq_db.write_always(self.sq.tail());
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut skipped = 0u32;
         loop {
             if let Some(cqe) = self.cq.peek() {
                 self.cq.advance();
                 self.cq_db.write_always(self.cq.head());
-                if cqe.cid != cid {
-                    // A late completion of an earlier command that timed out: skip it.
-                    continue;
+                if cqe.sq_head < self.entries {
+                    self.sq_head = cqe.sq_head;
                 }
-                let status = NvmeStatus::from_cqe_status(cqe.status);
-                if !status.is_success() {
-                    return Err(NvmeError::Command { command, status });
+                if cqe.cid == cid && cqe.sq_id == 0 {
+                    let status = NvmeStatus::from_cqe_status(cqe.status);
+                    if !status.is_success() {
+                        return Err(NvmeError::Command { command, status });
+                    }
+                    return Ok(cqe);
                 }
-                return Ok(cqe);
+                // A late completion of an earlier command, or garbage: skip it, but under the
+                // same deadline and a bound on how many.
+                skipped += 1;
+                self.skipped += 1;
+                if skipped >= MAX_SKIPPED || start.elapsed() > timeout {
+                    return Err(self.timed_out(command, cid, start));
+                }
+                continue;
             }
             spins += 1;
             if spins % 1024 == 0 {
                 // Admin commands run only while the controller is enabled.
                 read_csts_enabled(&self.mmio, command)?;
                 if start.elapsed() > timeout {
-                    return Err(NvmeError::Timeout {
-                        command,
-                        cid,
-                        qid: 0,
-                        waited: start.elapsed(),
-                    });
+                    return Err(self.timed_out(command, cid, start));
                 }
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// Wedge the queue after `cid` did not complete; the timeout error. Cold.
+    #[cold]
+    fn timed_out(&mut self, command: &'static str, cid: u16, start: Instant) -> NvmeError {
+        self.wedged.store(true, Ordering::Relaxed);
+        NvmeError::Timeout {
+            then: crate::error::TIMEOUT_ADMIN,
+            command,
+            cid,
+            qid: 0,
+            waited: start.elapsed(),
         }
     }
 }

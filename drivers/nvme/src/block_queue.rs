@@ -5,14 +5,14 @@ use ubdirect_core::UbBuf;
 
 use crate::error::NvmeError;
 use crate::io_queue::IoQueuePair;
-use crate::io_types::{IoBufs, Rejected};
+use crate::io_types::{IoBufs, IoCompletion, Rejected};
 
 /// Map a driver error to the seam's error kind and message (error path only).
 pub fn to_block_error(e: &NvmeError) -> BlockError {
     let kind = match e {
         NvmeError::QueueFull { .. } => BlockErrorKind::QueueFull,
-        NvmeError::Timeout { .. } => BlockErrorKind::Timeout,
-        NvmeError::Wedged { .. } => BlockErrorKind::Wedged,
+        NvmeError::Timeout { .. } | NvmeError::FailedByReset { .. } => BlockErrorKind::Timeout,
+        NvmeError::Wedged { .. } | NvmeError::ResetUnderQueue { .. } => BlockErrorKind::Wedged,
         NvmeError::DeviceGone { .. }
         | NvmeError::ControllerFatal { .. }
         | NvmeError::ControllerNotReady { .. } => BlockErrorKind::DeviceGone,
@@ -60,6 +60,17 @@ impl IoQueuePair {
         };
         let nsid = self.default_nsid();
         submit(self, nsid, lba, buf).map_err(back)
+    }
+
+    /// Completions of requests without a single buffer (flush, write zeroes, deallocate,
+    /// scatter lists: queued through the native API) that [`BlockQueue::poll`] reaped: each goes
+    /// to `f` with its result and buffers, oldest first. Returns how many.
+    pub fn take_native_completions(&mut self, mut f: impl FnMut(IoCompletion)) -> usize {
+        let n = self.held.len();
+        for c in self.held.drain(..) {
+            f(c);
+        }
+        n
     }
 
     /// The namespace the BlockQueue impl uses.
@@ -114,18 +125,24 @@ impl BlockQueue for IoQueuePair {
         max: usize,
         f: &mut dyn FnMut(BlockCompletion),
     ) -> Result<usize, BlockError> {
-        // Requests queued through the native API without a single buffer (flush, scatter
-        // lists) have no BlockCompletion shape: their buffers return to the pool.
-        IoQueuePair::poll(self, max, |c| {
-            if let IoBufs::One(buf) = c.bufs {
-                f(BlockCompletion {
-                    buf,
-                    tag: c.tag,
-                    result: c.result.map_err(|e| to_block_error(&e)),
-                })
+        // Requests queued through the native API without a single buffer (flush, write
+        // zeroes, scatter lists) have no BlockCompletion shape: they are kept, results and
+        // buffers, for `take_native_completions` (capacity for the whole depth was reserved at
+        // creation, so this allocates nothing).
+        let mut held = std::mem::take(&mut self.held);
+        let r = IoQueuePair::poll(self, max, |c| match c.bufs {
+            IoBufs::One(buf) => f(BlockCompletion {
+                buf,
+                tag: c.tag,
+                result: c.result.map_err(|e| to_block_error(&e)),
+            }),
+            bufs => {
+                debug_assert!(held.len() < held.capacity());
+                held.push(IoCompletion { bufs, ..c });
             }
-        })
-        .map_err(|e| to_block_error(&e))
+        });
+        self.held = held;
+        r.map_err(|e| to_block_error(&e))
     }
     fn in_flight(&self) -> usize {
         IoQueuePair::in_flight(self)

@@ -14,6 +14,16 @@ use crate::status::NvmeStatus;
 /// Result alias of the NVMe driver.
 pub type Result<T> = std::result::Result<T, NvmeError>;
 
+/// [`NvmeError::Timeout`] of an I/O command: an Abort was sent.
+pub const TIMEOUT_ABORTED: &str =
+    "an Abort was sent for it; if it does not come back within io_timeout either, the queue's Recovery decides (Report: Wedged; Requeue / FailBack: controller reset)";
+/// [`NvmeError::Timeout`] of an admin command: the admin queue is wedged.
+pub const TIMEOUT_ADMIN: &str =
+    "the admin queue is wedged: every admin command fails at once until Controller::reset (the command may still complete or write its data page until then)";
+/// [`NvmeError::Timeout`] of a blocking wait: the request is still in flight.
+pub const TIMEOUT_WAIT: &str =
+    "the request is still in flight: keep polling for its buffers, or drop the queue pair";
+
 /// Why an NVMe operation failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -69,6 +79,16 @@ pub enum NvmeError {
         /// What is missing.
         what: &'static str,
     },
+    /// A value the controller reported is out of range; refused before the driver used it.
+    #[error("NVMe controller reported {field} = {value:#x}: {reason}; the device or its firmware is faulty: update the firmware or use another controller")]
+    DeviceInput {
+        /// The register or identify field, as the spec names it.
+        field: &'static str,
+        /// The value read.
+        value: u64,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
     /// A command completed with an error status.
     #[error("NVMe {command} failed: {status}")]
     Command {
@@ -78,7 +98,7 @@ pub enum NvmeError {
         status: NvmeStatus,
     },
     /// A command did not complete within its deadline.
-    #[error("NVMe {command} (cid {cid}, queue {qid}) did not complete within {waited:?}: it was aborted; if this repeats the controller is stuck")]
+    #[error("NVMe {command} (cid {cid}, queue {qid}) did not complete within {waited:?}: {then}")]
     Timeout {
         /// The command name.
         command: &'static str,
@@ -88,6 +108,9 @@ pub enum NvmeError {
         qid: u16,
         /// How long the driver waited.
         waited: Duration,
+        /// What happened to it and what to do ([`TIMEOUT_ABORTED`], [`TIMEOUT_ADMIN`],
+        /// [`TIMEOUT_WAIT`]).
+        then: &'static str,
     },
     /// Commands timed out and Abort did not bring them back either.
     #[error("NVMe controller is wedged: {outstanding} command(s) on queue {qid} neither completed nor aborted within {waited:?}; drop the queue pair, then call Controller::reset (or drop and reopen the controller)")]
@@ -98,6 +121,30 @@ pub enum NvmeError {
         outstanding: usize,
         /// Total wait.
         waited: Duration,
+    },
+    /// A request was in flight when the controller was reset to recover (queue option
+    /// [`crate::Recovery::FailBack`]): it came back with its buffers, unfinished.
+    #[error("NVMe {command} on queue {qid} was in flight when the controller was reset to recover from a timeout or fault: it may or may not have reached the media; its buffers are back: submit it again")]
+    FailedByReset {
+        /// The command name.
+        command: &'static str,
+        /// Submission queue id.
+        qid: u16,
+    },
+    /// The controller was reset (another queue pair's recovery, or a reset under the driver)
+    /// and this queue pair reports instead of recovering ([`crate::Recovery::Report`]).
+    #[error("NVMe controller was reset under queue {qid} ({outstanding} request(s) in flight): the queue no longer exists on the device; drop the queue pair and create a new one, or open queues with Recovery::Requeue / FailBack")]
+    ResetUnderQueue {
+        /// Submission queue id.
+        qid: u16,
+        /// Requests in flight (their buffers stay with the queue).
+        outstanding: usize,
+    },
+    /// A namespace read again after a controller reset is not what it was.
+    #[error("namespace {nsid} changed across a controller reset (size, LBA size or metadata): requests cannot be replayed on it; drop the queue pairs and reopen the controller")]
+    NamespaceChanged {
+        /// The namespace.
+        nsid: u32,
     },
     /// The submission queue has no free slot.
     #[error("NVMe queue {qid} is full ({depth} commands in flight, this request needs {needed}): poll completions, then resubmit the returned buffer")]

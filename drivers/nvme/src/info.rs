@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::error::NvmeError;
 use crate::spec::identify::{ascii_field, IdentifyController, IdentifyNamespace};
 
 /// Identify Controller fields, named as nvme-cli names them.
@@ -117,11 +118,31 @@ pub struct Namespace {
 }
 
 impl Namespace {
-    /// Decode an Identify Namespace page; None when the format in use has an invalid LBA size.
-    pub fn from_identify(nsid: u32, id: &IdentifyNamespace) -> Option<Namespace> {
-        let cur = id.current_lba_format();
+    /// Decode an Identify Namespace page. [`NvmeError::DeviceInput`] when FLBAS selects a
+    /// format beyond NLBAF, the format's LBADS is not a size in 512 B..=2 GiB, or NSZE blocks
+    /// of that size do not fit in 64 bits of bytes.
+    pub fn from_identify(nsid: u32, id: &IdentifyNamespace) -> Result<Namespace, NvmeError> {
         let idx = id.lba_format_index();
-        let lba_size = cur.data_size()?;
+        if idx >= id.lba_format_count() || idx > id.nlbaf as usize {
+            return Err(NvmeError::DeviceInput {
+                field: "FLBAS",
+                value: id.flbas as u64,
+                reason: "selects an LBA format beyond the NLBAF + 1 formats reported",
+            });
+        }
+        let cur = id.current_lba_format();
+        let lba_size = cur.data_size().ok_or(NvmeError::DeviceInput {
+            field: "LBAF.LBADS",
+            value: cur.lbads as u64,
+            reason: "not a block size of 512 B to 2 GiB (LBADS 9..=31)",
+        })?;
+        if id.nsze.get().checked_mul(lba_size as u64).is_none() {
+            return Err(NvmeError::DeviceInput {
+                field: "NSZE",
+                value: id.nsze.get(),
+                reason: "blocks of the LBA size in use do not fit in a 64-bit byte count",
+            });
+        }
         let lbaf = (0..id.lba_format_count())
             .map(|i| LbaFormatInfo {
                 ms: id.lbaf[i].ms.get(),
@@ -130,7 +151,7 @@ impl Namespace {
                 in_use: i == idx,
             })
             .collect();
-        Some(Namespace {
+        Ok(Namespace {
             nsid,
             nsze: id.nsze.get(),
             ncap: id.ncap.get(),
@@ -142,9 +163,9 @@ impl Namespace {
         })
     }
 
-    /// Size in bytes.
+    /// Size in bytes (checked to fit when decoded; saturating for hand-made values).
     pub fn size_bytes(&self) -> u64 {
-        self.nsze * self.lba_size as u64
+        self.nsze.saturating_mul(self.lba_size as u64)
     }
 }
 
@@ -171,7 +192,14 @@ mod tests {
         // A format with LBADS 0 is refused rather than dividing by a zero block size.
         p[132..136].copy_from_slice(&[0, 0, 0, 0]);
         let id = IdentifyNamespace::ref_from_bytes(&p[..]).unwrap();
-        assert!(Namespace::from_identify(2, id).is_none());
+        assert!(matches!(
+            Namespace::from_identify(2, id),
+            Err(NvmeError::DeviceInput {
+                field: "LBAF.LBADS",
+                value: 0,
+                ..
+            })
+        ));
     }
 
     #[test]

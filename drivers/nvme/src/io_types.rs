@@ -136,8 +136,32 @@ pub struct QueueOptions {
     pub shadow_doorbells: bool,
     /// Ring the SQ doorbell on every submission instead of on `ring()`.
     pub auto_ring: bool,
-    /// A request with no completion for this long times out (then Abort is sent).
+    /// A command with no completion this long after its own submission times out: Abort is
+    /// sent for it; if it is still not back `io_timeout` after the Abort, [`Self::recovery`]
+    /// decides what happens.
     pub io_timeout: Duration,
+    /// What to do when an aborted command times out again, an Abort is not answered, or the
+    /// controller reports a fatal status or stops being ready.
+    pub recovery: Recovery,
+}
+
+/// What an I/O queue pair does when a command still does not complete after its Abort, an
+/// Abort is not answered, or the controller is found fatal (CSTS.CFS) or not ready (reset
+/// under the driver). The same happens when another queue pair of the controller reset it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Recovery {
+    /// Report it: `poll` returns [`NvmeError::Timeout`] when the Abort is sent, then
+    /// [`NvmeError::Wedged`] / `ControllerNotReady` / `ControllerFatal`; the embedder drops the
+    /// queue pair and calls [`crate::Controller::reset`].
+    #[default]
+    Report,
+    /// Reset the controller (queues re-created, shadow doorbells set again, namespaces read
+    /// again and checked), then submit every request that was in flight again; their buffers
+    /// stay with the queue and complete normally. `poll` reports no error; the counters do.
+    Requeue,
+    /// Reset the controller as for `Requeue`, then complete every request that was in flight
+    /// with [`NvmeError::FailedByReset`] and its buffers, through `poll`'s callback.
+    FailBack,
 }
 
 impl Default for QueueOptions {
@@ -148,6 +172,7 @@ impl Default for QueueOptions {
             shadow_doorbells: true,
             auto_ring: false,
             io_timeout: Duration::from_secs(10),
+            recovery: Recovery::Report,
         }
     }
 }
@@ -167,4 +192,16 @@ pub struct QueueStats {
     pub cq_doorbell_writes: u64,
     /// Doorbell updates that only touched the shadow buffer.
     pub shadow_only_updates: u64,
+    /// Commands that passed `io_timeout` after their own submission.
+    pub timeouts: u64,
+    /// Abort commands sent for them.
+    pub aborts_sent: u64,
+    /// Controller resets this queue pair went through (its own recovery or another queue's).
+    pub resets: u64,
+    /// Commands submitted again after a reset ([`Recovery::Requeue`]).
+    pub requeued: u64,
+    /// Requests completed with [`NvmeError::FailedByReset`] ([`Recovery::FailBack`]).
+    pub failed_back: u64,
+    /// Completion entries skipped as malformed (bad command id or SQ id).
+    pub malformed_completions: u64,
 }

@@ -39,11 +39,12 @@ pub mod status;
 
 pub use block_queue::to_block_error;
 pub use controller::{Controller, ControllerOptions};
-pub use error::{NvmeError, Result};
+pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
 pub use io_queue::IoQueuePair;
 pub use io_types::{
-    IoBufs, IoCompletion, QueueOptions, QueueStats, Rejected, Segment, SgList, MAX_SEGMENTS,
+    IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment, SgList,
+    MAX_SEGMENTS,
 };
 pub use status::NvmeStatus;
 

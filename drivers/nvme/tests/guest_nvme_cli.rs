@@ -87,8 +87,10 @@ fn perf_json_verify_runs_clean() {
     assert!(t["ios"].as_u64().unwrap() > 0);
     assert_eq!(t["errors"], 0);
     assert_eq!(t["verify_errors"], 0);
-    assert!(t["lat_p50_us"].as_f64().unwrap() > 0.0);
-    assert!(t["lat_p99_us"].as_f64().unwrap() >= t["lat_p50_us"].as_f64().unwrap());
+    assert_eq!(v["schema"], "ubdirect/1");
+    let lat = &t["latency_ns"];
+    assert!(lat["p50"].as_f64().unwrap() > 0.0);
+    assert!(lat["p99"].as_f64().unwrap() >= lat["p50"].as_f64().unwrap());
     let core = &v["cores"][0];
     assert!(core["writes"].as_u64().unwrap() > 0 && core["reads"].as_u64().unwrap() > 0);
     assert!(
@@ -98,7 +100,10 @@ fn perf_json_verify_runs_clean() {
     // Bad arguments are refused with a message.
     let (rc, _, err) = ubdirect(&["perf", &tb.nvme[1], "--ns", "2", "-o", "512", "-t", "1"]);
     assert_eq!(rc, 1);
-    assert!(err.contains("not a positive multiple"), "{err}");
+    assert!(
+        err.contains("is not a multiple") && err.contains("use -o 4096"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -71,16 +71,31 @@ fn features_logs_and_device_errors() {
         "{smart:?}"
     );
     let _errors = bed.ctrl.error_log().unwrap();
-    // A device-side error: Identify of a namespace id that does not exist.
+    // A device-side error: Identify Namespace of an id above the controller's namespace limit
+    // (QEMU's is 256) fails with Invalid Namespace or Format (SCT 0, SC 0x0B) and DNR set.
     match bed.ctrl.identify_namespace(0x1234) {
         Err(NvmeError::Command { command, status }) => {
             assert_eq!(command, "Identify Namespace");
-            assert!(!status.is_success());
+            assert_eq!((status.sct, status.sc), (0, 0x0b), "{status}");
+            assert!(status.dnr, "{status}");
             println!("identify nsid 0x1234: {status}");
         }
-        Ok(_) => {} // QEMU may answer inactive ids with a zeroed page
-        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("Identify Namespace 0x1234 succeeded: want Invalid Namespace or Format"),
+        Err(e) => panic!("want an Invalid Namespace or Format status, got {e}"),
     }
+    // An id within the limit that is not active: the spec's answer is a zeroed page.
+    let inactive = bed
+        .ctrl
+        .identify_namespace(3)
+        .expect("Identify Namespace of an inactive id answers a zeroed page");
+    assert_eq!(
+        (
+            inactive.nsze.get(),
+            inactive.ncap.get(),
+            inactive.nuse.get()
+        ),
+        (0, 0, 0)
+    );
     // Get Log Page with a reserved log id: the controller refuses it with a decoded status.
     let e = bed.ctrl.get_log_page(0x7f, 0xffff_ffff, 512).unwrap_err();
     let msg = e.to_string();

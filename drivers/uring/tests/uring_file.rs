@@ -229,24 +229,38 @@ fn queue_full_is_a_typed_error() {
 }
 
 #[test]
-fn tmpfs_refuses_required_direct_and_auto_falls_back() {
-    let dir = std::path::Path::new("/dev/shm");
-    if !dir.is_dir() {
-        eprintln!("no /dev/shm: skipped");
-        return;
-    }
-    let p = TempFile(dir.join(format!("ubdirect-uring-shm-{}", std::process::id())));
-    std::fs::write(&p.0, vec![7u8; BS]).unwrap();
-    let pool = pool(1);
+fn required_direct_on_a_filesystem_without_it_is_refused_by_name() {
+    // procfs has no O_DIRECT on any kernel: opening with it fails with EINVAL, which Require
+    // turns into DirectRefused naming the path. (tmpfs accepts O_DIRECT since Linux 6.6, so it
+    // cannot show the refusal on this host's 6.18 or the guest's 6.12.)
+    let path = std::path::Path::new("/proc/self/status");
     let opts = UringOptions {
         direct: DirectMode::Require,
         ..Default::default()
     };
-    match UringQueue::open(&p.0, &[], &opts) {
-        Err(UringError::DirectRefused { .. }) => {}
-        Ok(_) => eprintln!("note: this kernel's tmpfs accepts O_DIRECT"),
-        Err(e) => panic!("unexpected error {e}"),
+    match UringQueue::open(path, &[], &opts) {
+        Err(UringError::DirectRefused { path: p, source }) => {
+            assert_eq!(p, path);
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL), "{source}");
+        }
+        Err(e) => panic!("want DirectRefused, got the error {e}"),
+        Ok(_) => panic!(
+            "want DirectRefused, but {} opened with O_DIRECT",
+            path.display()
+        ),
     }
+}
+
+#[test]
+fn tmpfs_sources_are_read_buffered_in_auto_mode() {
+    let dir = std::path::Path::new("/dev/shm");
+    assert!(
+        dir.is_dir(),
+        "no /dev/shm on this machine: this test needs a tmpfs there"
+    );
+    let p = TempFile(dir.join(format!("ubdirect-uring-shm-{}", std::process::id())));
+    std::fs::write(&p.0, vec![7u8; BS]).unwrap();
+    let pool = pool(1);
     assert!(ubdirect_uring::on_page_cache_fs(&p.0));
     let mut q = open(&p.0, &pool, DirectMode::Auto, false);
     assert!(!q.is_direct(), "page-cache sources are read buffered");
@@ -298,11 +312,66 @@ fn sqpoll_ring_reads_without_enter_per_flush() {
     };
     let mut q = match UringQueue::open(&f.0, &[pool.region().clone()], &opts) {
         Ok(q) => q,
-        Err(UringError::Setup(e)) if e.raw_os_error() == Some(libc::EPERM) => {
-            eprintln!("SQPOLL not permitted here ({e}): skipped");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+        // Unprivileged SQPOLL is allowed since Linux 5.11: a refusal here is a failure.
+        Err(e) => panic!("SQPOLL ring setup failed: {e}"),
     };
     read_blocks_and_check(&mut q, &pool, &data, 4);
+}
+
+#[test]
+fn an_o_direct_queue_sleeps_in_the_kernel_instead_of_spinning() {
+    use std::os::unix::io::AsRawFd;
+    let (f, data) = temp_file("idle", 16 * BS);
+    let pool = pool(4);
+    let opts = UringOptions {
+        direct: DirectMode::Require,
+        depth: 4,
+        ..Default::default()
+    };
+    let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
+    assert_eq!(q.idle_wait(), Duration::from_millis(1), "on for O_DIRECT");
+    // Off the page cache, so the reads go to the disk.
+    let file = std::fs::File::open(&f.0).unwrap();
+    // SAFETY: plain advice on an open fd.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let t = std::time::Instant::now();
+    for i in 0..4u64 {
+        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    q.flush().unwrap();
+    let (mut polls, mut got) = (0u64, 0usize);
+    while got < 4 {
+        polls += 1;
+        got += q
+            .poll(8, &mut |c| {
+                let n = c.result.expect("read ok");
+                let off = c.tag as usize * BS;
+                assert_eq!(&c.buf.as_slice()[..n], &data[off..off + n]);
+            })
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "reads finish");
+    }
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    // Every empty poll slept until a completion or 1 ms: no more polls than milliseconds
+    // passed plus one per completion (a spinning poll loop makes thousands per millisecond).
+    assert!(
+        polls as f64 <= ms.ceil() + 4.0 + 1.0,
+        "{polls} polls in {ms:.2} ms ({} kernel waits)",
+        q.idle_waits()
+    );
+    // Buffered I/O (page-cache copies, microseconds) keeps spinning by default.
+    let opts = UringOptions {
+        direct: DirectMode::Off,
+        ..opts
+    };
+    let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
+    assert_eq!(q.idle_wait(), Duration::ZERO);
+    q.submit_read(pool.get().unwrap(), 0, BS, 0)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    q.flush().unwrap();
+    let _ = wait_all(&mut q, 1);
+    assert_eq!(q.idle_waits(), 0);
 }

@@ -25,8 +25,22 @@ pub const CTRL_MQ_VQ_PAIRS_SET: u8 = 0;
 /// The device's answer: success.
 pub const CTRL_OK: u8 = 0;
 
-/// How long the device may take to answer a control command.
+/// How long the device may take to answer a control command (default of
+/// [`crate::NetConfig::ctrl_timeout`]).
 pub const CTRL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a control command failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CtrlError {
+    /// The device answered VIRTIO_NET_ERR (or any value but VIRTIO_NET_OK).
+    Refused(String),
+    /// No answer within the deadline: the queue is wedged from now on.
+    Timeout(Duration),
+    /// A malformed answer: the queue is wedged from now on.
+    Malformed(String),
+    /// An earlier command timed out or was answered malformed: nothing was sent.
+    Wedged(&'static str),
+}
 
 /// Offset of the device-writable ack byte in the command page.
 const ACK_OFF: usize = 64;
@@ -35,6 +49,10 @@ const MAX_DATA: usize = 60;
 
 /// A control virtqueue with its ring and one command page.
 pub(crate) struct CtrlQueue {
+    /// Set once a command timed out or was answered malformed: the device may still own the
+    /// command page and descriptors 0/1, so no later command may reuse them.
+    wedged: Option<&'static str>,
+    timeout: Duration,
     layout: RingLayout,
     doorbell: Doorbell,
     avail: u16,
@@ -49,6 +67,7 @@ impl CtrlQueue {
         t: &Transport,
         registry: &Arc<UbRegistry>,
         q: u16,
+        timeout: Duration,
     ) -> crate::Result<CtrlQueue> {
         let max = t.queue_max_size(q);
         if max == 0 {
@@ -78,6 +97,8 @@ impl CtrlQueue {
             base + layout.used as u64,
         )?;
         Ok(CtrlQueue {
+            wedged: None,
+            timeout,
             layout,
             doorbell,
             avail: 0,
@@ -93,25 +114,26 @@ impl CtrlQueue {
         unsafe { AtomicU16::from_ptr(self.ring.as_ptr().add(off).cast::<u16>()) }
     }
 
-    /// Sends `class`/`cmd` with `data` and waits (bounded) for the device's ack.
-    /// `Err` carries the reason (refused, timed out, malformed answer).
-    pub(crate) fn command(
-        &mut self,
-        class: u8,
-        cmd: u8,
-        data: &[u8],
-    ) -> std::result::Result<(), String> {
+    /// Sends `class`/`cmd` with `data` and waits (bounded by the queue's timeout, counted from
+    /// this command's doorbell) for the device's ack. A timeout or a malformed answer wedges
+    /// the queue: every later command fails with [`CtrlError::Wedged`] without touching the
+    /// ring or the command page, which the device may still own.
+    pub(crate) fn command(&mut self, class: u8, cmd: u8, data: &[u8]) -> Result<(), CtrlError> {
+        if let Some(why) = self.wedged {
+            return Err(CtrlError::Wedged(why));
+        }
         if data.len() > MAX_DATA {
-            return Err(format!(
-                "{} bytes of command data (at most {MAX_DATA})",
+            return Err(CtrlError::Refused(format!(
+                "{} bytes of command data (at most {MAX_DATA}): nothing sent",
                 data.len()
-            ));
+            )));
         }
         let p = self.page.as_ptr();
         let mask = self.layout.size - 1;
         // SAFETY: the page is ours (4 KiB); the device reads/writes it only between the avail
-        // publish below and the used entry we wait for; descriptor and avail slots 0/1 are
-        // free (commands are synchronous).
+        // publish below and the used entry we wait for (the queue is wedged, and the page never
+        // written again, if that entry never comes); descriptor and avail slots 0/1 are free
+        // (commands are synchronous).
         unsafe {
             *p = class;
             *p.add(1) = cmd;
@@ -158,15 +180,16 @@ impl CtrlQueue {
             let u = self.idx(self.layout.used_idx()).load(Ordering::Acquire);
             if u != self.used {
                 if u != self.used.wrapping_add(1) {
-                    return Err(format!(
+                    return Err(self.wedge(CtrlError::Malformed(format!(
                         "used index jumped from {} to {u} for one command (malformed ring)",
                         self.used
-                    ));
+                    ))));
                 }
                 break;
             }
-            if start.elapsed() > CTRL_TIMEOUT {
-                return Err(format!("no answer within {CTRL_TIMEOUT:?}"));
+            if start.elapsed() > self.timeout {
+                self.wedged = Some("an earlier control command timed out");
+                return Err(CtrlError::Timeout(start.elapsed()));
             }
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -181,16 +204,23 @@ impl CtrlQueue {
         };
         self.used = self.used.wrapping_add(1);
         if e.id != 0 {
-            return Err(format!(
+            return Err(self.wedge(CtrlError::Malformed(format!(
                 "device completed descriptor {} instead of 0 (malformed completion)",
                 e.id
-            ));
+            ))));
         }
         // SAFETY: the device wrote the ack before publishing the used entry.
         let ack = unsafe { core::ptr::read_volatile(p.add(ACK_OFF)) };
         match ack {
             CTRL_OK => Ok(()),
-            a => Err(format!("device answered {a:#04x} (VIRTIO_NET_ERR): command class {class} cmd {cmd} refused")),
+            a => Err(CtrlError::Refused(format!(
+                "device answered {a:#04x} (VIRTIO_NET_ERR): command class {class} cmd {cmd} refused"
+            ))),
         }
+    }
+
+    fn wedge(&mut self, e: CtrlError) -> CtrlError {
+        self.wedged = Some("an earlier control command was answered malformed");
+        e
     }
 }

@@ -9,7 +9,8 @@ use ubdirect_core::ub::{DmaMem, UbPool, UbRegistry};
 
 use crate::common_cfg::status;
 use crate::ctrl_queue::{
-    CtrlQueue, CTRL_MQ, CTRL_MQ_VQ_PAIRS_SET, CTRL_RX, CTRL_RX_ALLMULTI, CTRL_RX_PROMISC,
+    CtrlError, CtrlQueue, CTRL_MQ, CTRL_MQ_VQ_PAIRS_SET, CTRL_RX, CTRL_RX_ALLMULTI,
+    CTRL_RX_PROMISC, CTRL_TIMEOUT,
 };
 use crate::error::{Result, VirtioNetError};
 use crate::features::{self, Features};
@@ -17,7 +18,7 @@ use crate::frame::{RxFrame, TxFrame};
 use crate::health::{IdleClock, DEFAULT_HEALTH_INTERVAL};
 use crate::net_config as ncfg;
 use crate::net_header::NET_HDR_LEN;
-use crate::queue_pair::{Queue, QueuePair};
+use crate::queue_pair::{PairState, Queue, QueuePair};
 use crate::ring::{RingLayout, SplitRing};
 use crate::stats::NetStats;
 use crate::transport::{Transport, RESET_TIMEOUT};
@@ -45,6 +46,11 @@ pub struct NetConfig {
     /// `DeviceNeedsReset` if the device is dead (default 100 ms; 1 ms to 1 hour). An idle pair
     /// pays one MMIO read per interval; a busy one none.
     pub health_interval: Duration,
+    /// How long the device may take to answer one control-queue command (MQ pair count,
+    /// receive filters), counted from that command's doorbell (default 2 s; 1 ms to 60 s).
+    /// After a timeout the control queue is wedged: every later control command fails with
+    /// `ControlQueueWedged` and nothing is sent (the device may still own the command buffer).
+    pub ctrl_timeout: Duration,
 }
 
 impl Default for NetConfig {
@@ -54,6 +60,7 @@ impl Default for NetConfig {
             rx_queue_size: None,
             tx_queue_size: None,
             health_interval: DEFAULT_HEALTH_INTERVAL,
+            ctrl_timeout: CTRL_TIMEOUT,
         }
     }
 }
@@ -83,7 +90,7 @@ pub struct NetInfo {
 /// and releases the ring memory: nothing is freed while the device could still use it.
 pub struct VirtioNet {
     transport: Transport,
-    pairs: Vec<QueuePair>,
+    pairs: Vec<PairState>,
     ctrl: Option<CtrlQueue>,
     info: NetInfo,
 }
@@ -105,6 +112,17 @@ fn pick_size(want: Option<u16>, max: u16) -> Result<u16> {
     };
     // A device maximum need not be a power of two: round down.
     Ok(1u16 << (15 - size.leading_zeros().min(15)))
+}
+
+/// The typed error for a failed control command.
+fn ctrl_error(addr: PciAddress, what: &'static str, e: CtrlError) -> VirtioNetError {
+    match e {
+        CtrlError::Refused(reason) | CtrlError::Malformed(reason) => {
+            VirtioNetError::ControlCommand { addr, what, reason }
+        }
+        CtrlError::Timeout(waited) => VirtioNetError::ControlTimeout { addr, what, waited },
+        CtrlError::Wedged(cause) => VirtioNetError::ControlQueueWedged { addr, what, cause },
+    }
 }
 
 impl VirtioNet {
@@ -150,6 +168,12 @@ impl VirtioNet {
                 "health_interval {hi:?} is out of range (1 ms to 1 hour; default 100 ms): it bounds how long a dead device passes for a quiet link"
             )));
         }
+        let ct = cfg.ctrl_timeout;
+        if ct < Duration::from_millis(1) || ct > Duration::from_secs(60) {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "ctrl_timeout {ct:?} is out of range (1 ms to 60 s; default 2 s): it bounds every control-queue command"
+            )));
+        }
         let t = Transport::open(dev.clone())?;
         dev.enable_bus_master()?;
         t.reset(RESET_TIMEOUT)?;
@@ -166,29 +190,24 @@ impl VirtioNet {
         t.set_features(accepted)?;
         t.disable_config_vector()?;
 
-        let cfg_len = t.device_config_len();
-        let (mac, max_pairs, mtu) = t
-            .read_device_config(|m| {
-                let mac = accepted.contains(Features::NET_MAC).then(|| {
-                    let mut mac = [0u8; 6];
-                    for (i, b) in mac.iter_mut().enumerate() {
-                        *b = m.read8(ncfg::MAC + i);
-                    }
-                    mac
-                });
-                // The field exists when the device offers MQ (negotiated or not).
-                let pairs = if offered.contains(Features::NET_MQ)
-                    && cfg_len >= ncfg::MAX_VIRTQUEUE_PAIRS + 2
-                {
-                    m.read16(ncfg::MAX_VIRTQUEUE_PAIRS)
-                } else {
-                    1
-                };
-                let mtu = (accepted.contains(Features::NET_MTU) && cfg_len >= ncfg::MTU + 2)
-                    .then(|| m.read16(ncfg::MTU));
-                (mac, pairs, mtu)
-            })?
-            .unwrap_or((None, 1, None));
+        let parsed = match t.read_device_config(|m| {
+            let len = Some(m.len());
+            ncfg::parse_net_config(offered, accepted, len, |o| m.read8(o), |o| m.read16(o))
+        })? {
+            Some(r) => r,
+            None => ncfg::parse_net_config(offered, accepted, None, |_| 0, |_| 0),
+        };
+        let ncfg::NetDeviceConfig {
+            mac,
+            max_pairs,
+            mtu,
+        } = match parsed {
+            Ok(c) => c,
+            Err(source) => {
+                t.add_status(status::FAILED)?;
+                return Err(VirtioNetError::DeviceConfig { addr, source });
+            }
+        };
         let max_frame = mtu
             .map(|m| m as usize + ncfg::ETH_HLEN)
             .unwrap_or(ncfg::DEFAULT_MAX_FRAME);
@@ -237,7 +256,11 @@ impl VirtioNet {
             for p in 0..cfg.queue_pairs {
                 let mut qs = Vec::with_capacity(2);
                 for (q, want) in [(2 * p, cfg.rx_queue_size), (2 * p + 1, cfg.tx_queue_size)] {
-                    let max = t.queue_max_size(q);
+                    let max = if q < t.num_queues() {
+                        t.queue_max_size(q)
+                    } else {
+                        0
+                    };
                     if max == 0 {
                         return Err(VirtioNetError::QueueUnavailable {
                             addr,
@@ -271,7 +294,7 @@ impl VirtioNet {
                 }
                 let tx = qs.pop().expect("two queues");
                 let rx = qs.pop().expect("two queues");
-                pairs.push(QueuePair {
+                pairs.push(PairState {
                     addr,
                     rx,
                     tx,
@@ -296,12 +319,9 @@ impl VirtioNet {
             }
             // The control queue follows the data queues: index 2 x max pairs with MQ, else 2.
             if accepted.contains(Features::NET_CTRL_VQ) {
-                let q = if accepted.contains(Features::NET_MQ) {
-                    2 * max_pairs
-                } else {
-                    2
-                };
-                ctrl = Some(CtrlQueue::new(&t, registry, q)?);
+                let q = ncfg::ctrl_queue_index(accepted, max_pairs, t.num_queues())
+                    .map_err(|source| VirtioNetError::DeviceConfig { addr, source })?;
+                ctrl = Some(CtrlQueue::new(&t, registry, q, cfg.ctrl_timeout)?);
             }
             t.add_status(status::DRIVER_OK)?;
             t.check_health()?;
@@ -312,11 +332,7 @@ impl VirtioNet {
                     CTRL_MQ_VQ_PAIRS_SET,
                     &cfg.queue_pairs.to_le_bytes(),
                 )
-                .map_err(|reason| VirtioNetError::ControlCommand {
-                    addr,
-                    what: "MQ_VQ_PAIRS_SET",
-                    reason,
-                })?;
+                .map_err(|e| ctrl_error(addr, "MQ_VQ_PAIRS_SET", e))?;
             }
             for p in pairs.iter_mut() {
                 p.refill_rx();
@@ -381,7 +397,7 @@ impl VirtioNet {
             .as_mut()
             .expect("CTRL_RX implies the control queue");
         c.command(CTRL_RX, cmd, &[on as u8])
-            .map_err(|reason| VirtioNetError::ControlCommand { addr, what, reason })
+            .map_err(|e| ctrl_error(addr, what, e))
     }
 
     /// Promiscuous receive on or off (the device's default after reset is on). Off: the device
@@ -404,14 +420,21 @@ impl VirtioNet {
         self.transport.check_health()
     }
 
-    /// Queue pair `i`.
-    pub fn pair(&mut self, i: usize) -> Option<&mut QueuePair> {
-        self.pairs.get_mut(i)
+    /// Queue pair `i`, as a handle that borrows this device (the pair's rings and buffers
+    /// never leave it: see [`QueuePair`]).
+    pub fn pair(&mut self, i: usize) -> Option<QueuePair<'_>> {
+        self.pairs.get_mut(i).map(QueuePair::new)
     }
 
-    /// All queue pairs, e.g. to hand one to each thread of a `std::thread::scope`.
-    pub fn pairs_mut(&mut self) -> &mut [QueuePair] {
-        &mut self.pairs
+    /// Handles to all queue pairs, e.g. to hand one to each thread of a
+    /// `std::thread::scope`. Allocates the `Vec` of handles: call it once, not per burst.
+    pub fn pairs_mut(&mut self) -> Vec<QueuePair<'_>> {
+        self.pairs.iter_mut().map(QueuePair::new).collect()
+    }
+
+    /// Number of queue pairs in use.
+    pub fn pair_count(&self) -> usize {
+        self.pairs.len()
     }
 
     /// Counters summed over all pairs.

@@ -6,6 +6,7 @@ use ubdirect_core::pci::PciAddress;
 use ubdirect_core::CoreError;
 
 use crate::features::Features;
+use crate::net_config::NetConfigError;
 use crate::pci_cap::CapError;
 use crate::ring::RingError;
 
@@ -53,6 +54,16 @@ pub enum VirtioNetError {
         length: u64,
         /// Length of the BAR.
         bar_len: u64,
+    },
+    /// The device configuration (MAC, status, max_virtqueue_pairs, MTU) is too short for the
+    /// negotiated features or holds a value the spec forbids.
+    #[error("{addr}: virtio-net device configuration: {source}: malformed device (check the device or its emulation); nothing was set up")]
+    DeviceConfig {
+        /// The device.
+        addr: PciAddress,
+        /// What is wrong.
+        #[source]
+        source: NetConfigError,
     },
     /// The device lacks features this driver requires.
     #[error("{addr} does not offer {missing:?}: this driver needs VIRTIO_F_VERSION_1 (a modern device: QEMU `disable-legacy=on`) and VIRTIO_F_ACCESS_PLATFORM (DMA through the IOMMU, so the device takes IOVAs: QEMU `iommu_platform=on`)")]
@@ -198,7 +209,29 @@ pub enum VirtioNetError {
     /// A configuration value is invalid; nothing was changed.
     #[error("invalid virtio-net configuration: {0}")]
     InvalidConfig(String),
-    /// A control-queue command failed or timed out.
+    /// A control-queue command got no answer within `NetConfig::ctrl_timeout`; the control
+    /// queue is wedged from now on.
+    #[error("{addr}: control command {what} got no answer within {waited:?}: the control queue is wedged (no later control command is sent, the device may still own the command buffer); drop the VirtioNet and open the device again")]
+    ControlTimeout {
+        /// The device.
+        addr: PciAddress,
+        /// Which command.
+        what: &'static str,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A control command was not sent because an earlier one timed out or was answered
+    /// malformed.
+    #[error("{addr}: control command {what} not sent: {cause}, so the control queue is wedged; drop the VirtioNet and open the device again")]
+    ControlQueueWedged {
+        /// The device.
+        addr: PciAddress,
+        /// Which command.
+        what: &'static str,
+        /// What wedged it.
+        cause: &'static str,
+    },
+    /// A control-queue command failed.
     #[error("{addr}: control command {what} failed: {reason}")]
     ControlCommand {
         /// The device.

@@ -30,9 +30,12 @@ pub mod device;
 pub mod error;
 pub mod features;
 pub mod frame;
+#[cfg(test)]
+mod fuzz_cases;
 pub mod health;
 pub mod net_config;
 pub mod net_header;
+mod pair_handle;
 pub mod pattern;
 pub mod pci_cap;
 pub mod queue_pair;

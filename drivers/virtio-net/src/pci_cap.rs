@@ -104,6 +104,32 @@ pub enum CapError {
         /// Minimum length.
         need: u8,
     },
+    /// A structure's offset in its BAR is not aligned for the accesses the driver makes there.
+    #[error("virtio-pci {kind:?} capability places its structure at BAR offset {offset:#x}, not {align}-byte aligned as the spec requires (unaligned register access is undefined): malformed device")]
+    Unaligned {
+        /// The structure.
+        kind: CfgType,
+        /// The offset read.
+        offset: u32,
+        /// The alignment required.
+        align: u32,
+    },
+    /// The notify capability's `notify_off_multiplier` would put doorbells at odd offsets.
+    #[error("virtio-pci Notify capability has notify_off_multiplier {0}, neither 0 nor an even power of two as the spec requires (doorbells would be unaligned): malformed device")]
+    BadNotifyMultiplier(u32),
+    /// A capability runs past the end of PCI configuration space.
+    #[error("virtio-pci capability at config offset {0:#x} runs past the end of configuration space: malformed device")]
+    OutsideConfigSpace(u16),
+}
+
+/// Alignment the spec requires of each structure's BAR offset: the common and device
+/// configuration hold 32-bit fields (4), the notify area 16-bit doorbells (2), ISR a byte.
+pub fn required_alignment(kind: CfgType) -> u32 {
+    match kind {
+        CfgType::Common | CfgType::Device => 4,
+        CfgType::Notify => 2,
+        CfgType::Isr => 1,
+    }
 }
 
 /// Minimum length of the common configuration structure (up to `queue_device`).
@@ -123,6 +149,9 @@ pub fn parse_layout<E>(
     for (id, off) in caps {
         if id != PCI_CAP_ID_VNDR {
             continue;
+        }
+        if off.checked_add(VIRTIO_PCI_CAP_LEN as u16).is_none() {
+            return Ok(Err(CapError::OutsideConfigSpace(off)));
         }
         let mut raw = [0u8; VIRTIO_PCI_CAP_LEN];
         read(off, &mut raw)?;
@@ -156,10 +185,25 @@ pub fn parse_layout<E>(
             offset: cap.offset.get(),
             length: cap.length.get(),
         };
+        let align = required_alignment(kind);
+        if loc.offset % align != 0 {
+            return Ok(Err(CapError::Unaligned {
+                kind,
+                offset: loc.offset,
+                align,
+            }));
+        }
         let mult = if kind == CfgType::Notify {
+            let Some(at) = off.checked_add(NOTIFY_OFF_MULTIPLIER_OFFSET) else {
+                return Ok(Err(CapError::OutsideConfigSpace(off)));
+            };
             let mut m = [0u8; 4];
-            read(off + NOTIFY_OFF_MULTIPLIER_OFFSET, &mut m)?;
-            u32::from_le_bytes(m)
+            read(at, &mut m)?;
+            let m = u32::from_le_bytes(m);
+            if m != 0 && (m % 2 != 0 || !m.is_power_of_two()) {
+                return Ok(Err(CapError::BadNotifyMultiplier(m)));
+            }
+            m
         } else {
             0
         };
@@ -258,6 +302,99 @@ mod tests {
                 need: 20
             }
         ));
+    }
+
+    #[test]
+    fn unaligned_structure_offsets_are_refused_naming_the_capability() {
+        // (config offset of the cap's BAR-offset field, kind, bad offset, alignment)
+        for (at, kind, bad, align) in [
+            (0x48, CfgType::Common, 0x2u32, 4u32),
+            (0x68, CfgType::Device, 0x2001, 4),
+            (0x78, CfgType::Notify, 0x3001, 2),
+        ] {
+            let (mut cs, caps) = fake_space();
+            cs[at..at + 4].copy_from_slice(&bad.to_le_bytes());
+            let e = parse_layout(caps, reader(&cs)).unwrap().unwrap_err();
+            assert_eq!(
+                e,
+                CapError::Unaligned {
+                    kind,
+                    offset: bad,
+                    align
+                }
+            );
+            assert!(
+                e.to_string().contains(&format!("{kind:?} capability")),
+                "{e}"
+            );
+        }
+        // ISR is a byte: any offset will do.
+        let (mut cs, caps) = fake_space();
+        cs[0x58..0x5c].copy_from_slice(&0x1003u32.to_le_bytes());
+        assert_eq!(
+            parse_layout(caps, reader(&cs)).unwrap().unwrap().isr.offset,
+            0x1003
+        );
+    }
+
+    #[test]
+    fn odd_notify_multiplier_is_refused() {
+        for bad in [1u32, 3, 6, 0x8000_0001] {
+            let (mut cs, caps) = fake_space();
+            cs[0x80..0x84].copy_from_slice(&bad.to_le_bytes());
+            let e = parse_layout(caps, reader(&cs)).unwrap().unwrap_err();
+            assert_eq!(e, CapError::BadNotifyMultiplier(bad));
+            assert!(e.to_string().contains("notify_off_multiplier"), "{e}");
+        }
+        for good in [0u32, 2, 4, 0x1000] {
+            let (mut cs, caps) = fake_space();
+            cs[0x80..0x84].copy_from_slice(&good.to_le_bytes());
+            let l = parse_layout(caps, reader(&cs)).unwrap().unwrap();
+            assert_eq!(l.notify_off_multiplier, good);
+        }
+    }
+
+    #[test]
+    fn capability_at_the_end_of_config_space_is_refused() {
+        let e = parse_layout([(PCI_CAP_ID_VNDR, 0xfffc)], |_, _| Ok::<(), ()>(()))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e, CapError::OutsideConfigSpace(0xfffc));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::fuzz_cases::config())]
+
+        /// Fuzz target `fuzz_capability_list`: any configuration-space bytes (optionally
+        /// seeded with a valid layout), any capability pointers: never a panic or a read
+        /// outside config space; an accepted layout has every structure in BAR 0..=5, aligned
+        /// as the spec requires, with a valid notify multiplier.
+        #[test]
+        fn fuzz_capability_list(
+            seed_valid in any::<bool>(),
+            pokes in proptest::collection::vec((0usize..256, any::<u8>()), 0..24),
+            noise in proptest::collection::vec(any::<u8>(), 256),
+            ptrs in proptest::collection::vec((any::<u8>(), 0u16..260), 0..8),
+        ) {
+            let (mut cs, mut caps) = if seed_valid { fake_space() } else { (noise, vec![]) };
+            for (at, v) in pokes {
+                cs[at] = v;
+            }
+            caps.extend(ptrs.iter().map(|&(id, off)| (id | (PCI_CAP_ID_VNDR * (id & 1)), off)));
+            let r = parse_layout(caps, reader(&cs));
+            if let Ok(Ok(l)) = r {
+                let mut all = vec![(CfgType::Common, l.common), (CfgType::Notify, l.notify), (CfgType::Isr, l.isr)];
+                all.extend(l.device.map(|d| (CfgType::Device, d)));
+                for (kind, loc) in all {
+                    prop_assert!(loc.bar <= 5);
+                    prop_assert_eq!(loc.offset % required_alignment(kind), 0);
+                }
+                let m = l.notify_off_multiplier;
+                prop_assert!(m == 0 || (m % 2 == 0 && m.is_power_of_two()));
+            }
+        }
     }
 
     #[test]

@@ -20,6 +20,8 @@ use crate::ring::SplitRing;
 use crate::stats::NetStats;
 use crate::transport::Doorbell;
 
+pub use crate::pair_handle::QueuePair;
+
 /// A ring with its DMA memory, the buffers it holds (by descriptor id) and its doorbell.
 pub(crate) struct Queue {
     pub(crate) index: u16,
@@ -53,8 +55,11 @@ impl Queue {
     }
 }
 
-/// One RX queue and one TX queue of a virtio-net device.
-pub struct QueuePair {
+/// The state of one RX queue and one TX queue of a virtio-net device. Owned by the
+/// [`crate::VirtioNet`] for its whole life and never handed out by `&mut` (a swap across two
+/// devices would move ring memory and posted buffers to the wrong device): callers reach it
+/// through the [`QueuePair`] handle.
+pub(crate) struct PairState {
     pub(crate) addr: PciAddress,
     pub(crate) rx: Queue,
     pub(crate) tx: Queue,
@@ -68,34 +73,34 @@ pub struct QueuePair {
     pub(crate) dead: Option<u8>,
 }
 
-impl QueuePair {
+impl PairState {
     /// The largest frame (without header) `tx_burst` accepts and RX can deliver.
-    pub fn max_frame(&self) -> usize {
+    pub(crate) fn max_frame(&self) -> usize {
         self.max_frame
     }
 
     /// This pair's counters.
-    pub fn stats(&self) -> NetStats {
+    pub(crate) fn stats(&self) -> NetStats {
         self.stats
     }
 
     /// RX buffers currently posted to the device.
-    pub fn rx_posted(&self) -> usize {
+    pub(crate) fn rx_posted(&self) -> usize {
         self.rx.ring.in_flight()
     }
 
     /// TX buffers the device has not finished with yet.
-    pub fn tx_in_flight(&self) -> usize {
+    pub(crate) fn tx_in_flight(&self) -> usize {
         self.tx.ring.in_flight()
     }
 
     /// RX ring size.
-    pub fn rx_ring_size(&self) -> usize {
+    pub(crate) fn rx_ring_size(&self) -> usize {
         self.rx.ring.size() as usize
     }
 
     /// TX ring size.
-    pub fn tx_ring_size(&self) -> usize {
+    pub(crate) fn tx_ring_size(&self) -> usize {
         self.tx.ring.size() as usize
     }
 
@@ -140,7 +145,7 @@ impl QueuePair {
     /// Posts pool buffers into every free RX slot; counts a refill failure when the pool is
     /// empty (the ring keeps running with what it has and refills on the next call). Returns
     /// the number posted.
-    pub fn refill_rx(&mut self) -> usize {
+    pub(crate) fn refill_rx(&mut self) -> usize {
         let mut n = 0;
         while self.rx.ring.free_count() > 0 {
             let buf = match self.rx_pool.get() {
@@ -171,7 +176,7 @@ impl QueuePair {
     /// [`VirtioNetError::DeviceGone`] / [`VirtioNetError::DeviceNeedsReset`] when the pair made
     /// no progress for the health interval and device_status shows the device dead (then on
     /// every later call).
-    pub fn rx_burst(&mut self, out: &mut Vec<RxFrame>) -> Result<usize> {
+    pub(crate) fn rx_burst(&mut self, out: &mut Vec<RxFrame>) -> Result<usize> {
         self.alive()?;
         let room = out.capacity() - out.len();
         if room == 0 {
@@ -181,7 +186,7 @@ impl QueuePair {
         }
         let mut got = 0;
         while got < room {
-            let (id, len) = match self.rx.ring.pop_used() {
+            let (id, len) = match self.rx.ring.pop_used_within(self.rx_buf_len) {
                 Ok(Some(x)) => x,
                 Ok(None) => break,
                 Err(e) => return Err(self.ring_err(self.rx.index, e)),
@@ -192,7 +197,9 @@ impl QueuePair {
                 continue;
             };
             let len = len as usize;
-            if len < NET_HDR_LEN || len > self.rx_buf_len as usize {
+            if len < NET_HDR_LEN {
+                // A runt (shorter than the header): counted and dropped. Longer than the
+                // buffer never gets here (RingError::BadLen above).
                 self.stats.rx_drops += 1;
                 drop(buf);
                 continue;
@@ -215,7 +222,7 @@ impl QueuePair {
 
     /// Returns TX buffers the device has finished with to their pools. Returns how many.
     /// Errors as [`QueuePair::rx_burst`] for a malformed completion or a dead device.
-    pub fn reclaim_tx(&mut self) -> Result<usize> {
+    pub(crate) fn reclaim_tx(&mut self) -> Result<usize> {
         self.alive()?;
         let mut n = 0;
         loop {
@@ -246,7 +253,7 @@ impl QueuePair {
     /// Every frame is checked first; a frame too long or too short fails the whole burst with
     /// nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
     /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
-    pub fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
+    pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
             return Err(VirtioNetError::EmptyBurst(
                 "tx_burst got no frames; call reclaim_tx() to only return finished buffers",

@@ -1,7 +1,6 @@
 //! Modern virtio-pci transport (virtio 1.2 §4.1) over a vfio-pci device: capability walk, BAR
 //! windows, status handshake, feature negotiation and queue registration.
 
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,7 +67,12 @@ pub struct Transport {
 fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Result<()> {
     let mut i = 0;
     while i < buf.len() {
-        let o = off + i as u16;
+        let o = u16::try_from(off as usize + i).map_err(|_| {
+            ubdirect_core::CoreError::InvalidArgument(format!(
+                "config-space read of {} bytes at {off:#x} runs past 0xffff",
+                buf.len()
+            ))
+        })?;
         if o % 4 == 0 && buf.len() - i >= 4 {
             buf[i..i + 4].copy_from_slice(&dev.config_read_u32(o)?.to_le_bytes());
             i += 4;
@@ -133,36 +137,40 @@ impl Transport {
             }
         }
         let bars = Arc::new(MappedBars { maps });
-        let window = |loc: CapLocation| -> Window {
+        let window = |what: &'static str, loc: CapLocation| -> Result<Window> {
             let m = &bars
                 .maps
                 .iter()
                 .find(|(b, _)| *b == loc.bar)
                 .expect("mapped above")
                 .1;
-            // SAFETY: offset + length was checked against the BAR length above; the owning
-            // BAR mapping lives in `bars`, which the window keeps alive.
-            let mmio = unsafe {
-                Mmio::from_raw(
-                    NonNull::new_unchecked(m.as_ptr().add(loc.offset as usize)),
-                    loc.length as usize,
-                )
-            };
-            Window {
+            // SAFETY: the parent BAR mapping lives in `bars`, which the window keeps alive
+            // (and drops after its sub-window: field order of Window).
+            let mmio = unsafe { m.sub_window(loc.offset as usize, loc.length as usize) }.map_err(
+                |_| VirtioNetError::CapOutsideBar {
+                    addr,
+                    what,
+                    bar: loc.bar,
+                    offset: loc.offset as u64,
+                    length: loc.length as u64,
+                    bar_len: m.len() as u64,
+                },
+            )?;
+            Ok(Window {
                 mmio,
                 _bars: bars.clone(),
-            }
+            })
         };
-        let common = Arc::new(window(layout.common));
+        let common = Arc::new(window("common", layout.common)?);
         // Read-only and fixed by the device: the witness that the BAR still decodes.
         let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
             common,
             num_queues,
-            notify: Arc::new(window(layout.notify)),
+            notify: Arc::new(window("notify", layout.notify)?),
             notify_off_multiplier: layout.notify_off_multiplier,
-            device_cfg: layout.device.map(window),
-            _isr: window(layout.isr),
+            device_cfg: layout.device.map(|d| window("device", d)).transpose()?,
+            _isr: window("isr", layout.isr)?,
             dev,
         })
     }
@@ -297,9 +305,10 @@ impl Transport {
         Ok(())
     }
 
-    /// Number of virtqueues the device has.
+    /// Number of virtqueues the device has, as read at open (a register the device fixes;
+    /// [`Transport::confirm_decoding`] re-reads it).
     pub fn num_queues(&self) -> u16 {
-        self.c().read16(cc::NUM_QUEUES)
+        self.num_queues
     }
 
     /// The maximum size of queue `q` (0: the queue does not exist).
@@ -351,7 +360,9 @@ impl Transport {
         let notify_off = c.read16(cc::QUEUE_NOTIFY_OFF) as u64;
         let offset = notify_off * self.notify_off_multiplier as u64;
         let len = self.notify.mmio().len() as u64;
-        if offset + 2 > len {
+        // In range and 2-byte aligned in the BAR (the capability checks make the latter hold;
+        // checked again here because a doorbell write must never be unaligned).
+        if offset + 2 > len || self.notify.mmio().check_access(offset as usize, 2).is_err() {
             return Err(VirtioNetError::NotifyOutOfRange {
                 addr,
                 queue: q,

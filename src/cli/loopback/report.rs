@@ -151,7 +151,7 @@ impl Tally {
             bytes_received: bytes,
             seconds: secs,
             frames_per_s: self.received as f64 / secs,
-            mb_per_s: bytes as f64 / secs / 1e6,
+            bytes_per_s: bytes as f64 / secs,
             drops: self.lost,
             foreign: self.foreign,
             mismatches: self.mismatches,
@@ -193,8 +193,8 @@ pub struct LoopbackReport {
     pub seconds: f64,
     /// Frames per second received.
     pub frames_per_s: f64,
-    /// Megabytes (1e6) per second received.
-    pub mb_per_s: f64,
+    /// Bytes per second received.
+    pub bytes_per_s: f64,
     /// Frames sent but never received.
     pub drops: u64,
     /// Non-pattern frames seen.
@@ -241,7 +241,7 @@ impl LoopbackReport {
             self.frames_received,
             self.seconds,
             self.frames_per_s,
-            self.mb_per_s,
+            self.bytes_per_s / 1e6,
             self.drops,
             self.mismatches,
             self.foreign,

@@ -34,9 +34,13 @@ impl Controller {
         Ok(Box::new(read_page::<IdentifyNamespace>(&a.data)))
     }
 
-    /// Active Namespace ID list (CNS 02h), all pages.
+    /// Active Namespace ID list (CNS 02h), all pages: at most
+    /// [`super::ControllerOptions::max_namespaces`] NSIDs, each valid (1..=NN) and above the
+    /// one before; the list ends at the first entry that is not (with a warning).
     pub fn active_namespace_ids(&self) -> Result<Vec<u32>> {
-        let mut out = Vec::new();
+        let nn = self.info.as_ref().map_or(u32::MAX, |i| i.nn);
+        let cap = self.opts.max_namespaces as usize;
+        let mut out: Vec<u32> = Vec::new();
         let mut start = 0u32;
         loop {
             let mut a = self.admin();
@@ -51,11 +55,36 @@ impl Controller {
             )?;
             let page = read_page::<[u32; 1024]>(&a.data);
             drop(a);
-            let ids: Vec<u32> = page.iter().copied().take_while(|&n| n != 0).collect();
-            let full = ids.len() == 1024;
-            out.extend(ids.iter().copied().filter(|&n| n > start));
-            match (full, ids.last()) {
-                (true, Some(&last)) if last > start && last < 0xffff_fffe => start = last,
+            let full = page[1023] != 0;
+            for &id in page.iter().take_while(|&&n| n != 0) {
+                let prev = out.last().copied().unwrap_or(start);
+                if id <= prev || id > nn || id >= 0xffff_fffe {
+                    tracing::warn!(
+                        id,
+                        prev,
+                        nn,
+                        "active namespace list: NSID not above the previous one or above NN; list cut here"
+                    );
+                    return Ok(out);
+                }
+                if out.len() == cap {
+                    tracing::warn!(
+                        cap,
+                        "more active namespaces than ControllerOptions::max_namespaces; using the first {cap}"
+                    );
+                    return Ok(out);
+                }
+                out.push(id);
+            }
+            if full && out.len() == cap {
+                tracing::warn!(
+                    cap,
+                    "more active namespaces than ControllerOptions::max_namespaces; using the first {cap}"
+                );
+                return Ok(out);
+            }
+            match out.last() {
+                Some(&last) if full && last > start => start = last,
                 _ => return Ok(out),
             }
         }
@@ -88,6 +117,24 @@ impl Controller {
                 what: "any I/O queue",
             });
         }
+        // Doorbells of every queue used must lie in BAR0 (CAP.DSTRD comes from the device).
+        let fit = super::checks::queues_with_doorbells(&self.mmio, self.cap.dstrd(), granted);
+        if fit == 0 {
+            return Err(NvmeError::DeviceInput {
+                field: "CAP.DSTRD",
+                value: self.cap.dstrd() as u64,
+                reason: "puts the doorbells of I/O queue 1 outside BAR0",
+            });
+        }
+        if fit < granted {
+            tracing::warn!(
+                granted,
+                fit,
+                dstrd = self.cap.dstrd(),
+                "only the first {fit} I/O queues have doorbells inside BAR0"
+            );
+        }
+        let granted = fit;
         self.io_queues_granted = granted;
         *self.qids.get_mut().unwrap_or_else(|e| e.into_inner()) =
             vec![super::QidUse::Free; granted as usize + 1];
@@ -97,11 +144,19 @@ impl Controller {
     pub(super) fn load_namespaces(&mut self) -> Result<()> {
         let ids = self.active_namespace_ids()?;
         let mut v = Vec::with_capacity(ids.len());
+        let max_cmd = self.max_command_bytes();
         for nsid in ids {
             let id = self.identify_namespace(nsid)?;
             match Namespace::from_identify(nsid, &id) {
-                Some(ns) if ns.nsze > 0 => v.push(ns),
-                _ => tracing::warn!(nsid, "namespace skipped: empty or invalid LBA format"),
+                Ok(ns) if ns.lba_size as usize > max_cmd => tracing::warn!(
+                    nsid,
+                    lba_size = ns.lba_size,
+                    max_cmd,
+                    "namespace skipped: its block is larger than the largest command"
+                ),
+                Ok(ns) if ns.nsze > 0 => v.push(ns),
+                Ok(_) => tracing::warn!(nsid, "namespace skipped: size 0"),
+                Err(e) => tracing::warn!(nsid, error = %e, "namespace skipped"),
             }
         }
         self.namespaces = v;
@@ -130,7 +185,7 @@ impl Controller {
 }
 
 /// Copy a structure out of the admin data page.
-fn read_page<T: FromBytes>(mem: &DmaMem) -> T {
+pub(super) fn read_page<T: FromBytes>(mem: &DmaMem) -> T {
     // SAFETY: the admin data buffer is ADMIN_DATA_LEN (>= 4096) bytes, live while the admin
     // lock is held by the caller, and the command that filled it has completed.
     let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr(), std::mem::size_of::<T>()) };

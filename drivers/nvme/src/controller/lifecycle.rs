@@ -3,13 +3,16 @@
 //! that would not stop.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::Mmio;
 
 use crate::admin_queue::{read_csts, AdminQueue};
 use crate::error::{NvmeError, Result};
-use crate::spec::command::{admin_opcode, feature};
+use crate::info::Namespace;
+use crate::spec::command::{admin_opcode, cns, feature};
+use crate::spec::identify::IdentifyNamespace;
 use crate::spec::regs::{
     aqa, Cc, Csts, ShutdownStatus, REG_ACQ, REG_AQA, REG_ASQ, REG_CC, REG_CSTS,
 };
@@ -46,7 +49,7 @@ impl Controller {
 
     /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
     fn wait_rdy(&self, ready: bool, mut read: impl FnMut() -> Result<Csts>) -> Result<()> {
-        let timeout = self.cap.timeout();
+        let timeout = self.opts.ready_timeout.unwrap_or(self.cap.timeout());
         let start = Instant::now();
         loop {
             let csts = read()?;
@@ -65,12 +68,15 @@ impl Controller {
     }
 
     /// Reset the controller (CC.EN 1 -> 0 -> 1) and bring the admin queue, the negotiated number
-    /// of I/O queues and the shadow doorbells back. Use it after [`NvmeError::Wedged`],
-    /// [`NvmeError::ControllerNotReady`] or a fatal status. Refused while any
-    /// [`crate::IoQueuePair`] of this controller exists (their queues do not survive a reset):
-    /// drop them first, then create new ones. Queue pairs that were dropped without deleting
-    /// their device-side queues do not block it: disabling the controller deletes every queue
-    /// on the device side, so their ids are free again afterwards (their memory stays leaked).
+    /// of I/O queues and the shadow doorbells back, and read the namespaces again (a namespace
+    /// whose size or format changed is [`NvmeError::NamespaceChanged`]). Use it after
+    /// [`NvmeError::Wedged`], [`NvmeError::ControllerNotReady`] or a fatal status. Refused while
+    /// any [`crate::IoQueuePair`] of this controller exists (their queues do not survive a
+    /// reset): drop them first, then create new ones; queue pairs opened with a
+    /// [`crate::Recovery`] other than `Report` reset the controller themselves. Queue pairs that
+    /// were dropped without deleting their device-side queues do not block it: disabling the
+    /// controller deletes every queue on the device side, so their ids are free again
+    /// afterwards (their memory stays leaked).
     pub fn reset(&self) -> Result<()> {
         let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if qids.contains(&QidUse::Live) {
@@ -78,6 +84,21 @@ impl Controller {
                 "Controller::reset with I/O queue pairs alive: drop every IoQueuePair of this controller first",
             ));
         }
+        self.reset_locked(&mut qids)
+    }
+
+    /// The reset of an I/O queue pair's recovery: done only when nobody reset the controller
+    /// since generation `seen` (the queue pairs that notice a fault together reset it once);
+    /// live queue pairs stay and re-create their queues when they see the new generation.
+    pub(crate) fn recover(&self, seen: u64) -> Result<()> {
+        let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        if self.generation() != seen {
+            return Ok(());
+        }
+        self.reset_locked(&mut qids)
+    }
+
+    fn reset_locked(&self, qids: &mut [QidUse]) -> Result<()> {
         let mut a = self.admin();
         self.disable()?;
         // The controller is disabled: no queue of a dropped-but-leaked pair exists any more.
@@ -86,11 +107,23 @@ impl Controller {
                 *u = QidUse::Free;
             }
         }
+        // Also clears the wedged flag: the timed-out admin command died with the disable.
         a.reset();
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
+        // A BAR that no longer decodes drops the write (QEMU then reads 0, real hardware
+        // all-ones): waiting CAP.TO for RDY would be in vain.
+        let cc = self.mmio.read32(REG_CC);
+        if cc == u32::MAX {
+            return Err(NvmeError::DeviceGone { register: "CC" });
+        }
+        if !Cc(cc).en() {
+            return Err(NvmeError::ControllerNotReady {
+                csts: self.mmio.read32(REG_CSTS),
+                during: "re-enabling the controller after a reset (CC.EN does not keep the value written: the BAR no longer decodes)",
+            });
+        }
         self.wait_ready(true, "re-enabling the controller after a reset")?;
-        self.clear_admin_wedged();
         let want = self.io_queues_granted as u32 - 1;
         let mut sqe = Sqe::new(admin_opcode::SET_FEATURES);
         sqe.cdw10 = feature::NUMBER_OF_QUEUES as u32;
@@ -105,7 +138,7 @@ impl Controller {
         }
         if let Some(s) = &self.shadow {
             // SAFETY: both pages are PAGE_SIZE bytes of our DMA memory; the controller was just
-            // reset and knows no shadow buffer, so nothing else accesses them.
+            // reset and knows no shadow buffer, so it does not access them.
             unsafe {
                 std::ptr::write_bytes(s.db.as_ptr(), 0, PAGE_SIZE);
                 std::ptr::write_bytes(s.ei.as_ptr(), 0, PAGE_SIZE);
@@ -118,7 +151,23 @@ impl Controller {
                 a.set_shadow(sq, cq);
             }
         }
-        drop(qids);
+        for ns in &self.namespaces {
+            let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
+            sqe.nsid = ns.nsid;
+            sqe.prp1 = a.data.iova();
+            sqe.cdw10 = cns::NAMESPACE as u32;
+            a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
+            let id = super::admin_cmds::read_page::<IdentifyNamespace>(&a.data);
+            let same = Namespace::from_identify(ns.nsid, &id).is_ok_and(|n| {
+                n.nsze == ns.nsze
+                    && n.lba_size == ns.lba_size
+                    && n.metadata_size == ns.metadata_size
+            });
+            if !same {
+                return Err(NvmeError::NamespaceChanged { nsid: ns.nsid });
+            }
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 

@@ -1,12 +1,13 @@
 //! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
 
 mod admin_cmds;
+mod checks;
 mod lifecycle;
 
 use lifecycle::program_admin;
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -42,6 +43,12 @@ pub struct ControllerOptions {
     pub max_command_bytes: usize,
     /// Bound on shutdown when the controller reports no RTD3E.
     pub default_shutdown_timeout: Duration,
+    /// Most active namespaces loaded (a controller reporting more: the first ones, in NSID
+    /// order, with a warning). Bounds the Identify commands and memory of bring-up.
+    pub max_namespaces: u32,
+    /// Wait at most this long for CSTS.RDY to change, instead of CAP.TO (None: CAP.TO, as the
+    /// spec says; a shorter bound fails faster on a dead controller, e.g. in tests).
+    pub ready_timeout: Option<Duration>,
 }
 
 impl Default for ControllerOptions {
@@ -53,6 +60,8 @@ impl Default for ControllerOptions {
             admin_timeout: Duration::from_secs(10),
             max_command_bytes: 2 << 20,
             default_shutdown_timeout: Duration::from_secs(5),
+            max_namespaces: 1024,
+            ready_timeout: None,
         }
     }
 }
@@ -93,8 +102,11 @@ pub struct Controller {
     io_queues_granted: u16,
     qids: Mutex<Vec<QidUse>>,
     /// An admin command timed out: the admin queue does not answer until a reset, so further
-    /// admin commands fail at once instead of each waiting `admin_timeout`.
-    admin_wedged: AtomicBool,
+    /// admin commands fail at once instead of each waiting `admin_timeout` (the admin queue's
+    /// own flag, read here without its lock).
+    admin_wedged: Arc<AtomicBool>,
+    /// Resets since open (the generation I/O queues compare against to notice one).
+    generation: AtomicU64,
     shadow: Option<ShadowPages>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
@@ -128,6 +140,8 @@ impl Controller {
             });
         }
         let mmio = Arc::new(dev.map_bar(0)?);
+        // The registers up to ACQ must lie in BAR0 before any of them is read.
+        mmio.check_access(checks::REGISTERS_END - 8, 8)?;
         let cap_raw = mmio.read64(REG_CAP);
         if cap_raw == u64::MAX {
             return Err(NvmeError::DeviceGone { register: "CAP" });
@@ -144,6 +158,7 @@ impl Controller {
                 what: "a 4 KiB memory page size (CAP.MPSMIN..MPSMAX)",
             });
         }
+        checks::check_cap(cap, &mmio)?;
         let admin_entries = opts
             .admin_entries
             .clamp(2, cap.max_queue_entries().min(4096) as u16);
@@ -159,7 +174,8 @@ impl Controller {
             namespaces: Vec::new(),
             io_queues_granted: 0,
             qids: Mutex::new(Vec::new()),
-            admin_wedged: AtomicBool::new(false),
+            admin_wedged: admin.wedged_flag(),
+            generation: AtomicU64::new(0),
             shadow: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
@@ -178,11 +194,7 @@ impl Controller {
 
         let id = ctrl.identify_controller()?;
         let info = ControllerInfo::from_identify(&id);
-        if info.sqes & 0xf > 6 || info.cqes & 0xf > 4 {
-            return Err(NvmeError::Unsupported {
-                what: "64-byte SQ and 16-byte CQ entries (Identify SQES/CQES)",
-            });
-        }
+        checks::check_entry_sizes(info.sqes, info.cqes)?;
         ctrl.info = Some(info);
         ctrl.negotiate_queues()?;
         ctrl.load_namespaces()?;
@@ -286,18 +298,7 @@ impl Controller {
     /// Run one admin command. Once one has timed out (see [`Controller::admin_wedged`]) the
     /// next fail at once with [`NvmeError::Wedged`] (queue 0) until [`Controller::reset`].
     pub(crate) fn admin_exec(&self, sqe: Sqe, command: &'static str) -> Result<crate::spec::Cqe> {
-        if self.admin_wedged() {
-            return Err(NvmeError::Wedged {
-                qid: 0,
-                outstanding: 1,
-                waited: std::time::Duration::ZERO,
-            });
-        }
-        let r = self.admin().execute(sqe, command, self.opts.admin_timeout);
-        if let Err(NvmeError::Timeout { .. }) = r {
-            self.admin_wedged.store(true, Ordering::Relaxed);
-        }
-        r
+        self.admin().execute(sqe, command, self.opts.admin_timeout)
     }
 
     /// Whether an admin command timed out since the controller was opened or last reset: the
@@ -306,9 +307,16 @@ impl Controller {
         self.admin_wedged.load(Ordering::Relaxed)
     }
 
-    /// Forget the admin timeout after a reset brought the admin queue back.
-    pub(super) fn clear_admin_wedged(&self) {
-        self.admin_wedged.store(false, Ordering::Relaxed);
+    /// Controller resets since open: [`Controller::reset`] and the automatic resets of queue
+    /// pairs that recover ([`crate::Recovery`]).
+    pub fn resets(&self) -> u64 {
+        self.generation()
+    }
+
+    /// The reset generation (one relaxed load: I/O queues compare it on every poll).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Read CSTS of the enabled controller: all-ones is [`NvmeError::DeviceGone`], CFS

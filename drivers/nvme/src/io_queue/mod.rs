@@ -3,20 +3,22 @@
 //! and makes no system call. Submissions are queued and the SQ tail doorbell is written once
 //! per [`IoQueuePair::ring`]; the CQ head doorbell once per [`IoQueuePair::poll`] batch.
 
+mod clock;
 mod poll;
+mod recover;
 mod sub_range;
 mod submit;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ubdirect_core::DmaMem;
 
 use crate::controller::{Controller, PAGE_SIZE};
 use crate::doorbell::Doorbell;
 use crate::error::{NvmeError, Result};
-use crate::io_types::{IoBufs, QueueOptions, QueueStats};
+use crate::io_types::{IoBufs, QueueOptions, QueueStats, Recovery};
 use crate::prp::list_pages_needed;
 use crate::ring::{CqRing, SqRing};
 use crate::spec::command::admin_opcode;
@@ -41,6 +43,10 @@ pub(crate) struct NsLimits {
 struct CmdSlot {
     req: u16,
     active: bool,
+    /// An Abort was sent for it (its clock restarted then).
+    aborted: bool,
+    /// Cycle counter when it was queued (or aborted): its own deadline runs from here.
+    stamp: u64,
 }
 
 #[derive(Default)]
@@ -64,6 +70,8 @@ pub(crate) enum Dead {
     NotReady(u32),
     /// An Abort (or another admin command) timed out: the admin queue does not answer.
     Wedged,
+    /// The controller was reset under a queue that reports instead of recovering.
+    ResetUnder,
 }
 
 /// The data of a request being built: where its bytes are.
@@ -84,6 +92,8 @@ pub struct IoQueuePair {
     depth: usize,
     list_entries_per_cmd: usize,
     cmds: Box<[CmdSlot]>,
+    /// A copy of each command slot's SQ entry, to submit it again after a reset.
+    sqes: Box<[Sqe]>,
     free_cids: Box<[u16]>,
     free_cid_top: usize,
     reqs: ManuallyDrop<Box<[ReqSlot]>>,
@@ -94,10 +104,20 @@ pub struct IoQueuePair {
     in_flight: usize,
     rung_tail: u16,
     auto_ring: bool,
-    io_timeout: Duration,
-    idle_polls: u32,
-    idle_since: Option<Instant>,
-    aborted: bool,
+    recovery: Recovery,
+    /// Deadlines in cycle-counter ticks.
+    ticks: clock::Ticks,
+    /// Polls since creation (the deadline check runs every [`poll::CHECK_EVERY`] polls).
+    polls: u32,
+    /// Cycle counter at the last deadline check.
+    last_check: u64,
+    /// The controller's reset generation this queue exists in.
+    generation: u64,
+    /// Completions [`ubdirect_core::seams::BlockQueue::poll`] could not deliver (requests without
+    /// a single buffer), kept for [`IoQueuePair::take_native_completions`]; capacity `depth`.
+    pub(crate) held: Vec<crate::io_types::IoCompletion>,
+    /// Test hook: the next command is taken as submitted but never reaches the device.
+    lose_next: bool,
     /// Set once the controller cannot complete anything: every later call fails at once.
     dead: Option<(Dead, Instant)>,
     stats: QueueStats,
@@ -165,6 +185,7 @@ impl IoQueuePair {
                 DmaMem::alloc(&registry, depth * lpp * PAGE_SIZE)?,
             ))
         };
+        let ticks = clock::Ticks::new(opts.io_timeout);
         let (sq, cq, lists) = match build() {
             Ok(m) => m,
             Err(e) => {
@@ -173,41 +194,12 @@ impl IoQueuePair {
             }
         };
         // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
-        let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
-        c.prp1 = cq.iova();
-        c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
-        c.cdw11 = 1;
-        if let Err(e) = ctrl.admin_exec(c, "Create I/O Completion Queue") {
+        let generation = ctrl.generation();
+        if let Err(e) = create_device_queues(ctrl, qid, entries, &sq, &cq) {
             ctrl.free_qid(qid);
             return Err(e);
         }
-        let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
-        s.prp1 = sq.iova();
-        s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
-        s.cdw11 = (qid as u32) << 16 | 1;
-        if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
-            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
-            d.cdw10 = qid as u32;
-            let _ = ctrl.admin_exec(d, "Delete I/O Completion Queue");
-            ctrl.free_qid(qid);
-            return Err(e);
-        }
-        let dstrd = ctrl.cap().dstrd();
-        let shadow = if opts.shadow_doorbells {
-            ctrl.shadow_slots(qid)
-        } else {
-            None
-        };
-        let sq_db = Doorbell::new(
-            ctrl.mmio().clone(),
-            sq_tail_doorbell(qid, dstrd),
-            shadow.map(|s| s.0),
-        );
-        let cq_db = Doorbell::new(
-            ctrl.mmio().clone(),
-            cq_head_doorbell(qid, dstrd),
-            shadow.map(|s| s.1),
-        );
+        let (sq_db, cq_db) = doorbells(ctrl, qid, opts.shadow_doorbells);
         let mut reqs = Vec::with_capacity(depth);
         reqs.resize_with(depth, ReqSlot::default);
         Ok(IoQueuePair {
@@ -221,6 +213,7 @@ impl IoQueuePair {
             depth,
             list_entries_per_cmd: lpp * PAGE_SIZE / 8,
             cmds: vec![CmdSlot::default(); depth].into_boxed_slice(),
+            sqes: vec![Sqe::default(); depth].into_boxed_slice(),
             free_cids: (0..depth as u16).rev().collect(),
             free_cid_top: depth,
             reqs: ManuallyDrop::new(reqs.into_boxed_slice()),
@@ -231,10 +224,13 @@ impl IoQueuePair {
             in_flight: 0,
             rung_tail: 0,
             auto_ring: opts.auto_ring,
-            io_timeout: opts.io_timeout,
-            idle_polls: 0,
-            idle_since: None,
-            aborted: false,
+            recovery: opts.recovery,
+            ticks,
+            polls: 0,
+            last_check: ubdirect_core::util::rdtsc(),
+            generation,
+            lose_next: false,
+            held: Vec::with_capacity(depth),
             dead: None,
             stats: QueueStats::default(),
         })
@@ -272,6 +268,14 @@ impl IoQueuePair {
         s.shadow_only_updates = self.sq_db.shadow_only + self.cq_db.shadow_only;
         s
     }
+    /// Test hook (fault injection): the next command queued is taken as submitted (slot held,
+    /// clock started, counted in flight) but never written to the SQ, as if the device had lost
+    /// it. A reset with [`Recovery::Requeue`] submits it for real.
+    #[doc(hidden)]
+    pub fn lose_next_command(&mut self) {
+        self.lose_next = true;
+    }
+
     /// Ring the doorbell on every submission (true) or only on [`IoQueuePair::ring`] (false).
     pub fn set_auto_ring(&mut self, on: bool) {
         self.auto_ring = on;
@@ -310,8 +314,71 @@ impl IoQueuePair {
     }
 }
 
+/// Create I/O CQ (polled) then I/O SQ `qid` on the device over the given rings; on an SQ
+/// failure the CQ is deleted again.
+pub(super) fn create_device_queues(
+    ctrl: &Controller,
+    qid: u16,
+    entries: u16,
+    sq: &SqRing,
+    cq: &CqRing,
+) -> Result<()> {
+    // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
+    let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
+    c.prp1 = cq.iova();
+    c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+    c.cdw11 = 1;
+    ctrl.admin_exec(c, "Create I/O Completion Queue")?;
+    let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
+    s.prp1 = sq.iova();
+    s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+    s.cdw11 = (qid as u32) << 16 | 1;
+    if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
+        let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+        d.cdw10 = qid as u32;
+        let _ = ctrl.admin_exec(d, "Delete I/O Completion Queue");
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The SQ tail and CQ head doorbells of queue `qid`, through the shadow slots when asked for
+/// and the controller has them on.
+pub(super) fn doorbells(ctrl: &Controller, qid: u16, shadow: bool) -> (Doorbell, Doorbell) {
+    let dstrd = ctrl.cap().dstrd();
+    let shadow = if shadow { ctrl.shadow_slots(qid) } else { None };
+    (
+        Doorbell::new(
+            ctrl.mmio().clone(),
+            sq_tail_doorbell(qid, dstrd),
+            shadow.map(|s| s.0),
+        ),
+        Doorbell::new(
+            ctrl.mmio().clone(),
+            cq_head_doorbell(qid, dstrd),
+            shadow.map(|s| s.1),
+        ),
+    )
+}
+
 impl Drop for IoQueuePair {
     fn drop(&mut self) {
+        let reset_since = self.ctrl.generation() != self.generation;
+        if matches!(self.dead, Some((Dead::ResetUnder, _))) || (self.dead.is_none() && reset_since)
+        {
+            // The controller was reset (disabled) since this queue was created or re-created:
+            // the device no longer knows the queue and touches none of its memory. Nothing to
+            // delete.
+            // SAFETY: each is dropped once, here; see above.
+            unsafe {
+                ManuallyDrop::drop(&mut self.sq);
+                ManuallyDrop::drop(&mut self.cq);
+                ManuallyDrop::drop(&mut self.lists);
+                ManuallyDrop::drop(&mut self.reqs);
+            }
+            self.ctrl.free_qid(self.qid);
+            return;
+        }
         if let Some((why, _)) = self.dead {
             // The controller is gone, not ready or its admin queue does not answer: a Delete
             // would only wait out admin_timeout. The device may still DMA into the rings and

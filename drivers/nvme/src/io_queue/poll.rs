@@ -1,32 +1,46 @@
-//! Reaping completions (phase tags, one CQ head doorbell per batch) and the idle-time slow path:
-//! a CSTS health check once a quarter of `io_timeout` passed without a completion, then Aborts
-//! after `io_timeout`, and a queue that stops for good (every call fails at once) when the
-//! controller is gone, fatal, not ready or its admin queue does not answer.
+//! Reaping completions (phase tags, one CQ head doorbell per batch) and the deadline slow path.
 //!
-//! Worst case until the first error: `io_timeout` (CSTS all-ones / CFS / RDY=0 are seen from
-//! `io_timeout / 4` on), or `io_timeout + admin_timeout` when the controller stays ready but
-//! the first Abort is not answered.
+//! Every command is timed from its own submission (a cycle-counter stamp in its slot), so a
+//! queue that keeps completing other commands still notices one that never comes back. Every
+//! [`CHECK_EVERY`] polls with requests in flight, at most once per `io_timeout / 16`, one scan
+//! of the slots finds the oldest command: from `io_timeout / 4` on the controller's CSTS is
+//! read (all-ones, CFS, RDY=0); at `io_timeout` an Abort is sent for it and its clock restarts;
+//! at `io_timeout` after the Abort the queue's [`Recovery`] decides: report (`Wedged`), or
+//! reset the controller and requeue / fail back the requests in flight.
+//!
+//! Worst case until the first error with [`Recovery::Report`]: `io_timeout` (CSTS all-ones /
+//! CFS / RDY=0 are seen from `io_timeout / 4` on), or `io_timeout + admin_timeout` when the
+//! controller stays ready but the first Abort is not answered.
 
 use std::time::Instant;
 
 use crate::error::{NvmeError, Result};
-use crate::io_types::IoCompletion;
+use crate::io_types::{IoCompletion, Recovery};
 use crate::spec::command::{admin_opcode, io_opcode};
 use crate::spec::Sqe;
 use crate::status::NvmeStatus;
 
+use super::clock::{Ages, Ticks};
 use super::{Dead, IoQueuePair};
+
+/// Polls between two looks at the cycle counter for the deadline check.
+pub(crate) const CHECK_EVERY: u32 = 256;
+
+const DURING: &str = "waiting for I/O completions";
 
 impl IoQueuePair {
     /// Reap up to `max` finished requests, calling `f` for each; writes the CQ head doorbell
     /// once for the batch. Returns how many requests finished. An error means a malformed
-    /// completion was skipped, a timeout (Abort was sent), or a dead/wedged controller.
+    /// completion was skipped (the completions of the same batch were delivered to `f` all the
+    /// same), a timeout (Abort was sent), or a dead/wedged controller. A recovery
+    /// ([`Recovery::FailBack`]) may deliver more than `max` requests at once.
     ///
-    /// Once the controller is found gone, fatal, not ready, or an Abort timed out, the queue is
-    /// dead: this and every later call (and every submission) fail at once with that error,
-    /// and the requests still in flight stay with the queue ([`IoQueuePair::in_flight`] keeps
-    /// counting them): their buffers never go back to the pool, as the device might still write
-    /// them; dropping the queue pair leaks them.
+    /// Once the controller is found gone, fatal, not ready, or an Abort timed out, and the
+    /// queue does not recover ([`Recovery::Report`], or the reset failed), the queue is dead:
+    /// this and every later call (and every submission) fail at once with that error, and the
+    /// requests still in flight stay with the queue ([`IoQueuePair::in_flight`] keeps counting
+    /// them): their buffers never go back to the pool, as the device might still write them;
+    /// dropping the queue pair leaks them.
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(IoCompletion)) -> Result<usize> {
         if self.dead.is_some() {
@@ -34,15 +48,21 @@ impl IoQueuePair {
                 return Err(e);
             }
         }
+        if self.ctrl.generation() != self.generation {
+            return self.after_reset_elsewhere(&mut f);
+        }
         let mut done = 0usize;
         let mut reaped = 0u32;
         let mut malformed: Option<NvmeError> = None;
-        while done < max {
+        // At most one ring's worth of entries per call: a device that keeps posting entries
+        // (malformed ones deliver nothing) cannot keep this loop going.
+        while done < max && reaped as usize <= self.depth {
             let Some(cqe) = self.cq.peek() else { break };
             self.cq.advance();
             reaped += 1;
             let cid = cqe.cid as usize;
             if cid >= self.depth || !self.cmds[cid].active || cqe.sq_id != self.qid {
+                self.stats.malformed_completions += 1;
                 malformed.get_or_insert(NvmeError::MalformedCompletion {
                     qid: self.qid,
                     cid: cqe.cid,
@@ -55,43 +75,20 @@ impl IoQueuePair {
                 });
                 continue;
             }
-            let rid = self.cmds[cid].req as usize;
-            self.cmds[cid].active = false;
-            self.free_cids[self.free_cid_top] = cid as u16;
-            self.free_cid_top += 1;
             let status = NvmeStatus::from_cqe_status(cqe.status);
-            let r = &mut self.reqs[rid];
-            if !status.is_success() && r.error.is_none() {
-                r.error = Some(status);
-            }
-            r.remaining -= 1;
-            if r.remaining == 0 {
-                let bufs = std::mem::take(&mut r.bufs);
-                let result = match r.error {
-                    None => Ok(r.bytes),
-                    Some(status) => Err(NvmeError::Command {
-                        command: opcode_name(r.opcode),
-                        status,
-                    }),
-                };
-                let tag = r.tag;
-                self.free_reqs[self.free_req_top] = rid as u16;
-                self.free_req_top += 1;
-                self.in_flight -= 1;
+            if let Some(c) = self.finish_command(cid, status) {
                 done += 1;
-                f(IoCompletion { tag, bufs, result });
+                f(c);
             }
         }
         if reaped > 0 {
             self.cq_db.write(self.cq.head());
             self.stats.completions += reaped as u64;
-            self.idle_polls = 0;
-            self.idle_since = None;
-            self.aborted = false;
-        } else if self.in_flight > 0 {
-            self.idle_polls = self.idle_polls.wrapping_add(1);
-            if self.idle_polls % 4096 == 0 {
-                self.check_timeout()?;
+        }
+        if self.in_flight > 0 {
+            self.polls = self.polls.wrapping_add(1);
+            if self.polls % CHECK_EVERY == 0 {
+                done += self.check_deadlines(&mut f)?;
             }
         }
         match malformed {
@@ -100,11 +97,45 @@ impl IoQueuePair {
         }
     }
 
+    /// Free command slot `cid` with `status`; the request's completion when it was its last
+    /// command.
+    #[inline]
+    pub(super) fn finish_command(
+        &mut self,
+        cid: usize,
+        status: NvmeStatus,
+    ) -> Option<IoCompletion> {
+        let rid = self.cmds[cid].req as usize;
+        self.cmds[cid].active = false;
+        self.free_cids[self.free_cid_top] = cid as u16;
+        self.free_cid_top += 1;
+        let r = &mut self.reqs[rid];
+        if !status.is_success() && r.error.is_none() {
+            r.error = Some(status);
+        }
+        r.remaining -= 1;
+        if r.remaining != 0 {
+            return None;
+        }
+        let bufs = std::mem::take(&mut r.bufs);
+        let result = match r.error {
+            None => Ok(r.bytes),
+            Some(status) => Err(NvmeError::Command {
+                command: opcode_name(r.opcode),
+                status,
+            }),
+        };
+        let tag = r.tag;
+        self.free_reqs[self.free_req_top] = rid as u16;
+        self.free_req_top += 1;
+        self.in_flight -= 1;
+        Some(IoCompletion { tag, bufs, result })
+    }
+
     /// The error of a dead queue (None while it is alive). Cold: only on error paths.
     #[cold]
     pub(super) fn dead_error(&self) -> Option<NvmeError> {
         let (why, since) = self.dead?;
-        const DURING: &str = "waiting for I/O completions";
         Some(match why {
             Dead::Gone => NvmeError::DeviceGone { register: "CSTS" },
             Dead::Fatal(csts) => NvmeError::ControllerFatal {
@@ -120,67 +151,102 @@ impl IoQueuePair {
                 outstanding: self.in_flight,
                 waited: since.elapsed(),
             },
+            Dead::ResetUnder => NvmeError::ResetUnderQueue {
+                qid: self.qid,
+                outstanding: self.in_flight,
+            },
         })
     }
 
     /// Stop the queue for good because of `e` (a CSTS or admin failure); returns `e`.
     #[cold]
-    fn die(&mut self, e: NvmeError) -> NvmeError {
+    pub(super) fn die(&mut self, e: NvmeError) -> NvmeError {
         let why = match e {
             NvmeError::DeviceGone { .. } => Dead::Gone,
             NvmeError::ControllerFatal { csts, .. } => Dead::Fatal(csts),
             NvmeError::ControllerNotReady { csts, .. } => Dead::NotReady(csts),
+            NvmeError::ReadyTimeout { csts, .. } => Dead::NotReady(csts),
+            NvmeError::ResetUnderQueue { .. } => Dead::ResetUnder,
             _ => Dead::Wedged,
         };
         self.dead = Some((why, Instant::now()));
         e
     }
 
-    /// Called on the slow path when polls keep finding nothing.
+    /// The slow path, every [`CHECK_EVERY`] polls with requests in flight: the ages of the
+    /// commands in flight against `io_timeout`. Returns the requests a recovery completed.
     #[cold]
-    fn check_timeout(&mut self) -> Result<()> {
-        let now = Instant::now();
-        let since = *self.idle_since.get_or_insert(now);
-        let waited = now - since;
-        if waited < self.io_timeout / 4 {
-            return Ok(());
+    fn check_deadlines(&mut self, f: &mut dyn FnMut(IoCompletion)) -> Result<usize> {
+        let now = ubdirect_core::util::rdtsc();
+        if now.wrapping_sub(self.last_check) < self.ticks.check_every {
+            return Ok(0);
         }
-        // Quiet for a while: is the controller still there and running? One MMIO read per
-        // 4096 empty polls, only on this slow path.
-        if let Err(e) = self.ctrl.csts_enabled("waiting for I/O completions") {
-            return Err(self.die(e));
+        self.last_check = now;
+        let ages = Ages::scan(
+            self.cmds.iter().map(|c| (c.active, c.aborted, c.stamp)),
+            now,
+            self.ticks.timeout,
+        );
+        if ages.oldest < self.ticks.quarter {
+            return Ok(0);
         }
-        if waited < self.io_timeout {
-            return Ok(());
+        // A command has waited a while: is the controller still there and running? One MMIO
+        // read per check, only while a command is that old.
+        if let Err(e) = self.ctrl.csts_enabled(DURING) {
+            return match e {
+                NvmeError::ControllerFatal { .. } | NvmeError::ControllerNotReady { .. }
+                    if self.recovery != Recovery::Report =>
+                {
+                    self.recover(f, e)
+                }
+                e => Err(self.die(e)),
+            };
         }
-        if self.aborted {
-            return Err(NvmeError::Wedged {
+        if ages.expired_after_abort > 0 {
+            let e = NvmeError::Wedged {
                 qid: self.qid,
                 outstanding: self.in_flight,
-                waited,
-            });
+                waited: Ticks::duration(ages.oldest),
+            };
+            if self.recovery != Recovery::Report {
+                return self.recover(f, e);
+            }
+            return Err(e);
         }
-        // Abort every command in flight; their completions (status "Command Abort Requested")
-        // give the buffers back through poll(). When an Abort is not answered, the admin queue
-        // is dead: stop at once instead of waiting admin_timeout per command.
+        if ages.expired == 0 {
+            return Ok(0);
+        }
+        self.abort_expired(f, now)
+    }
+
+    /// Send an Abort for every command past its deadline that has none yet, and restart their
+    /// clocks. When an Abort is not answered the admin queue is dead: stop at once (recover or
+    /// die) instead of waiting `admin_timeout` per command.
+    #[cold]
+    fn abort_expired(&mut self, f: &mut dyn FnMut(IoCompletion), now: u64) -> Result<usize> {
         let mut first = None;
         for cid in 0..self.depth {
-            if !self.cmds[cid].active {
+            let c = self.cmds[cid];
+            if !c.active || c.aborted || now.saturating_sub(c.stamp) < self.ticks.timeout {
                 continue;
             }
-            let opcode = self.reqs[self.cmds[cid].req as usize].opcode;
-            first.get_or_insert((cid as u16, opcode));
+            let opcode = self.reqs[c.req as usize].opcode;
+            first.get_or_insert((cid as u16, opcode, now.saturating_sub(c.stamp)));
+            self.stats.timeouts += 1;
+            self.cmds[cid].aborted = true;
+            self.cmds[cid].stamp = ubdirect_core::util::rdtsc();
             let mut a = Sqe::new(admin_opcode::ABORT);
             a.cdw10 = (cid as u32) << 16 | self.qid as u32;
+            self.stats.aborts_sent += 1;
             match self.ctrl.admin_exec(a, "Abort") {
                 Ok(_) => {}
                 // The controller refused this Abort (e.g. Abort Command Limit Exceeded): the
-                // admin queue works; the next timeout check reports Wedged if nothing comes.
+                // admin queue works; the next check escalates if nothing comes.
                 Err(e @ NvmeError::Command { .. }) => {
                     tracing::warn!(error = %e, cid, qid = self.qid, "Abort failed");
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, cid, qid = self.qid, "Abort not answered; the queue is dead");
+                    tracing::warn!(error = %e, cid, qid = self.qid, "Abort not answered");
                     let e = match e {
                         e @ (NvmeError::DeviceGone { .. }
                         | NvmeError::ControllerFatal { .. }
@@ -188,22 +254,33 @@ impl IoQueuePair {
                         _ => NvmeError::Wedged {
                             qid: self.qid,
                             outstanding: self.in_flight,
-                            waited: since.elapsed(),
+                            waited: Ticks::duration(now.saturating_sub(c.stamp)),
                         },
                     };
+                    if self.recovery != Recovery::Report
+                        && !matches!(e, NvmeError::DeviceGone { .. })
+                    {
+                        return self.recover(f, e);
+                    }
                     return Err(self.die(e));
                 }
             }
         }
-        self.aborted = true;
-        self.idle_since = Some(Instant::now());
-        let (cid, opcode) = first.unwrap_or((0, 0));
-        Err(NvmeError::Timeout {
+        let Some((cid, opcode, age)) = first else {
+            return Ok(0);
+        };
+        let e = NvmeError::Timeout {
+            then: crate::error::TIMEOUT_ABORTED,
             command: opcode_name(opcode),
             cid,
             qid: self.qid,
-            waited,
-        })
+            waited: Ticks::duration(age),
+        };
+        if self.recovery == Recovery::Report {
+            return Err(e);
+        }
+        tracing::warn!(error = %e, "NVMe I/O command timed out; Abort sent");
+        Ok(0)
     }
 }
 

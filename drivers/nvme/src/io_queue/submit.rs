@@ -54,6 +54,8 @@ impl IoQueuePair {
         let (nsid, lba_shift) = (ns.nsid, ns.lba_shift);
         let saved_cid_top = self.free_cid_top;
         let saved_tail = self.sq.tail();
+        // One counter read per request: every command's deadline runs from here.
+        let stamp = ubdirect_core::util::rdtsc();
         self.free_req_top -= 1;
         let rid = self.free_reqs[self.free_req_top];
         let mut done_blocks = 0u64;
@@ -84,6 +86,10 @@ impl IoQueuePair {
                         sqe.prp2 = p.prp2;
                     }
                     Err(e) => {
+                        // The slots taken so far go back free (not in flight).
+                        for i in self.free_cid_top..saved_cid_top {
+                            self.cmds[self.free_cids[i] as usize].active = false;
+                        }
                         self.free_cid_top = saved_cid_top;
                         self.free_req_top += 1;
                         self.sq.set_tail(saved_tail);
@@ -101,8 +107,15 @@ impl IoQueuePair {
             self.cmds[cid as usize] = CmdSlot {
                 req: rid,
                 active: true,
+                aborted: false,
+                stamp,
             };
-            self.sq.push(&sqe);
+            self.sqes[cid as usize] = sqe;
+            if self.lose_next {
+                self.lose_next = false;
+            } else {
+                self.sq.push(&sqe);
+            }
             done_blocks += nlb;
         }
         let r = &mut self.reqs[rid as usize];
@@ -156,7 +169,10 @@ impl IoQueuePair {
         self.cmds[cid as usize] = CmdSlot {
             req: rid,
             active: true,
+            aborted: false,
+            stamp: ubdirect_core::util::rdtsc(),
         };
+        self.sqes[cid as usize] = sqe;
         self.sq.push(&sqe);
         let r = &mut self.reqs[rid as usize];
         r.bufs = IoBufs::None;

@@ -30,6 +30,16 @@ pub enum RingError {
         /// The id read.
         id: u16,
     },
+    /// A used element reports more bytes written than the buffer holds.
+    #[error("device reports {len} bytes written into descriptor id {id}, whose buffer holds {max}: malformed completion (reset the device)")]
+    BadLen {
+        /// The id read.
+        id: u16,
+        /// The length read.
+        len: u32,
+        /// The buffer's length.
+        max: u32,
+    },
     /// The used index moved further than the number of buffers in flight.
     #[error("device used index jumped from {last_used} to {used_idx} with only {in_flight} buffers in flight: malformed ring or device gone (reset the device)")]
     Overrun {
@@ -236,6 +246,14 @@ impl SplitRing {
     /// leave the ring unchanged.
     #[inline]
     pub fn pop_used(&mut self) -> Result<Option<(u16, u32)>, RingError> {
+        self.pop_used_within(u32::MAX)
+    }
+
+    /// [`SplitRing::pop_used`] for device-writable buffers of `max_len` bytes: a used length
+    /// beyond it is [`RingError::BadLen`] and, like every error, leaves the ring unchanged
+    /// (the next call reports it again).
+    #[inline]
+    pub fn pop_used_within(&mut self, max_len: u32) -> Result<Option<(u16, u32)>, RingError> {
         if self.last_used == self.seen_used {
             let idx = u16::from_le(
                 self.idx_atomic(self.layout.used_idx())
@@ -273,6 +291,16 @@ impl SplitRing {
             });
         }
         let id = id as u16;
+        if !self.free.is_in_use(id) {
+            return Err(RingError::NotInFlight { id });
+        }
+        if len > max_len {
+            return Err(RingError::BadLen {
+                id,
+                len,
+                max: max_len,
+            });
+        }
         if !self.free.give(id) {
             return Err(RingError::NotInFlight { id });
         }

@@ -351,3 +351,116 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn used_len_beyond_the_buffer_is_an_error_and_changes_nothing() {
+    let (_m, mut r, mut d) = setup(4, false, 0);
+    let a = r.push(0x1000, 1526, true).unwrap();
+    r.publish();
+    d.take(4);
+    d.complete(a as u32, 1527);
+    let e = Err(RingError::BadLen {
+        id: a,
+        len: 1527,
+        max: 1526,
+    });
+    assert_eq!(r.pop_used_within(1526), e);
+    assert_eq!(
+        r.pop_used_within(1526),
+        e,
+        "reported again: nothing consumed"
+    );
+    assert_eq!(r.in_flight(), 1, "the buffer is still the device's");
+    assert!(r
+        .pop_used_within(1526)
+        .unwrap_err()
+        .to_string()
+        .contains("1527 bytes"));
+}
+
+/// What a hostile device does to the used ring between two driver calls.
+#[derive(Debug, Clone)]
+enum Hostile {
+    /// The driver posts `n` buffers of `len` bytes.
+    Push(u8),
+    /// The device writes one used element at `slot` (any id, any len).
+    Elem { slot: u16, id: u32, len: u32 },
+    /// The device sets used->idx to any value.
+    Idx(u16),
+    /// The device moves used->idx forward by `n` (possibly more than the ring).
+    Bump(u16),
+    /// The driver reaps up to `n`.
+    Pop(u8),
+}
+
+fn hostile() -> impl Strategy<Value = Hostile> {
+    prop_oneof![
+        (1u8..20).prop_map(Hostile::Push),
+        (any::<u16>(), any::<u32>(), any::<u32>()).prop_map(|(slot, id, len)| Hostile::Elem {
+            slot,
+            id,
+            len
+        }),
+        any::<u16>().prop_map(Hostile::Idx),
+        (0u16..80).prop_map(Hostile::Bump),
+        (1u8..20).prop_map(Hostile::Pop),
+    ]
+}
+
+proptest! {
+    #![proptest_config(crate::fuzz_cases::config())]
+
+    /// Fuzz target `fuzz_used_ring`: a device writing anything into the used ring (any id,
+    /// any len, any used->idx, jumps past the ring size) never makes the driver panic, hand
+    /// back an id that was not in flight, a length beyond the buffer, or lose count.
+    #[test]
+    fn fuzz_used_ring(size_pow in 0u32..6, start in any::<u16>(), ops in proptest::collection::vec(hostile(), 1..24)) {
+        const BUF: u32 = 1526;
+        let size = 1u16 << size_pow;
+        let (_m, mut r, d) = setup(size, true, start);
+        let mut in_flight = std::collections::HashSet::new();
+        for o in ops {
+            match o {
+                Hostile::Push(n) => {
+                    for _ in 0..n {
+                        let Some(id) = r.push(0x1000, BUF, true) else { break };
+                        prop_assert!(in_flight.insert(id), "id {} handed out twice", id);
+                    }
+                    r.publish();
+                }
+                Hostile::Elem { slot, id, len } => {
+                    let slot = slot & (size - 1);
+                    // SAFETY: test memory, slot < size.
+                    unsafe {
+                        core::ptr::write_volatile(
+                            d.base.add(d.l.used_entry(slot)).cast::<UsedElem>(),
+                            UsedElem { id, len },
+                        )
+                    };
+                }
+                Hostile::Idx(v) => d.w16(d.l.used_idx(), v),
+                Hostile::Bump(n) => {
+                    let v = d.r16(d.l.used_idx()).wrapping_add(n);
+                    d.w16(d.l.used_idx(), v);
+                }
+                Hostile::Pop(n) => {
+                    for _ in 0..n {
+                        let before = r.in_flight();
+                        match r.pop_used_within(BUF) {
+                            Ok(Some((id, len))) => {
+                                prop_assert!(in_flight.remove(&id), "id {} was not in flight", id);
+                                prop_assert!(len <= BUF);
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                prop_assert_eq!(r.in_flight(), before, "an error changed the ring: {}", e);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(r.in_flight(), in_flight.len());
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! File windows: a range of a file mapped read-only (MAP_SHARED, so the mapping *is* the page
+//! cache) and pinned once for device DMA, kept in a [`FileWindowRegistry`] keyed by
+//! (file identity, range), reused across passes and evicted least-recently-used beyond a byte cap.
+//!
+//! The pinning step is a [`HostPinner`]: `cuMemHostRegister(READ_ONLY)` on a GPU machine
+//! ([`crate::CudaHostPinner`]); tests use a recording fake so the registry logic runs without
+//! libcuda.
+//!
+//! Change detection: every [`FileWindowRegistry::acquire`] and [`FileWindowRegistry::check`]
+//! fstat()s the file and compares size and mtime with what they were when its windows were
+//! mapped. A change invalidates every window of that file and is reported as
+//! [`WindowError::FileChanged`] (the caller ends the pass; the next acquire maps the new
+//! contents). Between two checks, a truncation does not crash the process: nothing reads a
+//! window from the CPU (the copy engines read it), and the pinned pages stay allocated while
+//! pinned, so copies in flight read the pages as they were before the truncation (stale data,
+//! except the tail of the last page past the new end, which the kernel zeroes; never a SIGBUS;
+//! the next check reports the change). Registered windows are host-pinned for CUDA only: they
+//! are not mapped into a VFIO IOMMU domain (an NVMe or NIC cannot DMA from them yet).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Pins host memory for device DMA (and unpins it).
+pub trait HostPinner: Send + Sync {
+    /// Pin `[ptr, ptr + len)` (page aligned) read-only for DMA by the device(s).
+    fn pin(&self, ptr: *const u8, len: usize) -> Result<(), String>;
+    /// Undo [`HostPinner::pin`] for exactly that range.
+    fn unpin(&self, ptr: *const u8, len: usize);
+}
+
+/// Which file (device and inode numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    /// st_dev.
+    pub dev: u64,
+    /// st_ino.
+    pub ino: u64,
+}
+
+/// What a file looked like when a window was mapped: size and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    /// Size in bytes.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+fn stat(file: &File) -> std::io::Result<(FileIdentity, FileStamp)> {
+    let m = file.metadata()?;
+    Ok((
+        FileIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+        },
+        FileStamp {
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        },
+    ))
+}
+
+/// Registry key: a file and a byte range of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WindowKey {
+    /// The file.
+    pub file: FileIdentity,
+    /// First byte of the range.
+    pub offset: u64,
+    /// Length of the range.
+    pub len: u64,
+}
+
+/// Why a window could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum WindowError {
+    /// fstat/mmap failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The range is empty or runs past the end of the file.
+    #[error(
+        "bytes {offset}..{end} are not inside the file ({size} bytes): pick a range within it"
+    )]
+    OutOfRange {
+        /// Range start.
+        offset: u64,
+        /// Range end.
+        end: u64,
+        /// File size.
+        size: u64,
+    },
+    /// The window alone exceeds the registry's cap.
+    #[error("a {len}-byte window exceeds the {cap}-byte cap on registered file mappings (raise --map-cap or use smaller windows)")]
+    TooLarge {
+        /// Window length.
+        len: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The file changed (size or mtime) since its windows were mapped; they were dropped.
+    #[error("the file changed while registered (size {old_size} -> {new_size} bytes{}): its {dropped} registered window(s) were dropped; run again to map the new contents", if *.mtime_changed { ", modified" } else { "" })]
+    FileChanged {
+        /// Size when mapped.
+        old_size: u64,
+        /// Size now.
+        new_size: u64,
+        /// Whether the modification time moved.
+        mtime_changed: bool,
+        /// Windows invalidated.
+        dropped: usize,
+    },
+    /// The pinner (cuMemHostRegister) refused the mapping.
+    #[error("registering the file mapping for DMA failed: {0}")]
+    Pin(String),
+}
+
+/// A mapped, pinned file range. Unpinned and unmapped when the last holder drops it.
+pub struct FileWindow {
+    map_base: *mut libc::c_void,
+    map_len: usize,
+    data: *const u8,
+    key: WindowKey,
+    stamp: FileStamp,
+    pinner: Arc<dyn HostPinner>,
+}
+
+// SAFETY: the window is an immutable read-only mapping; the raw pointers are addresses only,
+// never dereferenced through &self methods other than as DMA sources.
+unsafe impl Send for FileWindow {}
+// SAFETY: as above: nothing in the window is mutated after construction.
+unsafe impl Sync for FileWindow {}
+
+impl std::fmt::Debug for FileWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWindow")
+            .field("key", &self.key)
+            .field("stamp", &self.stamp)
+            .finish()
+    }
+}
+
+impl FileWindow {
+    fn map(
+        file: &File,
+        key: WindowKey,
+        stamp: FileStamp,
+        pinner: &Arc<dyn HostPinner>,
+    ) -> Result<FileWindow, WindowError> {
+        let page = page_size() as u64;
+        let base_off = key.offset / page * page;
+        let lead = (key.offset - base_off) as usize;
+        let map_len = (lead as u64 + key.len).next_multiple_of(page) as usize;
+        let base = map_readonly(file, base_off, map_len)?;
+        if let Err(e) = pinner.pin(base.cast(), map_len) {
+            // SAFETY: the mapping made just above, not pinned, not shared.
+            unsafe { libc::munmap(base, map_len) };
+            return Err(WindowError::Pin(e));
+        }
+        Ok(FileWindow {
+            map_base: base,
+            map_len,
+            // SAFETY: lead < page <= map_len: inside the mapping.
+            data: unsafe { base.cast::<u8>().add(lead) },
+            key,
+            stamp,
+            pinner: pinner.clone(),
+        })
+    }
+
+    /// Address of the window's first byte (file offset `key().offset`), for DMA.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.data
+    }
+
+    /// Length of the range in bytes.
+    pub fn len(&self) -> usize {
+        self.key.len as usize
+    }
+
+    /// Never empty (the registry refuses empty ranges).
+    pub fn is_empty(&self) -> bool {
+        self.key.len == 0
+    }
+
+    /// The registry key (file and range).
+    pub fn key(&self) -> WindowKey {
+        self.key
+    }
+
+    /// Bytes mapped and pinned (the range rounded out to pages).
+    pub fn pinned_len(&self) -> usize {
+        self.map_len
+    }
+}
+
+impl Drop for FileWindow {
+    fn drop(&mut self) {
+        self.pinner.unpin(self.map_base.cast(), self.map_len);
+        // SAFETY: our own mapping, unpinned above; no copy from it is in flight because every
+        // holder keeps its Arc until its copies completed.
+        unsafe { libc::munmap(self.map_base, self.map_len) };
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096).max(4096)
+}
+
+fn map_readonly(file: &File, off: u64, len: usize) -> Result<*mut libc::c_void, WindowError> {
+    // SAFETY: a fresh read-only shared mapping of an open file; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(WindowError::Io {
+            what: "mmap of the file range",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(p)
+}
+
+/// Fraction (0..=1) of the pages of `[offset, offset + len)` of `file` that are in the page
+/// cache (mincore over a temporary mapping; touches no page). Empty ranges count as resident.
+pub fn resident_fraction(file: &File, offset: u64, len: u64) -> std::io::Result<f64> {
+    if len == 0 {
+        return Ok(1.0);
+    }
+    let page = page_size() as u64;
+    let base_off = offset / page * page;
+    let map_len = (offset - base_off + len).next_multiple_of(page) as usize;
+    let base = map_readonly(file, base_off, map_len).map_err(|e| match e {
+        WindowError::Io { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    })?;
+    let pages = map_len / page as usize;
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `base` maps `map_len` bytes; `vec` has one byte per page of it.
+    let r = unsafe { libc::mincore(base, map_len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: the mapping made above, used by nothing else.
+    unsafe { libc::munmap(base, map_len) };
+    if r != 0 {
+        return Err(err);
+    }
+    let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+    Ok(resident as f64 / pages as f64)
+}
+
+/// Counters of a registry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Windows mapped and pinned.
+    pub registered: u64,
+    /// Acquires served by a window already registered.
+    pub reused: u64,
+    /// Windows dropped to stay under the cap.
+    pub evicted: u64,
+    /// Windows dropped because their file changed.
+    pub invalidated: u64,
+    /// Time spent mapping and pinning, in nanoseconds.
+    pub register_ns: u64,
+}
+
+struct Entry {
+    win: Arc<FileWindow>,
+    last_use: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    windows: HashMap<WindowKey, Entry>,
+    held: u64,
+    clock: u64,
+    stats: RegistryStats,
+}
+
+/// Registered file windows, shared by every pass (and every user) of the process.
+pub struct FileWindowRegistry {
+    pinner: Arc<dyn HostPinner>,
+    cap: u64,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for FileWindowRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWindowRegistry")
+            .field("cap", &self.cap)
+            .field("held", &self.held_bytes())
+            .finish()
+    }
+}
+
+impl FileWindowRegistry {
+    /// A registry pinning through `pinner`, keeping at most `cap` bytes of windows registered
+    /// (windows still held by a caller stay pinned until that caller drops them).
+    pub fn new(pinner: Arc<dyn HostPinner>, cap: u64) -> FileWindowRegistry {
+        FileWindowRegistry {
+            pinner,
+            cap,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The byte cap.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The window for `[offset, offset + len)` of `file`: the registered one when there is one
+    /// (and the file has not changed), else a new mapping, pinned, registered. Evicts the least
+    /// recently used windows beyond the cap first.
+    pub fn acquire(
+        &self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<Arc<FileWindow>, WindowError> {
+        let (id, stamp) = stat(file).map_err(|source| WindowError::Io {
+            what: "fstat",
+            source,
+        })?;
+        let end = offset.saturating_add(len);
+        let mut g = self.lock();
+        invalidate_changed(&mut g, id, stamp)?;
+        if len == 0 || end > stamp.size {
+            return Err(WindowError::OutOfRange {
+                offset,
+                end,
+                size: stamp.size,
+            });
+        }
+        let key = WindowKey {
+            file: id,
+            offset,
+            len,
+        };
+        g.clock += 1;
+        let now = g.clock;
+        if let Some(e) = g.windows.get_mut(&key) {
+            e.last_use = now;
+            let w = e.win.clone();
+            g.stats.reused += 1;
+            return Ok(w);
+        }
+        let page = page_size() as u64;
+        let pinned = (offset % page + len).next_multiple_of(page);
+        if pinned > self.cap {
+            return Err(WindowError::TooLarge {
+                len: pinned,
+                cap: self.cap,
+            });
+        }
+        while g.held + pinned > self.cap && !g.windows.is_empty() {
+            let lru = g
+                .windows
+                .iter()
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(k, _)| *k);
+            if let Some(k) = lru {
+                if let Some(e) = g.windows.remove(&k) {
+                    g.held -= e.win.map_len as u64;
+                    g.stats.evicted += 1;
+                }
+            }
+        }
+        let t = Instant::now();
+        let w = Arc::new(FileWindow::map(file, key, stamp, &self.pinner)?);
+        g.stats.register_ns += t.elapsed().as_nanos() as u64;
+        g.stats.registered += 1;
+        g.held += w.map_len as u64;
+        g.windows.insert(
+            key,
+            Entry {
+                win: w.clone(),
+                last_use: now,
+            },
+        );
+        Ok(w)
+    }
+
+    /// The check before a pass: fstat `file` and drop its windows if it changed since they
+    /// were mapped ([`WindowError::FileChanged`]).
+    pub fn check(&self, file: &File) -> Result<(), WindowError> {
+        let (id, stamp) = stat(file).map_err(|source| WindowError::Io {
+            what: "fstat",
+            source,
+        })?;
+        invalidate_changed(&mut self.lock(), id, stamp)
+    }
+
+    /// Bytes of windows the registry keeps pinned.
+    pub fn held_bytes(&self) -> u64 {
+        self.lock().held
+    }
+
+    /// Windows registered now.
+    pub fn len(&self) -> usize {
+        self.lock().windows.len()
+    }
+
+    /// True when no window is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RegistryStats {
+        self.lock().stats
+    }
+
+    /// Time spent mapping and pinning so far.
+    pub fn register_time(&self) -> Duration {
+        Duration::from_nanos(self.lock().stats.register_ns)
+    }
+
+    /// Drop every registered window (pinned ones still held by callers live on until released).
+    pub fn clear(&self) {
+        let mut g = self.lock();
+        g.windows.clear();
+        g.held = 0;
+    }
+}
+
+/// Drop the windows of `id` whose stamp differs from `now`; an error when there were any.
+fn invalidate_changed(g: &mut Inner, id: FileIdentity, now: FileStamp) -> Result<(), WindowError> {
+    let stale: Vec<(WindowKey, FileStamp)> = g
+        .windows
+        .iter()
+        .filter(|(k, e)| k.file == id && e.win.stamp != now)
+        .map(|(k, e)| (*k, e.win.stamp))
+        .collect();
+    let Some(&(_, old)) = stale.first() else {
+        return Ok(());
+    };
+    for (k, _) in &stale {
+        if let Some(e) = g.windows.remove(k) {
+            g.held -= e.win.map_len as u64;
+        }
+    }
+    g.stats.invalidated += stale.len() as u64;
+    Err(WindowError::FileChanged {
+        old_size: old.size,
+        new_size: now.size,
+        mtime_changed: old.mtime_ns != now.mtime_ns,
+        dropped: stale.len(),
+    })
+}

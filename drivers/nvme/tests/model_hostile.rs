@@ -1,0 +1,222 @@
+//! Issue 9, "device input that panics or runs away": one regression test per NVMe register or
+//! identify field a hostile controller can set, on the device model. Each ran into a panic, a
+//! hang or an unbounded allocation before the fix; the driver now answers a typed error (or
+//! leaves the bad namespace out) within a bound.
+
+mod model_support;
+
+use std::time::Duration;
+
+use model_support::{fast_opts, hostile, open_hostile, within};
+use ubdirect_core::CoreError;
+use ubdirect_devmodel::nvme::{regs, Hostile, NsConfig, NvmeConfig, NvmeModel, Tamper};
+use ubdirect_nvme::{Controller, ControllerOptions, NvmeError};
+
+/// Bring-up on the model takes ~10 ms (debug build); anything past this is a hang.
+const LIMIT: Duration = Duration::from_secs(5);
+
+const IDENTIFY: u8 = 0x06;
+
+#[test]
+fn cap_mqes_zero_is_a_typed_error() {
+    let (m, r) = within(LIMIT, || {
+        let (m, r) = open_hostile(
+            NvmeConfig {
+                cap: regs::cap(0, 0, 2),
+                ..NvmeConfig::default()
+            },
+            Hostile::default(),
+        );
+        (m, r.map(|_| ()))
+    });
+    match r {
+        Err(NvmeError::DeviceInput {
+            field: "CAP.MQES",
+            value: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(!m.ready(), "nothing was enabled");
+}
+
+#[test]
+fn doorbell_stride_beyond_bar0_is_a_typed_error() {
+    // DSTRD 15: the admin CQ doorbell sits at 0x1000 + (4 << 15) = 0x21000, BAR0 is 0x4000.
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig {
+                cap: regs::cap(1023, 15, 2),
+                ..NvmeConfig::default()
+            },
+            Hostile::default(),
+        );
+        r.map(|_| ())
+    });
+    match r {
+        Err(NvmeError::Core(CoreError::MmioOutOfRange {
+            offset: 0x21000,
+            window: 0x4000,
+            ..
+        })) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn io_queues_are_limited_to_doorbells_inside_bar0() {
+    // DSTRD 6 (256-byte stride) in a 16 KiB BAR0: the CQ doorbell of queue q is at
+    // 0x1000 + (2q + 1) * 256, inside the BAR for q <= 23 only; the model grants 32.
+    let (reg, _m, dev) = hostile(
+        NvmeConfig {
+            cap: regs::cap(1023, 6, 2),
+            max_io_queues: 32,
+            ..NvmeConfig::default()
+        },
+        Hostile::default(),
+    );
+    let ctrl = Controller::open_device(
+        &reg,
+        dev,
+        ControllerOptions {
+            io_queues: 32,
+            ..fast_opts()
+        },
+    )
+    .unwrap();
+    assert_eq!(ctrl.io_queues_granted(), 23);
+}
+
+#[test]
+fn bar0_smaller_than_the_registers_is_a_typed_error() {
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig {
+                bar0_len: 0x20,
+                ..NvmeConfig::default()
+            },
+            Hostile::default(),
+        );
+        r.map(|_| ())
+    });
+    match r {
+        Err(NvmeError::Core(CoreError::MmioOutOfRange { window: 0x20, .. })) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An active namespace list that never ends: every page is full of the next 1024 NSIDs.
+struct EndlessList;
+
+impl Tamper for EndlessList {
+    fn identify(&mut self, cns: u8, nsid: u32, page: &mut [u8; 4096]) {
+        if cns == 2 {
+            for i in 0..1024u32 {
+                let id = nsid.saturating_add(i + 1);
+                page[i as usize * 4..i as usize * 4 + 4].copy_from_slice(&id.to_le_bytes());
+            }
+        }
+    }
+}
+
+#[test]
+fn endless_active_namespace_list_is_bounded() {
+    // NN = 2^32 - 1 and a list that always has 1024 more: before the fix the driver sent
+    // ~4 million Identify commands and collected a multi-GB Vec.
+    let (m, r) = within(LIMIT, || {
+        let reg = model_support::registry();
+        let cfg = NvmeConfig {
+            nn: Some(u32::MAX),
+            ..NvmeConfig::default()
+        };
+        let m = NvmeModel::hostile(&reg, cfg, Box::new(EndlessList));
+        let dev = m.attach(&reg);
+        let r = Controller::open_device(&reg, dev, fast_opts());
+        (
+            m,
+            r.map(|c| c.namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>()),
+        )
+    });
+    assert_eq!(
+        r.unwrap(),
+        vec![1],
+        "only the namespace with data is loaded"
+    );
+    let default_cap = ControllerOptions::default().max_namespaces as u64;
+    assert_eq!(default_cap, 1024);
+    // One active-list page of 1024 NSIDs, then one Identify Namespace per NSID, plus
+    // Identify Controller.
+    assert_eq!(m.stats().admin_count(IDENTIFY), 1 + 1 + default_cap);
+}
+
+#[test]
+fn nsids_above_nn_are_left_out() {
+    let (reg, _m, dev) = hostile(
+        NvmeConfig {
+            nn: Some(2),
+            namespaces: vec![
+                NsConfig {
+                    nsid: 1,
+                    blocks: 64,
+                    lbads: 9,
+                },
+                NsConfig {
+                    nsid: 5,
+                    blocks: 64,
+                    lbads: 9,
+                },
+            ],
+            ..NvmeConfig::default()
+        },
+        Hostile::default(),
+    );
+    let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+    let ids: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid).collect();
+    assert_eq!(ids, vec![1]);
+}
+
+/// Identify Namespace patches on top of the model's 2048-block, 512-byte namespace 1.
+fn open_with_ns_patches(patches: &[(u16, u8)]) -> Vec<u32> {
+    let plan = Hostile {
+        identify_patches: patches.iter().map(|&(o, v)| (0, o, v)).collect(),
+        ..Hostile::default()
+    };
+    let (reg, _m, dev) = hostile(NvmeConfig::default(), plan);
+    let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+    ctrl.namespaces().iter().map(|n| n.nsid).collect()
+}
+
+#[test]
+fn namespace_byte_size_overflow_is_refused() {
+    // NSZE = 2^64 - 1 blocks of 4 KiB: nsze * lba_size overflowed (a panic in size_bytes).
+    let mut p: Vec<(u16, u8)> = (0..8).map(|i| (i, 0xff)).collect();
+    p.push((130, 12));
+    assert_eq!(open_with_ns_patches(&p), Vec::<u32>::new());
+}
+
+#[test]
+fn lba_format_index_beyond_nlbaf_is_refused() {
+    // NLBAF 0 (one format), FLBAS selects format 3, which holds a plausible 4 KiB format.
+    let p = [(25, 0), (26, 3), (128 + 3 * 4 + 2, 12)];
+    assert_eq!(open_with_ns_patches(&p), Vec::<u32>::new());
+}
+
+#[test]
+fn lba_size_beyond_the_largest_command_is_refused() {
+    // LBADS 24: 16 MiB blocks, larger than any command this driver builds (MDTS 128 KiB).
+    assert_eq!(open_with_ns_patches(&[(130, 24)]), Vec::<u32>::new());
+}
+
+#[test]
+fn entry_sizes_the_driver_cannot_use_are_refused() {
+    // SQES 0x00: the controller's largest SQ entry is 1 byte, not 64.
+    let plan = Hostile {
+        identify_patches: vec![(1, 512, 0x00)],
+        ..Hostile::default()
+    };
+    let r = within(LIMIT, move || {
+        let (_m, r) = open_hostile(NvmeConfig::default(), plan);
+        r.map(|_| ())
+    });
+    assert!(matches!(r, Err(NvmeError::Unsupported { .. })), "{r:?}");
+}

@@ -1,0 +1,72 @@
+//! Shared set-up of the model tests: a host-only domain, a registry, an NVMe model attached as a
+//! PCI device, and a bounded runner that turns a hang into a test failure.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ubdirect_core::{DmaDomain, PciDevice, UbRegistry};
+use ubdirect_devmodel::nvme::{Hostile, NvmeConfig, NvmeModel};
+use ubdirect_nvme::{Controller, ControllerOptions};
+
+/// A registry over a host-only domain: the model's DMA goes through its IOVAs.
+pub fn registry() -> Arc<UbRegistry> {
+    UbRegistry::new(DmaDomain::host_only())
+}
+
+/// Controller options with short deadlines, so a misbehaving model fails fast.
+pub fn fast_opts() -> ControllerOptions {
+    ControllerOptions {
+        admin_timeout: Duration::from_millis(200),
+        default_shutdown_timeout: Duration::from_millis(200),
+        ..ControllerOptions::default()
+    }
+}
+
+/// A well-behaved model of `cfg` and its device.
+pub fn model(cfg: NvmeConfig) -> (Arc<UbRegistry>, Arc<NvmeModel>, Arc<PciDevice>) {
+    let reg = registry();
+    let m = NvmeModel::new(&reg, cfg);
+    let dev = m.attach(&reg);
+    (reg, m, dev)
+}
+
+/// A hostile model of `cfg` following `plan`, and its device.
+pub fn hostile(
+    cfg: NvmeConfig,
+    plan: Hostile,
+) -> (Arc<UbRegistry>, Arc<NvmeModel>, Arc<PciDevice>) {
+    let reg = registry();
+    let m = NvmeModel::hostile(&reg, cfg, plan.into_tamper());
+    let dev = m.attach(&reg);
+    (reg, m, dev)
+}
+
+/// Open a controller on a fresh model of `cfg` following `plan`.
+pub fn open_hostile(
+    cfg: NvmeConfig,
+    plan: Hostile,
+) -> (Arc<NvmeModel>, ubdirect_nvme::Result<Arc<Controller>>) {
+    let (reg, m, dev) = hostile(cfg, plan);
+    let r = Controller::open_device(&reg, dev, fast_opts());
+    (m, r)
+}
+
+/// Run `f` on its own thread and fail the test when it has not returned within `limit` (a hang
+/// on device input) or panicked. Returns what `f` returned.
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let start = Instant::now();
+    let h = std::thread::spawn(f);
+    while !h.is_finished() {
+        assert!(
+            start.elapsed() < limit,
+            "the driver did not return within {limit:?}: a hang on device input"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    match h.join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}

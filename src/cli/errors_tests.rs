@@ -1,0 +1,682 @@
+//! Every library error the CLI can meet, as the user reads it: no Rust type names, no `::`,
+//! no `Arc<`, no Debug dumps of library structs.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ubdirect::pipeline::PipelineError;
+use ubdirect_core::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
+use ubdirect_core::topology::TopologyError;
+use ubdirect_core::{CoreError, PciAddress};
+use ubdirect_cuda::CudaError;
+use ubdirect_hugepages::{HugeError, PageSize};
+use ubdirect_nvme::prp::PrpError;
+use ubdirect_nvme::{NvmeError, NvmeStatus};
+use ubdirect_uring::UringError;
+use ubdirect_virtio_net::Features;
+use ubdirect_virtio_net::VirtioNetError;
+
+use super::*;
+use crate::cli::loopback::LoopbackError;
+
+fn addr() -> PciAddress {
+    "0000:00:04.0".parse().unwrap()
+}
+
+fn ioe() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBUSY)
+}
+
+/// Words allowed although they look like CamelCase (units, a systemd directive).
+const ALLOWED: &[&str] = &["KiB", "MiB", "GiB", "TiB", "LimitMEMLOCK"];
+
+/// Library type names that are single words (CamelCase detection cannot catch them), as they
+/// would appear in a Debug dump or a call.
+const TYPE_WORDS: &[&str] = &[
+    "Controller",
+    "Features(",
+    "Duration",
+    "Some(",
+    "None",
+    "PciAddress",
+];
+
+/// Why `msg` would show the user a Rust type name, if it does.
+fn type_name_in(msg: &str) -> Option<String> {
+    if msg.contains("::") {
+        return Some("`::`".into());
+    }
+    if msg.contains("Arc<") {
+        return Some("`Arc<`".into());
+    }
+    for w in msg.split(|c: char| !c.is_ascii_alphanumeric() && c != '_') {
+        let mut chars = w.chars();
+        let Some(first) = chars.next() else { continue };
+        if !first.is_ascii_uppercase() || ALLOWED.contains(&w) {
+            continue;
+        }
+        // CamelCase: a lower-case letter followed later by an upper-case one.
+        let b = w.as_bytes();
+        if b.windows(2)
+            .any(|p| p[0].is_ascii_lowercase() && p[1].is_ascii_uppercase())
+        {
+            return Some(format!("CamelCase word `{w}`"));
+        }
+    }
+    for t in TYPE_WORDS {
+        if msg.contains(t) && !(t == &"Controller" && msg.contains("Controller ")) {
+            return Some(format!("`{t}`"));
+        }
+    }
+    None
+}
+
+fn core_errors() -> Vec<CoreError> {
+    vec![
+        CoreError::VfioUnavailable {
+            reason: "no /dev/vfio/vfio".into(),
+        },
+        CoreError::NoSuchDevice {
+            addr: addr(),
+            path: PathBuf::from("/sys/bus/pci/devices/0000:00:04.0"),
+        },
+        CoreError::NoIommuGroup { addr: addr() },
+        CoreError::NotBoundToVfio {
+            addr: addr(),
+            driver: Some("nvme".into()),
+        },
+        CoreError::NotBoundToVfio {
+            addr: addr(),
+            driver: None,
+        },
+        CoreError::GroupNotViable {
+            addr: addr(),
+            group: 3,
+            others: "0000:00:1f.0 (lpc_ich)".into(),
+        },
+        CoreError::PermissionDenied {
+            path: "/dev/vfio/3".into(),
+            user: "alice".into(),
+        },
+        CoreError::MemlockTooLow {
+            needed: 1 << 30,
+            limit: 8 << 20,
+        },
+        CoreError::IovaExhausted {
+            len: 1 << 30,
+            align: 1 << 21,
+            largest_free: 1 << 20,
+        },
+        CoreError::AlreadyMapped {
+            vaddr: 0x1000,
+            len: 4096,
+        },
+        CoreError::NotMapped {
+            iova: 0x1000,
+            len: 4096,
+        },
+        CoreError::GroupBusy {
+            addr: addr(),
+            group: 3,
+        },
+        CoreError::AlreadyOpen { addr: addr() },
+        CoreError::NoDevice,
+        CoreError::Vfio {
+            op: "open container",
+            source: vfio_ioctls::VfioError::OpenContainer(ioe()),
+        },
+        CoreError::Io {
+            op: "mmap BAR 2".into(),
+            source: ioe(),
+        },
+        CoreError::ConfigAccess {
+            addr: addr(),
+            what: "read",
+            off: 0x10,
+            len: 4,
+            reason: "short read".into(),
+        },
+        CoreError::BadBar {
+            addr: addr(),
+            bar: 2,
+            reason: "not a memory BAR".into(),
+        },
+        CoreError::DeviceGone { offset: 0x1c },
+        CoreError::Unsupported {
+            addr: addr(),
+            what: "removal notice",
+        },
+        CoreError::InvalidArgument("block size must be a power of two".into()),
+        CoreError::PoolExhausted {
+            block_count: 8,
+            block_size: 4096,
+            waited: Some(Duration::from_millis(5)),
+        },
+        CoreError::NoSuchRegion { id: 3 },
+        CoreError::MmioOutOfRange {
+            offset: 0x2000,
+            size: 4,
+            window: 0x1000,
+            reason: "outside",
+        },
+        CoreError::RegionTaken {
+            id: 3,
+            owner: ubdirect_core::RegionOwner::Pool,
+        },
+        CoreError::RegionBusy { id: 3, users: 2 },
+        CoreError::HugePages(HugeError::NoFreePages {
+            size: PageSize::Size2M,
+            node: Some(0),
+            need: 4,
+            free: 0,
+        }),
+    ]
+}
+
+fn huge_errors() -> Vec<HugeError> {
+    let p = || PathBuf::from("/sys/kernel/mm/hugepages");
+    vec![
+        HugeError::NoFreePages {
+            size: PageSize::Size1G,
+            node: None,
+            need: 2,
+            free: 1,
+        },
+        HugeError::ReserveShort {
+            size: PageSize::Size2M,
+            node: Some(1),
+            wanted: 512,
+            got: 100,
+        },
+        HugeError::SizeUnsupported {
+            size: PageSize::Size1G,
+            path: p(),
+        },
+        HugeError::NoSuchNode { node: 7, path: p() },
+        HugeError::Io {
+            op: "read",
+            path: p(),
+            source: ioe(),
+        },
+        HugeError::Parse {
+            path: p(),
+            content: "x".into(),
+        },
+        HugeError::InvalidLength { len: 0 },
+        HugeError::Memfd {
+            size: PageSize::Size2M,
+            source: ioe(),
+        },
+        HugeError::Map {
+            op: "mmap",
+            len: 1 << 21,
+            size: PageSize::Size2M,
+            source: ioe(),
+        },
+        HugeError::Mbind {
+            node: 1,
+            source: ioe(),
+        },
+        HugeError::NoPhysAddr {
+            addr: 0x1000,
+            reason: "pagemap unreadable",
+        },
+    ]
+}
+
+fn nvme_errors() -> Vec<NvmeError> {
+    let mut v: Vec<NvmeError> = core_errors().into_iter().map(NvmeError::Core).collect();
+    v.extend([
+        NvmeError::NotNvme {
+            addr: "0000:00:04.0".into(),
+            class: 0x020000,
+        },
+        NvmeError::DeviceGone { register: "CSTS" },
+        NvmeError::ControllerFatal {
+            csts: 3,
+            during: "polling queue 1",
+        },
+        NvmeError::ControllerNotReady {
+            csts: 0,
+            during: "polling queue 1",
+        },
+        NvmeError::ReadyTimeout {
+            ready: true,
+            timeout: Duration::from_secs(2),
+            csts: 0,
+        },
+        NvmeError::Unsupported {
+            what: "4 KiB memory pages",
+        },
+        NvmeError::Command {
+            command: "Read",
+            status: NvmeStatus::new(0, 0x80),
+        },
+        NvmeError::Timeout {
+            command: "Read",
+            cid: 3,
+            qid: 1,
+            waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_ABORTED,
+        },
+        NvmeError::Wedged {
+            qid: 1,
+            outstanding: 2,
+            waited: Duration::from_secs(10),
+        },
+        NvmeError::QueueFull {
+            qid: 1,
+            depth: 32,
+            needed: 2,
+        },
+        NvmeError::NamespaceMissing { nsid: 9, active: 1 },
+        NvmeError::LbaOutOfRange {
+            nsid: 1,
+            slba: 100,
+            nlb: 8,
+            nsze: 64,
+        },
+        NvmeError::LengthNotBlockMultiple {
+            nsid: 1,
+            len: 100,
+            lba_size: 512,
+        },
+        NvmeError::OffsetNotBlockAligned {
+            offset: 100,
+            lba_size: 512,
+        },
+        NvmeError::BufferTooSmall {
+            need: 8192,
+            have: 4096,
+            offset: 0,
+        },
+        NvmeError::Prp(PrpError::Empty),
+        NvmeError::Prp(PrpError::Misaligned { iova: 0x1001 }),
+        NvmeError::Prp(PrpError::SegmentNotPageAligned {
+            index: 1,
+            iova: 0x1200,
+            len: 512,
+            page_size: 4096,
+        }),
+        NvmeError::Prp(PrpError::ListTooSmall { capacity: 512 }),
+        NvmeError::RequestTooLarge {
+            len: 1 << 30,
+            commands: 2048,
+            max_cmd: 1 << 20,
+            depth: 64,
+        },
+        NvmeError::InvalidArgument("log page length must be a multiple of 4"),
+        NvmeError::MalformedCompletion {
+            qid: 1,
+            cid: 9,
+            sq_id: 1,
+            reason: "unknown command id",
+        },
+        NvmeError::NoQueuesLeft { granted: 2 },
+        NvmeError::DeviceInput {
+            field: "CAP.DSTRD",
+            value: 0xf,
+            reason: "the doorbells would lie outside BAR 0",
+        },
+        NvmeError::FailedByReset {
+            command: "Read",
+            qid: 1,
+        },
+        NvmeError::ResetUnderQueue {
+            qid: 1,
+            outstanding: 3,
+        },
+        NvmeError::NamespaceChanged { nsid: 1 },
+        NvmeError::Timeout {
+            command: "Identify",
+            cid: 1,
+            qid: 0,
+            waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_ADMIN,
+        },
+        NvmeError::Timeout {
+            command: "Read",
+            cid: 1,
+            qid: 1,
+            waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_WAIT,
+        },
+    ]);
+    v
+}
+
+fn net_errors() -> Vec<VirtioNetError> {
+    let mut v: Vec<VirtioNetError> = core_errors()
+        .into_iter()
+        .map(VirtioNetError::Core)
+        .collect();
+    v.extend([
+        VirtioNetError::NotVirtioNet {
+            addr: addr(),
+            vendor: 0x8086,
+            device: 0x100e,
+        },
+        VirtioNetError::CapOutsideBar {
+            addr: addr(),
+            what: "common",
+            bar: 4,
+            offset: 0x1000,
+            length: 0x1000,
+            bar_len: 0x1000,
+        },
+        VirtioNetError::MissingFeatures {
+            addr: addr(),
+            missing: Features::VERSION_1 | Features::ACCESS_PLATFORM,
+        },
+        VirtioNetError::FeaturesRejected {
+            addr: addr(),
+            accepted: Features::VERSION_1,
+        },
+        VirtioNetError::ResetTimeout {
+            addr: addr(),
+            waited: Duration::from_secs(1),
+            status: 0x40,
+        },
+        VirtioNetError::DeviceNeedsReset {
+            addr: addr(),
+            status: 0x40,
+        },
+        VirtioNetError::DeviceGone {
+            addr: addr(),
+            cause: "config space reads all-ones",
+        },
+        VirtioNetError::QueueUnavailable {
+            addr: addr(),
+            queue: 4,
+            num_queues: 2,
+        },
+        VirtioNetError::MsixVector {
+            addr: addr(),
+            queue: 0,
+            read: 1,
+        },
+        VirtioNetError::NotifyOutOfRange {
+            addr: addr(),
+            queue: 0,
+            offset: 0x1000,
+            len: 0x100,
+        },
+        VirtioNetError::FrameTooLarge {
+            index: 0,
+            len: 9000,
+            max: 1514,
+        },
+        VirtioNetError::FrameTooShort {
+            index: 0,
+            len: 10,
+            min: 14,
+        },
+        VirtioNetError::BufferTooSmall {
+            need: 1526,
+            frame: 1514,
+            have: 1024,
+        },
+        VirtioNetError::RxBlocksTooSmall {
+            block_size: 1024,
+            need: 1526,
+            max_frame: 1514,
+        },
+        VirtioNetError::RxPoolTooSmall {
+            blocks: 8,
+            need: 256,
+            pairs: 1,
+            ring: 256,
+        },
+        VirtioNetError::EmptyBurst("no frames"),
+        VirtioNetError::DeviceConfig {
+            addr: addr(),
+            source: ubdirect_virtio_net::net_config::NetConfigError::Short {
+                field: "mtu",
+                off: 10,
+                end: 12,
+                len: 8,
+            },
+        },
+        VirtioNetError::ControlTimeout {
+            addr: addr(),
+            what: "MQ pairs",
+            waited: Duration::from_secs(1),
+        },
+        VirtioNetError::ControlQueueWedged {
+            addr: addr(),
+            what: "MQ pairs",
+            cause: "an earlier command timed out",
+        },
+        VirtioNetError::InvalidConfig("rx_queue_size must be a power of two".into()),
+        VirtioNetError::ControlCommand {
+            addr: addr(),
+            what: "promiscuous mode",
+            reason: "device said no".into(),
+        },
+    ]);
+    v
+}
+
+fn uring_errors() -> Vec<UringError> {
+    let p = || PathBuf::from("/dev/nvme0n1");
+    vec![
+        UringError::Open {
+            path: p(),
+            source: ioe(),
+        },
+        UringError::DirectRefused {
+            path: p(),
+            source: ioe(),
+        },
+        UringError::NotBlockSource { path: p() },
+        UringError::Setup(ioe()),
+        UringError::RegisterBuffers {
+            count: 1,
+            source: ioe(),
+        },
+        UringError::OutOfRange {
+            offset: 1 << 30,
+            len: 4096,
+            capacity: 1 << 20,
+        },
+        UringError::Unaligned {
+            offset: 100,
+            len: 4096,
+            align: 512,
+        },
+        UringError::BufferTooSmall {
+            len: 8192,
+            buf_len: 4096,
+        },
+        UringError::ZeroLength,
+        UringError::QueueFull { depth: 32 },
+        UringError::ReadOnly,
+        UringError::Enter(ioe()),
+        UringError::Io {
+            op: "read",
+            offset: 0,
+            source: ioe(),
+        },
+        UringError::UnknownCompletion(7),
+        UringError::Timeout(Duration::from_secs(30)),
+    ]
+}
+
+fn pipeline_errors() -> Vec<PipelineError> {
+    let mut v = vec![
+        PipelineError::Config("--qd must be at least 1".into()),
+        PipelineError::Pool("exhausted".into()),
+        PipelineError::Stalled {
+            secs: 30,
+            in_flight: 4,
+        },
+        PipelineError::RemovalRequested { device: addr() },
+        PipelineError::Verify("this sink cannot verify".into()),
+        PipelineError::ShortRead {
+            offset: 1 << 20,
+            got: 512,
+            want: 4096,
+        },
+        PipelineError::Io {
+            what: "read the reference".into(),
+            source: ioe(),
+        },
+        PipelineError::Sink(SinkError::new(SinkErrorKind::Device, "BAR write failed")),
+    ];
+    // A source error carries the driver's message as text: every NVMe and io_uring error.
+    for e in nvme_errors() {
+        v.push(PipelineError::Source(BlockError::new(
+            BlockErrorKind::DeviceGone,
+            e.to_string(),
+        )));
+    }
+    for e in uring_errors() {
+        v.push(PipelineError::Source(BlockError::new(
+            BlockErrorKind::Other,
+            e.to_string(),
+        )));
+    }
+    v
+}
+
+fn cuda_errors() -> Vec<CudaError> {
+    vec![
+        CudaError::NoDriver,
+        CudaError::NoNvrtc,
+        CudaError::NoDevice {
+            ordinal: 3,
+            count: 1,
+        },
+        CudaError::Driver {
+            call: "cuMemcpyHtoDAsync",
+            err: cudarc::driver::DriverError(
+                cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            ),
+        },
+        CudaError::Compile("syntax error".into()),
+        CudaError::Invalid("streams must be at least 1".into()),
+        CudaError::Unsupported("dma-buf export".into()),
+    ]
+}
+
+fn topology_errors() -> Vec<TopologyError> {
+    vec![
+        TopologyError::BadAddress("04.0".into()),
+        TopologyError::NoSuchDevice("0000:00:09.0".into()),
+        TopologyError::Io {
+            path: "/sys/bus/pci/devices".into(),
+            source: ioe(),
+        },
+        TopologyError::Hugepages(HugeError::InvalidLength { len: 0 }),
+        TopologyError::Parse {
+            path: "/sys/bus/pci/devices/0000:00:04.0/class".into(),
+            what: "not hex".into(),
+        },
+    ]
+}
+
+/// Every error as `main` would print it: the message and its `caused by` lines.
+fn all_printed() -> Vec<(String, String)> {
+    let mut errs: Vec<Box<dyn Error + Send + Sync>> = Vec::new();
+    errs.extend(core_errors().into_iter().map(|e| e.into()));
+    errs.extend(huge_errors().into_iter().map(|e| e.into()));
+    errs.extend(nvme_errors().into_iter().map(|e| e.into()));
+    errs.extend(net_errors().into_iter().map(|e| e.into()));
+    errs.extend(
+        net_errors()
+            .into_iter()
+            .map(|e| LoopbackError::Driver(e).into()),
+    );
+    errs.extend(
+        core_errors()
+            .into_iter()
+            .map(|e| LoopbackError::Core(e).into()),
+    );
+    errs.push(LoopbackError::Setup("--batch 0 is out of range (1..=4096)".into()).into());
+    errs.push(LoopbackError::Failed("2 of 3 frames came back".into()).into());
+    errs.extend(uring_errors().into_iter().map(|e| e.into()));
+    errs.extend(pipeline_errors().into_iter().map(|e| e.into()));
+    errs.extend(cuda_errors().into_iter().map(|e| e.into()));
+    errs.extend(topology_errors().into_iter().map(|e| e.into()));
+    // Not Debug: a CUDA driver error's Debug asks libcuda for its text (absent here).
+    errs.into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let (msg, causes) = user_message(e.as_ref());
+            (format!("error #{i}"), [msg, causes.join("\n")].join("\n"))
+        })
+        .collect()
+}
+
+#[test]
+fn no_error_the_cli_prints_names_a_rust_type() {
+    let printed = all_printed();
+    assert!(printed.len() > 200, "{} errors", printed.len());
+    let bad: Vec<String> = printed
+        .iter()
+        .filter_map(|(debug, text)| {
+            type_name_in(text).map(|why| format!("{why} in {text:?}\n  (from {debug})"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_checker_catches_type_names() {
+    for s in [
+        "share the Arc<PciDevice> instead",
+        "open the device in the same DmaDomain",
+        "call Controller::reset",
+        "does not offer Features(VERSION_1)",
+        "source: DeviceGone: gone",
+    ] {
+        assert!(type_name_in(s).is_some(), "{s}");
+    }
+    assert!(type_name_in("the NVMe controller has 64 MiB; raise LimitMEMLOCK").is_none());
+}
+
+#[test]
+fn fixes_name_what_a_user_can_do() {
+    let (m, _) = user_message(&CoreError::NotBoundToVfio {
+        addr: addr(),
+        driver: Some("nvme".into()),
+    });
+    assert!(
+        m.contains("PCI_ALLOWED=0000:00:04.0 scripts/setup.sh") && !m.contains("setup bind"),
+        "{m}"
+    );
+    let (m, _) = user_message(&CoreError::AlreadyOpen { addr: addr() });
+    assert!(m.contains("named twice"), "{m}");
+    let (m, _) = user_message(&CoreError::GroupBusy {
+        addr: addr(),
+        group: 3,
+    });
+    assert!(
+        m.contains("another program") && !m.contains("Domain"),
+        "{m}"
+    );
+    let (m, _) = user_message(&NvmeError::Wedged {
+        qid: 1,
+        outstanding: 1,
+        waited: Duration::from_secs(1),
+    });
+    assert!(m.contains("run the command again"), "{m}");
+    // Wrapped errors are rewritten too.
+    let e: Box<dyn Error + Send + Sync> = NvmeError::Core(CoreError::NoDevice).into();
+    let (m, _) = user_message(e.as_ref());
+    assert!(m.starts_with("internal error"), "{m}");
+}
+
+#[test]
+fn plain_errors_keep_their_causes_once() {
+    let e = CoreError::Io {
+        op: "mmap".into(),
+        source: ioe(),
+    };
+    let (m, causes) = user_message(&e);
+    assert!(m.starts_with("mmap failed"), "{m}");
+    assert!(causes.is_empty(), "{causes:?}");
+    let s: Box<dyn Error + Send + Sync> = "plain message".into();
+    assert_eq!(user_message(s.as_ref()), ("plain message".into(), vec![]));
+}
