@@ -353,13 +353,16 @@ fn a_timed_out_admin_command_wedges_every_admin_path_until_reset() {
     for e in &errs {
         assert!(matches!(e, NvmeError::Wedged { qid: 0, .. }), "{e}");
     }
-    // A command with a data pointer is refused whatever the state.
-    let mut with_data = Sqe::new(admin_opcode::IDENTIFY);
+    // A command that may carry a DMA address, or has a data pointer, is refused whatever the
+    // state.
+    let mut with_data = Sqe::new(admin_opcode::ABORT);
     with_data.prp1 = 0x1000;
-    assert!(matches!(
-        bed.ctrl.admin_command(with_data, "Identify"),
-        Err(NvmeError::InvalidArgument(_))
-    ));
+    for sqe in [Sqe::new(admin_opcode::IDENTIFY), with_data] {
+        assert!(matches!(
+            bed.ctrl.admin_command(sqe, "refused"),
+            Err(NvmeError::InvalidArgument(_))
+        ));
+    }
     bed.ctrl.reset().unwrap();
     assert!(!bed.ctrl.admin_wedged());
     assert_eq!(
