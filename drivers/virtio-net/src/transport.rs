@@ -1,6 +1,7 @@
 //! Modern virtio-pci transport (virtio 1.2 §4.1) over a vfio-pci device: capability walk, BAR
 //! windows, status handshake, feature negotiation and queue registration.
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,9 @@ impl Doorbell {
 pub struct Transport {
     dev: Arc<PciDevice>,
     common: Arc<Window>,
-    num_queues: u16,
+    /// NUM_QUEUES as last read: at open, and again after FEATURES_OK (QEMU sizes its queue set
+    /// by the negotiated features: 2 x max pairs + 1 with VIRTIO_NET_F_MQ, 3 without).
+    num_queues: AtomicU16,
     notify: Arc<Window>,
     notify_off_multiplier: u32,
     device_cfg: Option<Window>,
@@ -166,7 +169,7 @@ impl Transport {
         let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
             common,
-            num_queues,
+            num_queues: AtomicU16::new(num_queues),
             notify: Arc::new(window("notify", layout.notify)?),
             notify_off_multiplier: layout.notify_off_multiplier,
             device_cfg: layout.device.map(|d| window("device", d)).transpose()?,
@@ -206,13 +209,15 @@ impl Transport {
         StatusProbe::new(self.common.clone(), self.address())
     }
 
-    /// Errors unless the common configuration still decodes: `num_queues` (read-only, fixed
-    /// by the device) must read what it read at open. QEMU reads 0 from a BAR whose memory
-    /// decoding is off, which makes a reset look complete (device_status 0) although the
-    /// reset write was lost and the device may still DMA; this check tells the two apart.
+    /// Errors unless the common configuration still decodes: `num_queues` must read neither 0
+    /// nor all-ones. QEMU reads 0 from a BAR whose memory decoding is off, which makes a reset
+    /// look complete (device_status 0) although the reset write was lost and the device may
+    /// still DMA; this check tells the two apart. (The value itself may change: QEMU sizes its
+    /// queue set by the negotiated features, so after a reset it can differ from the one read
+    /// at open or after FEATURES_OK.)
     pub fn confirm_decoding(&self) -> Result<()> {
         let n = self.c().read16(cc::NUM_QUEUES);
-        if n == self.num_queues {
+        if n != 0 && n != 0xffff {
             return Ok(());
         }
         Err(VirtioNetError::DeviceGone {
@@ -220,7 +225,7 @@ impl Transport {
             cause: if n == 0xffff {
                 "num_queues reads all-ones"
             } else {
-                "num_queues no longer reads what it read at open (the BAR stopped decoding), so a reset cannot be confirmed"
+                "num_queues reads 0 (the BAR stopped decoding), so a reset cannot be confirmed"
             },
         })
     }
@@ -288,6 +293,12 @@ impl Transport {
                 accepted,
             });
         }
+        // The queue count may follow the features (QEMU: 3 queues until MQ is negotiated, and
+        // after a driver that did not negotiate it): read it again now they are settled.
+        let n = c.read16(cc::NUM_QUEUES);
+        if n != 0xffff {
+            self.num_queues.store(n, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -305,10 +316,10 @@ impl Transport {
         Ok(())
     }
 
-    /// Number of virtqueues the device has, as read at open (a register the device fixes;
-    /// [`Transport::confirm_decoding`] re-reads it).
+    /// Number of virtqueues the device has: read at open and again after FEATURES_OK (QEMU
+    /// shows 2 x max pairs + 1 only once VIRTIO_NET_F_MQ is negotiated).
     pub fn num_queues(&self) -> u16 {
-        self.num_queues
+        self.num_queues.load(Ordering::Relaxed)
     }
 
     /// The maximum size of queue `q` (0: the queue does not exist).
