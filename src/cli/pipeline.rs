@@ -89,6 +89,11 @@ pub struct Args {
     /// auto (on for buffered), on, off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     uring_async: String,
+    /// File sources: when the source has nothing ready, sleep in the kernel up to this many
+    /// microseconds for a completion instead of spinning (default: 1000 for O_DIRECT, 0 =
+    /// spin for buffered).
+    #[arg(long)]
+    uring_idle_wait_us: Option<u64>,
     /// File sources: cap on io-wq workers.
     #[arg(long)]
     uring_workers: Option<u32>,
@@ -449,6 +454,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             for d in &watched {
                 d.enable_removal_notice()?;
             }
+            let reset_hook = super::fault_hook::arm(ctrl.device());
             let mut r = run_direct_watching(
                 &mut q,
                 sink.as_mut(),
@@ -472,6 +478,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             if let Some(hc) = &args.hostcheck {
                 print_hostchecks(hc, sink.as_ref())?;
             }
+            drop(reset_hook);
             if ctrl.resets() > 0 {
                 eprintln!(
                     "ubdirect pipeline: NVMe controller {addr} was reset {} time(s) during the run; the reads in flight were submitted again (requeued commands: {})",
@@ -556,6 +563,9 @@ fn file_uring(
             .core
             .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
         writable: false,
+        idle_wait: args
+            .uring_idle_wait_us
+            .map(std::time::Duration::from_micros),
     };
     let mut q = ubdirect_uring::UringQueue::open(path, &[pool.region().clone()], &opts)?;
     let cap = q.capacity();
@@ -777,7 +787,7 @@ fn add_verify(
 ) -> Result<(), BoxErr> {
     let delivered = sink
         .delivered_checksum()
-        .ok_or("this sink cannot verify")??;
+        .ok_or("this sink cannot check what it received: run without --verify")??;
     r.verify = Some(compare(method, delivered, expected));
     Ok(())
 }

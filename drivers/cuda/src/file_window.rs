@@ -13,7 +13,9 @@
 //! contents). Between two checks, a truncation does not crash the process: nothing reads a
 //! window from the CPU (the copy engines read it), and the pinned pages stay allocated while
 //! pinned, so copies in flight read the pages as they were before the truncation (stale data,
-//! never a SIGBUS; the next check reports the change).
+//! except the tail of the last page past the new end, which the kernel zeroes; never a SIGBUS;
+//! the next check reports the change). Registered windows are host-pinned for CUDA only: they
+//! are not mapped into a VFIO IOMMU domain (an NVMe or NIC cannot DMA from them yet).
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -162,3 +162,93 @@ fn dmabuf_export_and_the_type1_limitation() {
         }
     }
 }
+
+/// Copy every 1 MiB block of `win` to the GPU with `submit_host` and wait for all of them.
+fn copy_window(sink: &mut CudaSink, win: &ubdirect_cuda::FileWindow) {
+    let blocks = win.len() / BS;
+    let (mut sent, mut done) = (0usize, 0usize);
+    let t = Instant::now();
+    while done < blocks {
+        while sent < blocks {
+            // SAFETY: the window stays registered and mapped (we hold it) until every copy is
+            // reaped below.
+            let r =
+                unsafe { sink.submit_host(win.as_ptr().add(sent * BS), BS, (sent * BS) as u64) };
+            match r {
+                Ok(()) => sent += 1,
+                Err(e) if e.kind == SinkErrorKind::Full => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        done += sink
+            .poll_host(usize::MAX, &mut |_tag, r| r.expect("copy ok"))
+            .unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "copies did not complete"
+        );
+    }
+}
+
+#[test]
+#[ignore = "gpu: needs an NVIDIA GPU and driver (run with --ignored on a GPU machine)"]
+fn gpu_reads_a_registered_file_window_in_place_even_after_truncation() {
+    use std::io::Write;
+    use ubdirect_cuda::{CudaHostPinner, FileWindowRegistry, WindowError};
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    let path = std::path::PathBuf::from(format!("{dir}/ubd-gpu-window-{}", std::process::id()));
+    let data: Vec<u8> = (0..8 * BS)
+        .map(|i| ((i as u64).wrapping_mul(0x9E37_79B9) >> 13) as u8)
+        .collect();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&data)
+        .unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let gpu = CudaGpu::open(0).expect("GPU");
+    let reg = FileWindowRegistry::new(Arc::new(CudaHostPinner::new(&gpu).unwrap()), 1 << 30);
+    let win = reg.acquire(&file, 0, (8 * BS) as u64).unwrap();
+    let mut sink = CudaSink::new(&cfg(true), &[]).expect("GPU sink");
+    copy_window(&mut sink, &win);
+    let expected = checksum_at(&data, 0);
+    assert_eq!(
+        sink.checksum().unwrap(),
+        expected,
+        "the GPU read the file's bytes"
+    );
+    // Second pass: the same registration, reused.
+    assert!(Arc::ptr_eq(
+        &win,
+        &reg.acquire(&file, 0, (8 * BS) as u64).unwrap()
+    ));
+    // Truncate to half while registered: the registry reports it, and copies from the window
+    // still held read the pinned pages, i.e. the old contents (no fault, no SIGBUS).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len((4 * BS) as u64)
+        .unwrap();
+    let e = reg.check(&file).unwrap_err();
+    assert!(matches!(e, WindowError::FileChanged { .. }), "{e}");
+    sink.reset_checksum().unwrap();
+    copy_window(&mut sink, &win);
+    let after = sink.checksum().unwrap();
+    eprintln!(
+        "after truncation the GPU read {} (old contents {expected:#x}, first half only {:#x})",
+        if after == expected {
+            "the old contents"
+        } else {
+            "something else"
+        },
+        checksum_at(&data[..4 * BS], 0)
+    );
+    assert_eq!(after, expected, "pinned pages keep the old contents");
+    drop(win);
+    assert_eq!(reg.len(), 0);
+    std::fs::remove_file(&path).unwrap();
+}

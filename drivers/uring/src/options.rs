@@ -32,6 +32,11 @@ pub struct UringOptions {
     pub iowq_cpus: Option<Vec<usize>>,
     /// Open read-write (needed for writes).
     pub writable: bool,
+    /// When a poll finds nothing while requests are in flight, wait in the kernel up to this
+    /// long for one completion instead of returning at once, so the polling thread sleeps
+    /// rather than spins on a slow source (a disk read with O_DIRECT takes milliseconds).
+    /// `None` = 1 ms for O_DIRECT, off for buffered I/O; `Some(Duration::ZERO)` = off.
+    pub idle_wait: Option<std::time::Duration>,
 }
 
 impl Default for UringOptions {
@@ -44,6 +49,7 @@ impl Default for UringOptions {
             max_workers: None,
             iowq_cpus: None,
             writable: false,
+            idle_wait: None,
         }
     }
 }

@@ -19,6 +19,8 @@ use crate::source::{open_source, OpenedSource};
 /// Empty polls between two `io_uring_enter` calls that let the kernel run deferred task work
 /// (buffered reads retried after a page-cache wait complete through task work of this thread).
 const ENTER_EVERY_EMPTY_POLLS: u32 = 32;
+/// How long an empty poll of an O_DIRECT queue waits in the kernel by default.
+const DEFAULT_DIRECT_IDLE_WAIT: Duration = Duration::from_millis(1);
 
 /// An io_uring block queue over one file or block device.
 pub struct UringQueue {
@@ -30,6 +32,8 @@ pub struct UringQueue {
     sqpoll: bool,
     unsubmitted: usize,
     empty_polls: u32,
+    idle_wait: Duration,
+    idle_waits: u64,
     /// Keeps the registered regions alive while the kernel holds them.
     _regions: Vec<Arc<UbRegion>>,
 }
@@ -95,6 +99,11 @@ impl UringQueue {
                 .map_err(UringError::Setup)?;
         }
         let force_async = opts.force_async.unwrap_or(!src.direct);
+        let idle_wait = opts.idle_wait.unwrap_or(if src.direct {
+            DEFAULT_DIRECT_IDLE_WAIT
+        } else {
+            Duration::ZERO
+        });
         let sqe_flags = if force_async {
             squeue::Flags::ASYNC
         } else {
@@ -109,8 +118,20 @@ impl UringQueue {
             sqe_flags,
             unsubmitted: 0,
             empty_polls: 0,
+            idle_wait,
+            idle_waits: 0,
             _regions: regions.to_vec(),
         })
+    }
+
+    /// How long an empty poll waits in the kernel for a completion (zero: it spins).
+    pub fn idle_wait(&self) -> Duration {
+        self.idle_wait
+    }
+
+    /// How many polls found nothing and waited in the kernel.
+    pub fn idle_waits(&self) -> u64 {
+        self.idle_waits
     }
 
     /// Whether O_DIRECT is in effect (false after a buffered fallback).
@@ -276,7 +297,8 @@ impl UringQueue {
         Ok(())
     }
 
-    fn poll_inner(
+    /// Hand every ready completion (up to `max`) to `f`.
+    fn reap(
         &mut self,
         max: usize,
         f: &mut dyn FnMut(BlockCompletion),
@@ -311,6 +333,32 @@ impl UringQueue {
         }
         if let Some(u) = unknown {
             return Err(UringError::UnknownCompletion(u));
+        }
+        Ok(n)
+    }
+
+    fn poll_inner(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, UringError> {
+        let n = self.reap(max, f)?;
+        if n == 0 && !self.slots.is_empty() && !self.idle_wait.is_zero() && max > 0 {
+            // Sleep in the kernel until one completion or the bound, then reap once more.
+            self.idle_waits += 1;
+            let ts = types::Timespec::from(self.idle_wait);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            match self.ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                    ) => {}
+                Err(e) => return Err(UringError::Enter(e)),
+            }
+            self.empty_polls = 0;
+            return self.reap(max, f);
         }
         if n == 0 && !self.slots.is_empty() && !self.sqpoll {
             self.empty_polls += 1;

@@ -317,3 +317,61 @@ fn sqpoll_ring_reads_without_enter_per_flush() {
     };
     read_blocks_and_check(&mut q, &pool, &data, 4);
 }
+
+#[test]
+fn an_o_direct_queue_sleeps_in_the_kernel_instead_of_spinning() {
+    use std::os::unix::io::AsRawFd;
+    let (f, data) = temp_file("idle", 16 * BS);
+    let pool = pool(4);
+    let opts = UringOptions {
+        direct: DirectMode::Require,
+        depth: 4,
+        ..Default::default()
+    };
+    let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
+    assert_eq!(q.idle_wait(), Duration::from_millis(1), "on for O_DIRECT");
+    // Off the page cache, so the reads go to the disk.
+    let file = std::fs::File::open(&f.0).unwrap();
+    // SAFETY: plain advice on an open fd.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let t = std::time::Instant::now();
+    for i in 0..4u64 {
+        q.submit_read(pool.get().unwrap(), i * BS as u64, BS, i)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    q.flush().unwrap();
+    let (mut polls, mut got) = (0u64, 0usize);
+    while got < 4 {
+        polls += 1;
+        got += q
+            .poll(8, &mut |c| {
+                let n = c.result.expect("read ok");
+                let off = c.tag as usize * BS;
+                assert_eq!(&c.buf.as_slice()[..n], &data[off..off + n]);
+            })
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "reads finish");
+    }
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    // Every empty poll slept until a completion or 1 ms: no more polls than milliseconds
+    // passed plus one per completion (a spinning poll loop makes thousands per millisecond).
+    assert!(
+        polls as f64 <= ms.ceil() + 4.0 + 1.0,
+        "{polls} polls in {ms:.2} ms ({} kernel waits)",
+        q.idle_waits()
+    );
+    // Buffered I/O (page-cache copies, microseconds) keeps spinning by default.
+    let opts = UringOptions {
+        direct: DirectMode::Off,
+        ..opts
+    };
+    let mut q = UringQueue::open(&f.0, &[pool.region().clone()], &opts).unwrap();
+    assert_eq!(q.idle_wait(), Duration::ZERO);
+    q.submit_read(pool.get().unwrap(), 0, BS, 0)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    q.flush().unwrap();
+    let _ = wait_all(&mut q, 1);
+    assert_eq!(q.idle_waits(), 0);
+}

@@ -58,8 +58,10 @@ impl Doorbell {
 pub struct Transport {
     dev: Arc<PciDevice>,
     common: Arc<Window>,
-    /// NUM_QUEUES as last read: at open, and again after FEATURES_OK (QEMU sizes its queue set
-    /// by the negotiated features: 2 x max pairs + 1 with VIRTIO_NET_F_MQ, 3 without).
+    /// `num_queues` as read at open.
+    num_queues_at_open: u16,
+    /// `num_queues` as read after FEATURES_OK: QEMU adds the queues of VIRTIO_NET_F_MQ only
+    /// once the feature is negotiated (1 pair + control before it, N pairs + control after).
     num_queues: AtomicU16,
     notify: Arc<Window>,
     notify_off_multiplier: u32,
@@ -169,6 +171,7 @@ impl Transport {
         let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
             common,
+            num_queues_at_open: num_queues,
             num_queues: AtomicU16::new(num_queues),
             notify: Arc::new(window("notify", layout.notify)?),
             notify_off_multiplier: layout.notify_off_multiplier,
@@ -209,15 +212,13 @@ impl Transport {
         StatusProbe::new(self.common.clone(), self.address())
     }
 
-    /// Errors unless the common configuration still decodes: `num_queues` must read neither 0
-    /// nor all-ones. QEMU reads 0 from a BAR whose memory decoding is off, which makes a reset
-    /// look complete (device_status 0) although the reset write was lost and the device may
-    /// still DMA; this check tells the two apart. (The value itself may change: QEMU sizes its
-    /// queue set by the negotiated features, so after a reset it can differ from the one read
-    /// at open or after FEATURES_OK.)
+    /// Errors unless the common configuration still decodes: `num_queues` (read-only, set
+    /// by the device) must read what it read at open or after feature negotiation. QEMU reads 0 from a BAR whose memory
+    /// decoding is off, which makes a reset look complete (device_status 0) although the
+    /// reset write was lost and the device may still DMA; this check tells the two apart.
     pub fn confirm_decoding(&self) -> Result<()> {
         let n = self.c().read16(cc::NUM_QUEUES);
-        if n != 0 && n != 0xffff {
+        if n == self.num_queues_at_open || n == self.num_queues.load(Ordering::Relaxed) {
             return Ok(());
         }
         Err(VirtioNetError::DeviceGone {
@@ -225,7 +226,7 @@ impl Transport {
             cause: if n == 0xffff {
                 "num_queues reads all-ones"
             } else {
-                "num_queues reads 0 (the BAR stopped decoding), so a reset cannot be confirmed"
+                "num_queues no longer reads what it read at open (the BAR stopped decoding), so a reset cannot be confirmed"
             },
         })
     }
@@ -293,8 +294,7 @@ impl Transport {
                 accepted,
             });
         }
-        // The queue count may follow the features (QEMU: 3 queues until MQ is negotiated, and
-        // after a driver that did not negotiate it): read it again now they are settled.
+        // The queue count may grow with the negotiated features (QEMU: MQ adds the pairs now).
         let n = c.read16(cc::NUM_QUEUES);
         if n != 0xffff {
             self.num_queues.store(n, Ordering::Relaxed);
@@ -316,8 +316,9 @@ impl Transport {
         Ok(())
     }
 
-    /// Number of virtqueues the device has: read at open and again after FEATURES_OK (QEMU
-    /// shows 2 x max pairs + 1 only once VIRTIO_NET_F_MQ is negotiated).
+    /// Number of virtqueues the device has: as read at open, then as read after FEATURES_OK
+    /// (the device may add queues for negotiated features; [`Transport::confirm_decoding`]
+    /// re-reads it).
     pub fn num_queues(&self) -> u16 {
         self.num_queues.load(Ordering::Relaxed)
     }
