@@ -303,11 +303,15 @@ fn timeout_sends_abort_and_the_buffers_still_come_back() {
     while back.is_none() {
         match qp.poll(1, |c| back = Some(c)) {
             Ok(_) => {}
-            Err(e) => {
-                assert!(saw_timeout.is_none(), "a second poll error: {e}");
-                saw_timeout = Some((e, start.elapsed()));
-                qp.ring();
-            }
+            Err(e) => match &saw_timeout {
+                None => {
+                    saw_timeout = Some((e, start.elapsed()));
+                    qp.ring();
+                }
+                // With a zero io_timeout the aborted commands are past their deadline again
+                // at the next check: Report escalates to Wedged (row 16) until they complete.
+                Some(_) => assert!(matches!(e, NvmeError::Wedged { .. }), "{e}"),
+            },
         }
         assert!(start.elapsed() < T, "the read never came back");
     }
