@@ -29,6 +29,9 @@
 # Exit status: 0 when there were no mismatches, hangs, leaks, unexpected job failures or faults
 # not survived; the last line is "soak: N passed, N failed" (the checks above).
 
+# The whole script is one { ...; exit; } block: sh reads a script as it runs it, so editing this
+# file during a (long) soak could make the running soak execute fragments of the new text.
+{
 set -u
 
 # ---- shared ------------------------------------------------------------------------------------
@@ -74,7 +77,7 @@ while [ $# -gt 0 ]; do
     --guest) guest=yes && shift ;;
     --no-build) build=no && shift ;;
     -h | --help)
-        sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        sed -n '2,/^# The whole script/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
         ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -83,11 +86,13 @@ done
 [ "$duration" -gt 0 ] || die "--duration must be > 0"
 [ -n "$seed" ] || seed=$(($(date +%s) % 100000))
 
-# rand N: a number in 0..N-1 from a seeded LCG (same seed, same choices).
+# rand N: R = a number in 0..N-1 from a seeded LCG (same seed, same choices). Sets R rather
+# than printing it: a $(rand) subshell would not advance the generator.
 RNG=$seed
+R=0
 rand() {
     RNG=$(((RNG * 1103515245 + 12345) % 2147483648))
-    echo $(((RNG / 65536) % $1))
+    R=$(((RNG / 65536) % $1))
 }
 
 # The bad region of nvme1 namespace 1 (blkdebug): 512-byte sector 124928 = byte 61 MiB.
@@ -129,10 +134,10 @@ guest_main() {
     hp1=/sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages
     free0="$(cat $hp2 2>/dev/null) $(cat $hp1 2>/dev/null)"
     T=$round
-    DL=$((T + 60)) # deadline of one job: its own time plus a minute
+    DL=$((T + 120)) # deadline of one job: its own time plus two minutes (TCG on a loaded host)
 
     rounds=0 ios=0 bytes=0 mism=0 hangs=0 leaks=0 finj=0 fsurv=0 fails=0
-    pending_reset=no nvme2_state=absent last_round=$((T + 10))
+    pending_reset=0 nvme2_state=absent last_round=$((T + 10))
     [ -n "$NVME2" ] && [ -e "/sys/bus/pci/devices/$NVME2" ] && nvme2_state=ready
 
     # run_job NAME CMD...: in the background, output in $W/NAME.out, status in $W/NAME.rc.
@@ -185,13 +190,18 @@ guest_main() {
 
     echo "SOAK-START duration=${duration}s seed=$seed round=${T}s nvme0=$NVME0 nvme1=$NVME1 nvme2=${NVME2:-none} bar=$BAR nics=$NIC0,$NIC1"
     end=$(($(up) + duration))
-    while [ "$(up)" -lt "$end" ]; do
+    extra=0
+    # past the end, up to 3 more rounds while a reset still waits for a round to prove it survived
+    while [ "$(up)" -lt "$end" ] || { [ "$pending_reset" -gt 0 ] && [ "$extra" -lt 3 ]; }; do
+        [ "$(up)" -lt "$end" ] || extra=$((extra + 1))
         rounds=$((rounds + 1))
         rm -f "$W"/*.rc
         fault=none
         # no fault in the last two rounds' time: a fault needs a round after it to be survived
-        if [ $(($(up) + 2 * last_round)) -lt "$end" ] && [ "$(rand 100)" -lt "$rate" ]; then
-            case $(rand 2) in 0) fault=blkdebug ;; 1) fault=reset ;; esac
+        rand 100
+        if [ $(($(up) + 2 * last_round)) -lt "$end" ] && [ "$R" -lt "$rate" ]; then
+            rand 2
+            case $R in 0) fault=blkdebug ;; 1) fault=reset ;; esac
         fi
         round_t0=$(up)
         # nvme2 came back (hot-plug): give it to vfio-pci
@@ -200,14 +210,16 @@ guest_main() {
             echo "SOAK-EVENT nvme2 back on $(drv_of "$NVME2")"
             nvme2_state=back
         fi
-        if [ "$(rand 2)" = 0 ]; then
+        rand 2
+        if [ "$R" = 0 ]; then
             j0=perf
             run_job nvme0 ubdirect perf -w rw -M 50 --verify -q 16 -t "$T" --span-mib 32 --json "$NVME0"
         else
             j0=pipe
             run_job nvme0 ubdirect pipeline --source "nvme:$NVME0" --sink "bar:$BAR/2" --block-size 256K --qd 8 --blocks 16 --bytes 16M --verify
         fi
-        if [ "$(rand 2)" = 0 ]; then
+        rand 2
+        if [ "$R" = 0 ]; then
             n1=1
             run_job nvme1 ubdirect perf -w rw -M 50 --verify -q 16 -t "$T" --ns 1 --span-mib 56 --json "$NVME1"
         else
@@ -221,10 +233,11 @@ guest_main() {
             run_job nvme2 ubdirect perf -w rw -M 50 --verify -q 8 -t "$T" --json "$NVME2"
         fi
         if [ "$fault" = reset ]; then
-            sleep $((1 + $(rand 2)))
+            rand 3
+            sleep $((1 + R))
             if echo 1 >"/sys/bus/pci/devices/$NVME0/reset" 2>"$W/reset.err"; then
                 finj=$((finj + 1))
-                pending_reset=yes
+                pending_reset=$((pending_reset + 1))
                 echo "SOAK-FAULT round $rounds reset (FLR) of nvme0 $NVME0 under a running $j0 job"
             else
                 echo "SOAK-FAULT round $rounds reset of nvme0 refused: $(cat "$W/reset.err")"
@@ -259,22 +272,20 @@ guest_main() {
         for r in "$r0" "$r1" "$rn" "$r2"; do [ "$r" = hang ] && hangs=$((hangs + 1)); done
 
         # outcomes: a failure right after a fault on that device is expected; others are not
-        if [ "$r0" != ok ]; then
-            if [ "$fault" = reset ]; then
-                :
-            else
-                fails=$((fails + 1))
-                echo "SOAK-FAIL round $rounds nvme0 $j0: $r0"
-                show_fail nvme0
+        if [ "$fault" = reset ]; then
+            echo "SOAK-FAULT-RESULT round $rounds nvme0 $j0 under the reset: $r0 (exit $(rc_of nvme0)): $(grep -m1 -i 'error' "$W/nvme0.out" | cut -c1-200)"
+        elif [ "$r0" != ok ]; then
+            fails=$((fails + 1))
+            echo "SOAK-FAIL round $rounds nvme0 $j0: $r0"
+            show_fail nvme0
+            if [ "$pending_reset" -gt 0 ]; then
+                echo "SOAK-NOT-SURVIVED round $rounds: nvme0 still fails after $pending_reset reset(s)"
+                pending_reset=0
             fi
-        elif [ "$pending_reset" = yes ] && [ "$fault" != reset ]; then
-            fsurv=$((fsurv + 1))
-            pending_reset=no
-            echo "SOAK-SURVIVED round $rounds: nvme0 passes a verified $j0 job after the reset"
-        fi
-        if [ "$pending_reset" = yes ] && [ "$fault" != reset ] && [ "$r0" != ok ]; then
-            pending_reset=no
-            echo "SOAK-NOT-SURVIVED round $rounds: nvme0 still fails after the reset"
+        elif [ "$pending_reset" -gt 0 ]; then
+            fsurv=$((fsurv + pending_reset))
+            echo "SOAK-SURVIVED round $rounds: nvme0 passes a verified $j0 job after $pending_reset reset(s)"
+            pending_reset=0
         fi
         if [ "$r1" != ok ]; then
             fails=$((fails + 1))
@@ -292,7 +303,8 @@ guest_main() {
                     echo "SOAK-EVENT nvme2 verified again after re-plug"
                     nvme2_state=ready
                 fi
-            elif [ -e "/sys/bus/pci/devices/$NVME2" ] && [ "$r2" != hang ]; then
+            elif [ "$(drv_of "$NVME2")" = vfio-pci ] && [ "$r2" != hang ]; then
+                # still the device the job opened (a re-plugged one comes back on nvme)
                 fails=$((fails + 1))
                 echo "SOAK-FAIL round $rounds nvme2: $r2"
                 show_fail nvme2
@@ -340,7 +352,7 @@ guest_main() {
         last_round=$(($(up) - round_t0))
         echo "SOAK-ROUND $rounds t=$(up)s nvme0=$r0($j0) nvme1=$r1(ns$n1) nic=$rn nvme2=$r2 fault=$fault"
     done
-    [ "$pending_reset" = yes ] && echo "SOAK-NOT-SURVIVED: the last reset had no round after it"
+    [ "$pending_reset" -gt 0 ] && echo "SOAK-NOT-SURVIVED: the last reset(s) had no round after them"
     echo "SOAK-SUMMARY rounds=$rounds ios=$ios bytes_verified=$bytes mismatches=$mism hangs=$hangs leaks=$leaks faults_injected=$finj faults_survived=$fsurv failures=$fails"
     [ $((mism + hangs + leaks + fails)) = 0 ] && [ "$finj" = "$fsurv" ]
 }
@@ -411,6 +423,8 @@ scripts/vm/run.sh --run-dir "$D" --qmp "$QMP" --devices "nvme0 ivshmem nic0 nic1
     --timeout $((duration * 3 + 900)) -- "sh scripts/soak.sh --guest --duration ${duration}s --seed $seed --round $round --fault-rate $rate" \
     >"$CON" 2>&1 &
 vm=$!
+# interrupted: stop QEMU through its monitor (it runs in its own process group under run.sh)
+trap 'qmp "{\"execute\":\"quit\"}" >/dev/null 2>&1; wait "$vm"; echo "soak: 0 passed, 1 failed (interrupted)"; exit 130' INT TERM
 
 # fault loop: until the guest has finished (or run.sh is gone)
 hinj=0 hsurv=0 hlog="$D/host-faults.log"
@@ -431,15 +445,18 @@ wait_line '^SOAK-START' 0 900 || true
 # faults only while the guest has time left for a round after them
 stop_at=$(($(date +%s) + duration - 30))
 while ! guest_done; do
-    sleep $((5 + $(rand 10)))
+    rand 10
+    sleep $((5 + R))
     guest_done && break
     [ "$(date +%s)" -lt "$stop_at" ] || {
         sleep 2
         continue
     }
-    case $(rand 2) in
+    rand 2
+    case $R in
     0)
-        hold=$((3 + $(rand 6)))
+        rand 6
+        hold=$((3 + R))
         qmp '{"execute":"qom-set","arguments":{"path":"/objects/tg0","property":"limits","value":{"iops-total":40}}}' >>"$hlog" 2>&1 ||
             { echo "throttle: QMP failed" >>"$hlog"; continue; }
         hinj=$((hinj + 1))
@@ -514,3 +531,5 @@ tally $((finj - fsurv))
 tally "$vmrc"
 echo "soak: $pass passed, $fail failed"
 [ "$fail" = 0 ]
+exit
+}

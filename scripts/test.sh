@@ -6,7 +6,11 @@
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #   5. scripts/vm/suite.sh                              guest tests in one QEMU boot
-#      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...", "guest: N passed, N failed"
+#      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...",
+#         "guest: N passed, N failed, N skipped"; a skip that scripts/vm/expected-skips does not
+#         allow, or a requested host check that never ran, counts as a failure
+#   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
+#      (its own boot; its checks: mismatches, hangs, leaks, job failures, faults survived, status)
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
 #
 # Options (for iterating):
@@ -14,6 +18,7 @@
 #   --no-lint                      skip fmt and clippy
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
+#   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
 #   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --kernel 6.1, --test-timeout 900)
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
@@ -23,13 +28,14 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
-host=1 guest=1 lint=1 deps=1 filter='' suite_args=()
+host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=()
 while (($# > 0)); do
     case $1 in
     --host-only) guest=0 && shift ;;
     --guest-only) host=0 && lint=0 && shift ;;
     --no-lint) lint=0 && shift ;;
     --no-deps) deps=0 && shift ;;
+    --no-soak) soak=0 && shift ;;
     --filter) filter=$2 && suite_args+=(--filter "$2") && shift 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
     --*)
@@ -99,7 +105,7 @@ if ((guest == 1)); then
     scripts/vm/suite.sh "${suite_args[@]}" 2>&1 | tee "$logs/guest.log"
     rc=${PIPESTATUS[0]}
     # The suite's closing lines.
-    mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest): ' "$logs/guest.log")
+    mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest.log")
     if ((${#glines[@]} == 0)); then
         note "guest: 0 passed, 1 failed (scripts/vm/suite.sh exited $rc before its summary; see $logs/guest.log)" 1
     else
@@ -108,20 +114,31 @@ if ((guest == 1)); then
     fi
 fi
 
+if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then
+    step "scripts/soak.sh --duration 60s"
+    t=$(date +%s)
+    scripts/soak.sh --duration 60s 2>&1 | tee "$logs/soak.log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E '^soak: [0-9]+ passed, [0-9]+ failed' "$logs/soak.log" | tail -n1)
+    [[ -n $line ]] || line="soak: 0 passed, 1 failed (scripts/soak.sh exited $rc without its summary; see $logs/soak.log)"
+    note "$line ($(elapsed "$t"))" "$rc"
+fi
+
 printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"
 printf '%s\n' "${summary[@]}"
 if ((failed == 0)); then echo "test.sh: all passed"; else echo "test.sh: FAILED"; fi
-# One machine-readable closing line: the host, test-bed and guest counts added up, plus one
+# One machine-readable closing line: the host, test-bed, guest and soak counts added up, plus one
 # failure for each other step that failed (deps, fmt, clippy).
-tp=0 tf=0
+tp=0 tf=0 ts=0
 for l in "${summary[@]}"; do
-    if [[ $l =~ ^(host|vm-selftest|guest):\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    if [[ $l =~ ^(host|vm-selftest|guest|soak):\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
         tp=$((tp + BASH_REMATCH[2])) tf=$((tf + BASH_REMATCH[3]))
+        [[ $l =~ ^guest:\ [0-9]+\ passed,\ [0-9]+\ failed,\ ([0-9]+)\ skipped ]] && ts=$((ts + BASH_REMATCH[1]))
     elif [[ $l == *FAILED* ]]; then
         tf=$((tf + 1))
     fi
 done
 ((failed == 0 || tf > 0)) || tf=1
-echo "total: $tp passed, $tf failed"
+echo "total: $tp passed, $tf failed, $ts skipped"
 exit "$failed"
 }

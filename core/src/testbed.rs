@@ -17,16 +17,24 @@ pub struct Testbed {
     pub ivshmem: Option<String>,
     /// The two virtio-net NICs (on one hub: what one sends, the other receives).
     pub nics: Vec<String>,
+    /// The NVMe controller with MDTS 0 (no transfer limit; serial `ubdprp`, one 512 B namespace
+    /// on the zero-filled `nvme-mdts0.img`), for commands above 2 MiB (chained PRP lists).
+    pub nvme_mdts0: Option<String>,
+    /// The virtio-net NIC with two queue pairs (`mq=on` on a 2-queue tap) and a control queue.
+    pub nic_mq: Option<String>,
     /// The host's run directory holding the backing files (for messages only).
     pub run_dir: Option<String>,
 }
 
 impl Testbed {
-    /// Every test device, in the order NVMe, ivshmem, NICs.
+    /// Every test device, in the order NVMe, ivshmem, NICs, MDTS-0 NVMe, multiqueue NIC (the
+    /// order of the guest's `UBD_TEST_DEVICES`).
     pub fn all(&self) -> Vec<String> {
         let mut v = self.nvme.clone();
         v.extend(self.ivshmem.iter().cloned());
         v.extend(self.nics.iter().cloned());
+        v.extend(self.nvme_mdts0.iter().cloned());
+        v.extend(self.nic_mq.iter().cloned());
         v
     }
 }
@@ -49,6 +57,20 @@ pub fn require() -> Testbed {
     })
 }
 
+/// The line a guest test prints when it cannot run its check here and returns early:
+/// `UBD-SKIP <test>: <reason>`. The test plan counts it as a skip, not a pass, and the suite
+/// fails on a skip that `scripts/vm/expected-skips` does not list.
+pub fn skip_line(test: &str, reason: &str) -> String {
+    format!("UBD-SKIP {}: {reason}", check_name(test))
+}
+
+/// Report that the calling test is skipped (see [`skip_line`]); it should return right after.
+/// The test's name is libtest's name for the thread running it.
+pub fn skip(reason: &str) {
+    let t = std::thread::current();
+    println!("{}", skip_line(t.name().unwrap_or("unnamed-test"), reason));
+}
+
 /// Build a [`Testbed`] from an environment lookup (the testable core of [`devices`]).
 pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<Testbed> {
     if get("UBD_GUEST").as_deref() != Some("1") {
@@ -67,6 +89,8 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<Testbed> {
         nvme: list("UBD_NVME"),
         ivshmem: list("UBD_IVSHMEM").into_iter().next(),
         nics: list("UBD_NICS"),
+        nvme_mdts0: list("UBD_NVME_MDTS0").into_iter().next(),
+        nic_mq: list("UBD_NIC_MQ").into_iter().next(),
         run_dir: get("UBD_RUN_DIR").filter(|s| !s.is_empty()),
     })
 }
@@ -240,14 +264,29 @@ mod tests {
             ("UBD_NVME", "0000:00:04.0,0000:00:05.0"),
             ("UBD_IVSHMEM", "0000:00:06.0"),
             ("UBD_NICS", "0000:00:07.0, 0000:00:08.0"),
+            ("UBD_NVME_MDTS0", "0000:00:0a.0"),
+            ("UBD_NIC_MQ", "0000:00:09.0"),
             ("UBD_RUN_DIR", "/r"),
         ]))
         .expect("in guest");
         assert_eq!(tb.nvme, ["0000:00:04.0", "0000:00:05.0"]);
         assert_eq!(tb.ivshmem.as_deref(), Some("0000:00:06.0"));
         assert_eq!(tb.nics, ["0000:00:07.0", "0000:00:08.0"]);
+        assert_eq!(tb.nvme_mdts0.as_deref(), Some("0000:00:0a.0"));
+        assert_eq!(tb.nic_mq.as_deref(), Some("0000:00:09.0"));
         assert_eq!(tb.run_dir.as_deref(), Some("/r"));
-        assert_eq!(tb.all().len(), 5);
+        assert_eq!(
+            tb.all(),
+            [
+                "0000:00:04.0",
+                "0000:00:05.0",
+                "0000:00:06.0",
+                "0000:00:07.0",
+                "0000:00:08.0",
+                "0000:00:0a.0",
+                "0000:00:09.0"
+            ]
+        );
     }
 
     #[test]
@@ -255,6 +294,7 @@ mod tests {
         let tb = from_lookup(env(&[("UBD_GUEST", "1"), ("UBD_IVSHMEM", "")])).expect("in guest");
         assert!(tb.nvme.is_empty() && tb.nics.is_empty());
         assert_eq!(tb.ivshmem, None);
+        assert_eq!((tb.nvme_mdts0, tb.nic_mq), (None, None));
         assert_eq!(tb.run_dir, None);
     }
 
@@ -327,6 +367,14 @@ mod tests {
             ids,
             [1, 2, 3],
             "ids follow scripts/vm/images.sh's file order"
+        );
+    }
+
+    #[test]
+    fn skip_lines_name_the_test_and_the_reason() {
+        assert_eq!(
+            skip_line("mq::two pairs", "no multiqueue NIC"),
+            "UBD-SKIP mq::two_pairs: no multiqueue NIC"
         );
     }
 

@@ -5,8 +5,9 @@
 #
 # Options (each also settable by the environment variable shown):
 #   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1
-#                                                                   (UBD_VM_DEVICES, all five)
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
+#                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
 #   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
@@ -36,7 +37,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -79,10 +80,20 @@ guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
     esac
 done
+# The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
+# (gone with the run: no host network change, no traffic anywhere).
+# A caller that made the namespace and the tap itself (drivers/virtio-net/bench/mq-check.sh, to
+# feed it traffic) is used as it is.
+netns=()
+if [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && ! ip link show ubdmq0 >/dev/null 2>&1; then
+    unshare -n true 2>/dev/null && [[ -c /dev/net/tun ]] ||
+        vm_die "the multiqueue NIC (device block nicmq) needs root and /dev/net/tun for its tap in a private network namespace: run as root, or leave it out with --devices \"nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0\" (its test then reports a skip)"
+    netns=(unshare -n sh -c 'ip tuntap add dev ubdmq0 mode tap multi_queue && ip link set ubdmq0 up && exec "$@"' ubd-netns)
+fi
 
 t_start=$(date +%s.%N)
 mkdir -p "$UBD_VM_CACHE"
@@ -119,6 +130,10 @@ for f in nvme0.img nvme1-ns1.img nvme1-ns2.img; do
 done
 rm -f "$run_dir/gpubar"
 truncate -s 64M "$run_dir/gpubar"
+if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
+    rm -f "$run_dir/nvme-mdts0.img"
+    truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
 stage="$run_dir/initrd.d"
@@ -168,8 +183,14 @@ mkdir -p "$stage$(dirname "$UBD_REPO")"
 ln -sfn /ubd "$stage$UBD_REPO"
 
 printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
+# The roles of the extra devices, by the addresses given to them below (the guest's /init exports
+# UBD_NVME_MDTS0 and UBD_NIC_MQ from these and keeps them out of UBD_NVME and UBD_NICS).
+roles=
+[[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
+[[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
+    echo "export UBD_VM_ROLES='${roles# }'"
     for e in "${envs[@]}"; do
         [[ $e == *=* ]] || vm_die "--env wants NAME=VALUE, got '$e'"
         printf "export %s='%s'\n" "${e%%=*}" "$(printf '%s' "${e#*=}" | sed "s/'/'\\\\''/g")"
@@ -205,7 +226,14 @@ for d in $UBD_VM_DEVICES; do
         n=${d#nic}
         dev_args+=(-netdev "hubport,id=hp$n,hubid=0"
             -device "virtio-net-pci,netdev=hp$n,disable-legacy=on,iommu_platform=on,mac=52:54:00:00:00:0$((n + 1)),romfile=,addr=0$((7 + n)).0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1)" ;;
+    nicmq)
+        # 2 queue pairs + the control queue: 2 * 2 + 1 MSI-X vectors and one for config changes.
+        dev_args+=(-netdev "tap,id=mq0,ifname=ubdmq0,script=no,downscript=no,queues=2,vhost=off"
+            -device "virtio-net-pci,netdev=mq0,mq=on,vectors=6,disable-legacy=on,iommu_platform=on,mac=52:54:00:00:00:09,romfile=,addr=09.0") ;;
+    nvmemdts0)
+        dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
+            -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
     esac
 done
 
@@ -225,7 +253,7 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
-printf '%q ' "${qemu[@]}" >"$run_dir/qemu.cmd"
+printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
 
 # ---- boot; the console goes to guest.log, the guest's dmesg to dmesg.log ----
@@ -249,7 +277,7 @@ boot() {
     mkfifo "$fifo"
     exec 3<>"$fifo"
     set +e
-    timeout -k 10 "$UBD_VM_TIMEOUT" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
+    timeout -k 10 "$UBD_VM_TIMEOUT" "${netns[@]}" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
         "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
             -v hc="'$UBD_VM_DIR/hostcheck.sh' '$run_dir' '$run_dir/hostcheck.pending' >>'$run_dir/hostcheck.log'" \
             -v pend="$run_dir/hostcheck.pending" '

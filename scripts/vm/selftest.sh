@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host tests of the test bed's own logic: the TAP and libtest counters the guest plan uses, the
-# host-check runner, and the NVMe image pattern. No guest needed; run by scripts/test.sh.
+# skip allow-list, the suite's closing lines, the host-check runner, and the NVMe image pattern. No guest needed; run by scripts/test.sh.
 # Prints TAP and a last line "vm-selftest: N passed, N failed"; exit 1 if any failed.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +32,9 @@ expect "tap: non-zero exit after only oks is a failure" "2 1 0" "$(tap 1 'ok 1\n
 expect "tap: missing planned tests fail" "1 2 0" "$(tap 0 '1..3\nok 1 - a\n')"
 expect "tap: Bail out! fails" "1 1 0" "$(tap 0 'ok 1\nBail out! no devices\n')"
 expect "tap: lines that only look like TAP do not count" "0 0 0" "$(tap 0 '# ok 1\n  ok 2\nokay\nnot okay\n')"
+expect "tap: a 1..0 # SKIP file counts one skipped" "0 0 1" "$(tap 0 '1..0 # SKIP ubdirect binary not in the guest\n')"
+expect "tap: a bare 1..0 plan counts one skipped" "0 0 1" "$(tap 0 '1..0\n')"
+expect "tap: 1..10 is a plan of ten, not a skip" "1 9 0" "$(tap 0 '1..10\nok 1\n')"
 
 # libtest counting (passed failed skipped)
 expect "libtest: sums result lines" "5 1 0" "$(lt 101 'test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\ntest result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.2s\n')"
@@ -39,6 +42,56 @@ expect "libtest: no summary and exit 0 is one pass (harness = false)" "1 0 0" "$
 expect "libtest: no summary and killed is one failure" "0 1 0" "$(lt 137 'test a ... \n')"
 expect "libtest: crash after a clean summary is a failure" "2 1 0" "$(lt 139 'test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n')"
 expect "libtest: ignored counts as skipped" "0 0 4" "$(lt 0 'test result: ok. 0 passed; 0 failed; 4 ignored; 0 measured; 0 filtered out; finished in 0.0s\n')"
+expect "libtest: a UBD-SKIP line moves a pass to skipped" "2 0 1" \
+    "$(lt 0 'test a ... UBD-SKIP a: no multiqueue NIC\nok\ntest result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n')"
+expect "libtest: a UBD-SKIP line on its own line counts too" "0 0 2" \
+    "$(lt 0 'UBD-SKIP a: x\nUBD-SKIP b: y\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n')"
+expect "libtest: a skip never turns a failure into a skip" "0 1 0" \
+    "$(lt 101 'UBD-SKIP a: x\ntest result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n')"
+expect "libtest: harness-less binary that skipped" "0 0 1" "$(lt 0 'UBD-SKIP main: no device\n')"
+
+# The skip allow-list (skips.sh): every skip line the counters count is checked.
+printf '%s\n' '# comment' '' 'no vfat -- this kernel has no vfat module' 'UBD-SKIP y:  # no reason' >"$tmp/allow"
+: >"$tmp/allow-none"
+sk() { printf '%b' "$2" | "$here/skips.sh" "$1" >"$tmp/sk.out" 2>&1; echo "$? $(tail -n1 "$tmp/sk.out")"; }
+log='ok 1 - a\nok 2 - b # SKIP no vfat\n1..0 # SKIP no binary\ntest x ... UBD-SKIP x: no mq\nnot ok 3 - c # TODO later\nnot ok 4 - d\n# ok 5 # SKIP\n'
+expect "skips: an empty allow-list flags every kind of skip" "1 skips: 4, 0 allowed, 4 unexpected" "$(sk "$tmp/allow-none" "$log")"
+expect "skips: an unexpected skip is named with its reason" "1" "$(grep -c '^unexpected: UBD-SKIP x: no mq$' "$tmp/sk.out")"
+expect "skips: allowed by fixed text, comments and blank lines ignored" "1 skips: 4, 1 allowed, 3 unexpected" "$(sk "$tmp/allow" "$log")"
+expect "skips: the allowed line carries the reason" "1" "$(grep -c '^allowed: ok 2 - b # SKIP no vfat (this kernel has no vfat module)$' "$tmp/sk.out")"
+expect "skips: no skip, nothing to allow" "0 skips: 0, 0 allowed, 0 unexpected" "$(sk "$tmp/allow-none" 'ok 1\ntest result: ok. 1 passed\n')"
+expect "skips: all allowed" "0 skips: 2, 2 allowed, 0 unexpected" "$(sk "$tmp/allow" 'ok 2 # SKIP no vfat\nUBD-SKIP y: z\n')"
+expect "skips: a missing allow-list is an error" "2" "$(printf '' | "$here/skips.sh" "$tmp/nope" >/dev/null 2>&1; echo $?)"
+
+# The closing lines (summary.sh) from a fake run directory.
+rd="$tmp/rd"
+mkdir -p "$rd"
+echo "prepare 1.0s, guest 2.0s (boot to /init 1s)" >"$rd/timing"
+# run_summary GUEST-LOG HOSTCHECK-LOG [RC]: exit status and the closing lines joined by '|'.
+run_summary() {
+    printf '%b' "$1" >"$rd/guest.log"
+    printf '%b' "$2" >"$rd/hostcheck.log"
+    UBD_VM_EXPECTED_SKIPS="$tmp/allow" "$here/summary.sh" "$rd" "${3:-0}" 900 7 >"$tmp/sum.out" 2>&1
+    echo "$? $(grep -v '^$' "$tmp/sum.out" | sed 's/;.*//' | paste -sd'|')"
+}
+suites='@@UBD-SUITE@@ guest-shell 3 0 1\n@@UBD-SUITE@@ guest-rust 5 0 0\n'
+expect "summary: all passed, an allowed skip, host checks as requested" \
+    "0 guest-shell: 3 passed, 0 failed, 1 skipped|guest-rust: 5 passed, 0 failed, 0 skipped|hostcheck: 2 passed, 0 failed, 0 skipped (2 requested)|guest: 10 passed, 0 failed, 1 skipped" \
+    "$(run_summary "${suites}ok 4 # SKIP no vfat\n@@UBD-HOSTCHECKS@@ 2\n" 'ok 1 - hostcheck a\nok 2 - hostcheck b\n')"
+expect "summary: a requested host check that never ran fails" \
+    "1 guest-shell: 3 passed, 0 failed, 1 skipped|guest-rust: 5 passed, 0 failed, 0 skipped|hostcheck: 1 passed, 1 failed, 0 skipped (2 requested, 1 ran: see $rd/hostcheck.log)|guest: 9 passed, 1 failed, 1 skipped" \
+    "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 2\n" 'ok 1 - hostcheck a\n')"
+expect "summary: more host checks than requested fails" "1" \
+    "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" 'ok 1 - hostcheck a\n' | cut -c1)"
+expect "summary: no requested count from the guest fails" "1" "$(run_summary "$suites" '' | cut -c1)"
+expect "summary: a skip the allow-list does not hold fails and is named" \
+    "1 skip not allowed by $tmp/allow: UBD-SKIP m: no multiqueue NIC|guest: 8 passed, 1 failed, 1 skipped" \
+    "$(run_summary "${suites}test m ... UBD-SKIP m: no multiqueue NIC\n@@UBD-HOSTCHECKS@@ 0\n" '' | sed 's/^\([01]\) .*|\(skip not\)/\1 \2/')"
+expect "summary: a suite the guest never reported fails" "1 guest-shell: 0 passed, 1 failed, 0 skipped (the guest never reported this suite" \
+    "$(run_summary '@@UBD-SUITE@@ guest-rust 5 0 0\n@@UBD-HOSTCHECKS@@ 0\n' '' | cut -d'|' -f1 | sed 's/: see .*//')"
+expect "summary: a guest killed at its deadline fails" "1" \
+    "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" '' 124 | cut -c1)"
+expect "summary: the deadline is named" "1" "$(grep -c '^guest: 8 passed, 1 failed, 1 skipped (DEADLINE: the guest was killed after 900s)' "$tmp/sum.out")"
 
 # Host checks
 mkdir -p "$tmp/run"

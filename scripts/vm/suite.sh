@@ -12,9 +12,11 @@
 # --test-timeout: seconds per script or test binary in the guest (default 600).
 # Other options go to scripts/vm/run.sh (e.g. --kernel 6.1, --timeout 1800, --extra-qemu ...).
 #
-# Prints one closing line per suite (guest-shell, guest-rust, hostcheck) and "guest: N passed,
-# N failed"; saves the guest log, dmesg and hostcheck.log in the run directory. Exit 1 if
-# anything failed or the guest did not finish.
+# Prints one closing line per suite (guest-shell, guest-rust, hostcheck), "N passed, N failed,
+# N skipped" each, and "guest: N passed, N failed, N skipped"; saves the guest log, dmesg and
+# hostcheck.log in the run directory. Exit 1 if anything failed, the guest did not finish, a
+# host check the guest requested never ran, or a test was skipped that scripts/vm/expected-skips
+# (UBD_VM_EXPECTED_SKIPS=FILE for another list) does not allow (each counts one failure).
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
 # text (see scripts/vm/run.sh).
@@ -90,54 +92,7 @@ rm -f "$where"
 glog="$run_dir/guest.log"
 [[ -n $run_dir && -f $glog ]] || vm_die "no guest log in '$run_dir': the guest never started (run.sh status $rc)"
 
-# ---- results ----
-suite_line() { # suite_line NAME -> "passed failed skipped" or nothing
-    sed -n "s/^@@UBD-SUITE@@ $1 \([0-9]*\) \([0-9]*\) \([0-9]*\)$/\1 \2 \3/p" "$glog" | tail -n1
-}
-total_pass=0 total_fail=0 lines=()
-for s in guest-shell guest-rust; do
-    r=$(suite_line "$s")
-    if [[ -z $r ]]; then
-        lines+=("$s: 0 passed, 1 failed (the guest never reported this suite: see $glog)")
-        total_fail=$((total_fail + 1))
-        continue
-    fi
-    read -r p f k <<<"$r"
-    extra=
-    ((k > 0)) && extra=", $k skipped"
-    lines+=("$s: $p passed, $f failed$extra")
-    total_pass=$((total_pass + p))
-    total_fail=$((total_fail + f))
-done
-
-# run.sh ran the guest's UBD-HOSTCHECK requests (after each test binary and at exit).
-hp=$(grep -c '^ok ' "$run_dir/hostcheck.log" 2>/dev/null || true)
-hf=$(grep -c '^not ok ' "$run_dir/hostcheck.log" 2>/dev/null || true)
-lines+=("hostcheck: ${hp:-0} passed, ${hf:-0} failed")
-total_pass=$((total_pass + ${hp:-0}))
-total_fail=$((total_fail + ${hf:-0}))
-
-status_note=
-case $rc in
-0 | 1) ;;
-124)
-    status_note=" (DEADLINE: the guest was killed after ${run_timeout}s)"
-    total_fail=$((total_fail + 1))
-    ;;
-*)
-    status_note=" (the guest did not finish: run.sh status $rc)"
-    total_fail=$((total_fail + 1))
-    ;;
-esac
-# The plan's own verdict must agree with the counts.
-if ((rc == 1 && total_fail == 0)); then
-    status_note=" (the test plan exited 1 without a counted failure: see $glog)"
-    total_fail=1
-fi
-
-echo
-printf '%s\n' "${lines[@]}"
-echo "guest: $total_pass passed, $total_fail failed$status_note; $(cat "$run_dir/timing" 2>/dev/null), suite $(($(date +%s) - t0))s; logs: $run_dir"
-((total_fail == 0))
+# ---- results: the closing lines (scripts/vm/summary.sh; host-tested by selftest.sh) ----
+"$UBD_VM_DIR/summary.sh" "$run_dir" "$rc" "$run_timeout" "$(($(date +%s) - t0))"
 exit
 }

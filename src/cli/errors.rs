@@ -35,6 +35,39 @@ const PHRASES: &[(&str, &str)] = &[
         "is named twice on the command line: name two different devices",
     ),
     (
+        ubdirect_nvme::TIMEOUT_ABORTED,
+        "the controller did not answer; run the command again (opening the controller resets it); if it keeps failing, check `dmesg` and rebind it with scripts/setup.sh",
+    ),
+    (
+        ubdirect_nvme::TIMEOUT_ADMIN,
+        RERUN_CONTROLLER,
+    ),
+    (
+        ubdirect_nvme::TIMEOUT_WAIT,
+        RERUN_CONTROLLER,
+    ),
+    (
+        "the queue no longer exists on the device; drop the queue pair and create a new one, or open queues with Recovery::Requeue / FailBack",
+        RERUN_CONTROLLER,
+    ),
+    (
+        "requests cannot be replayed on it; drop the queue pairs and reopen the controller",
+        "run the command again",
+    ),
+    (
+        "drop the VirtioNet and open the device again",
+        "run the command again (opening the device resets it); if it repeats, rebind it with scripts/setup.sh",
+    ),
+    (
+        "a region backs one pool and driver DMA slabs are never pooled; register another region for this pool (UbRegistry::register_*, or UbPool::with_hugepages)",
+        "this is a bug in ubdirect: please report it",
+    ),
+    ("carved as a UbPool", "carved as a pool"),
+    (
+        "carved as a driver's DMA slab (DmaMem)",
+        "carved as a driver's DMA memory",
+    ),
+    (
         "drop them (and every UbBuf) before unregistering",
         "this is a bug in ubdirect: please report it",
     ),
@@ -157,6 +190,7 @@ fn core_message(e: &CoreError) -> String {
         CoreError::NotMapped { .. } => internal("memory that is not mapped was unmapped"),
         CoreError::NoSuchRegion { .. } => internal("an unknown buffer region was used"),
         CoreError::RegionBusy { .. } => internal("a buffer region was released while in use"),
+        CoreError::RegionTaken { .. } => internal("a buffer region was given to two owners"),
         CoreError::PoolExhausted {
             block_count,
             block_size,
@@ -194,6 +228,21 @@ fn nvme_message(e: &NvmeError) -> String {
             waited,
         } => format!(
             "the NVMe controller is stuck: {outstanding} command(s) on queue {qid} neither completed nor aborted within {waited:?}: {RERUN_CONTROLLER}"
+        ),
+        NvmeError::Timeout {
+            command,
+            cid,
+            qid,
+            waited,
+            ..
+        } => format!(
+            "NVMe {command} (command {cid}, queue {qid}) did not complete within {waited:?}: the controller did not answer; {RERUN_CONTROLLER}"
+        ),
+        NvmeError::ResetUnderQueue { qid, outstanding } => format!(
+            "the NVMe controller was reset under queue {qid} ({outstanding} request(s) in flight): {RERUN_CONTROLLER}"
+        ),
+        NvmeError::NamespaceChanged { nsid } => format!(
+            "namespace {nsid} changed across a controller reset (size, block size or metadata): run the command again"
         ),
         NvmeError::NamespaceMissing { nsid, active } => format!(
             "namespace {nsid} is not active on this controller ({active} namespace(s) are): `ubdirect identify <pci-addr>` lists their ids"

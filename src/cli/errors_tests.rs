@@ -154,6 +154,16 @@ fn core_errors() -> Vec<CoreError> {
             waited: Some(Duration::from_millis(5)),
         },
         CoreError::NoSuchRegion { id: 3 },
+        CoreError::MmioOutOfRange {
+            offset: 0x2000,
+            size: 4,
+            window: 0x1000,
+            reason: "outside",
+        },
+        CoreError::RegionTaken {
+            id: 3,
+            owner: ubdirect_core::RegionOwner::Pool,
+        },
         CoreError::RegionBusy { id: 3, users: 2 },
         CoreError::HugePages(HugeError::NoFreePages {
             size: PageSize::Size2M,
@@ -304,6 +314,34 @@ fn nvme_errors() -> Vec<NvmeError> {
             reason: "unknown command id",
         },
         NvmeError::NoQueuesLeft { granted: 2 },
+        NvmeError::DeviceInput {
+            field: "CAP.DSTRD",
+            value: 0xf,
+            reason: "the doorbells would lie outside BAR 0",
+        },
+        NvmeError::FailedByReset {
+            command: "Read",
+            qid: 1,
+        },
+        NvmeError::ResetUnderQueue {
+            qid: 1,
+            outstanding: 3,
+        },
+        NvmeError::NamespaceChanged { nsid: 1 },
+        NvmeError::Timeout {
+            command: "Identify",
+            cid: 1,
+            qid: 0,
+            waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_ADMIN,
+        },
+        NvmeError::Timeout {
+            command: "Read",
+            cid: 1,
+            qid: 1,
+            waited: Duration::from_secs(5),
+            then: ubdirect_nvme::TIMEOUT_WAIT,
+        },
     ]);
     v
 }
@@ -391,6 +429,25 @@ fn net_errors() -> Vec<VirtioNetError> {
             ring: 256,
         },
         VirtioNetError::EmptyBurst("no frames"),
+        VirtioNetError::DeviceConfig {
+            addr: addr(),
+            source: ubdirect_virtio_net::net_config::NetConfigError::Short {
+                field: "mtu",
+                off: 10,
+                end: 12,
+                len: 8,
+            },
+        },
+        VirtioNetError::ControlTimeout {
+            addr: addr(),
+            what: "MQ pairs",
+            waited: Duration::from_secs(1),
+        },
+        VirtioNetError::ControlQueueWedged {
+            addr: addr(),
+            what: "MQ pairs",
+            cause: "an earlier command timed out",
+        },
         VirtioNetError::InvalidConfig("rx_queue_size must be a power of two".into()),
         VirtioNetError::ControlCommand {
             addr: addr(),
@@ -456,6 +513,11 @@ fn pipeline_errors() -> Vec<PipelineError> {
         },
         PipelineError::RemovalRequested { device: addr() },
         PipelineError::Verify("this sink cannot verify".into()),
+        PipelineError::ShortRead {
+            offset: 1 << 20,
+            got: 512,
+            want: 4096,
+        },
         PipelineError::Io {
             what: "read the reference".into(),
             source: ioe(),

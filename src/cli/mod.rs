@@ -13,6 +13,7 @@
 mod devices;
 mod doctor;
 pub mod errors;
+mod fault_hook;
 mod identify;
 pub mod json;
 mod log;

@@ -270,7 +270,7 @@ fn run_perf(args: &Args) -> CliResult {
     }
     if args.cores.0.len() > ctrl.io_queues_granted() as usize {
         return Err(format!(
-            "{} cores asked for but the controller granted {} I/O queues",
+            "{} cores asked for but the controller granted {} I/O queue pairs: give -c at most that many cores",
             args.cores.0.len(),
             ctrl.io_queues_granted()
         )
@@ -303,6 +303,7 @@ fn run_perf(args: &Args) -> CliResult {
         cores: args.cores.0.len(),
     });
     let start = Arc::new(Barrier::new(args.cores.0.len()));
+    let reset_hook = super::fault_hook::arm(ctrl.device());
     let results: Vec<Result<CoreResult, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = args
             .cores
@@ -324,6 +325,7 @@ fn run_perf(args: &Args) -> CliResult {
     for r in results {
         cores.push(r?);
     }
+    drop(reset_hook);
     let mut total = summarize(&cores, &tsc, args.io_size);
     total.controller_resets = ctrl.resets();
     let report = PerfReport {

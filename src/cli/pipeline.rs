@@ -454,6 +454,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             for d in &watched {
                 d.enable_removal_notice()?;
             }
+            let reset_hook = super::fault_hook::arm(ctrl.device());
             let mut r = run_direct_watching(
                 &mut q,
                 sink.as_mut(),
@@ -477,6 +478,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             if let Some(hc) = &args.hostcheck {
                 print_hostchecks(hc, sink.as_ref())?;
             }
+            drop(reset_hook);
             if ctrl.resets() > 0 {
                 eprintln!(
                     "ubdirect pipeline: NVMe controller {addr} was reset {} time(s) during the run; the reads in flight were submitted again (requeued commands: {})",
@@ -785,7 +787,7 @@ fn add_verify(
 ) -> Result<(), BoxErr> {
     let delivered = sink
         .delivered_checksum()
-        .ok_or("this sink cannot verify")??;
+        .ok_or("this sink cannot check what it received: run without --verify")??;
     r.verify = Some(compare(method, delivered, expected));
     Ok(())
 }

@@ -19,7 +19,7 @@ not_ok() {
 t() {
     if eval "$2"; then ok "$1"; else not_ok "$1"; fi
 }
-echo "1..17"
+echo "1..20"
 
 sysdev() { echo "/sys/bus/pci/devices/$1"; }
 driver_of() { d=$(readlink "$(sysdev "$1")/driver" 2>/dev/null) && echo "${d##*/}"; }
@@ -38,11 +38,14 @@ t "UBD_GUEST=1 exported" '[ "$UBD_GUEST" = 1 ]'
 t "two NVMe controllers ($UBD_NVME)" '[ "$(count_words $nvme)" = 2 ]'
 t "one ivshmem device ($UBD_IVSHMEM)" '[ -n "$UBD_IVSHMEM" ] && [ -e "$(sysdev "$UBD_IVSHMEM")" ]'
 t "two virtio-net NICs ($UBD_NICS)" '[ "$(count_words $nics)" = 2 ]'
+t "an MDTS-0 NVMe controller apart ($UBD_NVME_MDTS0) and a multiqueue NIC apart ($UBD_NIC_MQ)" \
+    '[ -e "$(sysdev "$UBD_NVME_MDTS0")" ] && [ -e "$(sysdev "$UBD_NIC_MQ")" ] && [ "$(cat "$(sysdev "$UBD_NIC_MQ")/device")" = 0x1041 ]'
+t "UBD_TEST_DEVICES holds all 7 ($UBD_TEST_DEVICES)" '[ "$(count_words $UBD_TEST_DEVICES)" = 7 ]'
 
 # NVMe controllers in QEMU order: serials ubd0, ubd1; 1 and 2 namespaces, nsid 2 with 4 KiB LBA.
 serial_of() { cat "$(sysdev "$1")"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }
-t "nvme0 ($nvme0) has serial ubd0 and nvme1 ($nvme1) ubd1" \
-    '[ "$(serial_of "$nvme0")" = ubd0 ] && [ "$(serial_of "$nvme1")" = ubd1 ]'
+t "nvme0 ($nvme0) has serial ubd0, nvme1 ($nvme1) ubd1 and the MDTS-0 one ubdprp" \
+    '[ "$(serial_of "$nvme0")" = ubd0 ] && [ "$(serial_of "$nvme1")" = ubd1 ] && [ "$(serial_of "$UBD_NVME_MDTS0")" = ubdprp ]'
 
 ns_count() { ls -d "$(sysdev "$1")"/nvme/nvme*/nvme*n* 2>/dev/null | wc -l; }
 i=0
@@ -57,11 +60,15 @@ lbs=$(for b in /sys/block/nvme*n*; do
     case ${b##*/} in *c*) continue ;; esac
     cat "$b/queue/logical_block_size"
 done | sort | tr '\n' ' ')
-t "namespace block sizes are 512 512 4096 (got: $lbs)" '[ "$lbs" = "4096 512 512 " ]'
+t "namespace block sizes are 512 512 4096 and the MDTS-0 one's 512 (got: $lbs)" '[ "$lbs" = "4096 512 512 512 " ]'
 
 mac_of() { cat "$(sysdev "$1")"/virtio*/net/*/address 2>/dev/null; }
 t "NIC MACs 52:54:00:00:00:01/02 (got $(mac_of "$nic0") $(mac_of "$nic1"))" \
     '[ "$(mac_of "$nic0")" = 52:54:00:00:00:01 ] && [ "$(mac_of "$nic1")" = 52:54:00:00:00:02 ]'
+# virtio feature bit 22 (VIRTIO_NET_F_MQ) negotiated by the kernel's virtio_net: the 23rd of 64.
+mq_bit() { cut -c23 "$(sysdev "$1")"/virtio*/features 2>/dev/null; }
+t "the multiqueue NIC offers VIRTIO_NET_F_MQ and the hub NICs do not (got $(mq_bit "$UBD_NIC_MQ") $(mq_bit "$nic0") $(mq_bit "$nic1"))" \
+    '[ "$(mq_bit "$UBD_NIC_MQ")" = 1 ] && [ "$(mq_bit "$nic0")" = 0 ] && [ "$(mq_bit "$nic1")" = 0 ]'
 
 bar2_size() {
     # shellcheck disable=SC2046 # start, end, flags

@@ -34,7 +34,9 @@ bind-kernel $UBD_TEST_DEVICES >/dev/null 2>&1
 ubd devices --json
 check "devices --json exits 0" [ "$rc" = 0 ]
 count=$(grep -c '^      "address": ' "$OUT")
-check "devices --json lists exactly the 2 NVMe, 2 NICs and ivshmem (got $count)" [ "$count" = 5 ]
+# shellcheck disable=SC2086 # count the words
+want=$(set -- $UBD_TEST_DEVICES && echo $#)
+check "devices --json lists exactly the test devices: 3 NVMe, 3 NICs and ivshmem ($want; got $count)" eval '[ "$count" = "$want" ] && [ "$want" = 7 ]'
 for a in $NVME0 $NVME1 $NIC0 $NIC1 $IVSHMEM; do
     want_drv=$(drv "$a")
     [ -n "$want_drv" ] || want_drv=null
@@ -48,7 +50,7 @@ check "devices --json: ivshmem is a memory device with a 64 MiB prefetchable 64-
     eval '[ "$(json_field "$IVSHMEM" role)" = memory ] && grep -A6 "\"index\": 2" "$OUT" | grep -q "\"size\": 67108864"'
 
 ubd devices
-check "devices table: a header and 5 rows" eval '[ "$rc" = 0 ] && [ "$(wc -l <"$OUT")" = 6 ] && out_has "^ADDRESS *ID *CLASS *DRIVER *GROUP *NUMA *LINK *BARS"'
+check "devices table: a header and $want rows" eval '[ "$rc" = 0 ] && [ "$(wc -l <"$OUT")" = $((want + 1)) ] && out_has "^ADDRESS *ID *CLASS *DRIVER *GROUP *NUMA *LINK *BARS"'
 check "devices table: ivshmem row shows RAM, no driver, its group and 2:64M(p64)" \
     eval 'grep "^$IVSHMEM " "$OUT" | grep -q "1af4:1110 *RAM (0500) *- *$(grp "$IVSHMEM") .*2:64M(p64)"'
 ubd devices --all
@@ -73,7 +75,7 @@ check "doctor warns that nvme0 is on the nvme driver" out_has "^\[warn\] driver 
 check "doctor reports free hugepages per node" out_has "^\[ ok \] hugepages: node0 2048kB $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages)/"
 
 # ---- doctor with the devices on vfio-pci ---------------------------------------------------------
-bind-vfio $NVME0 $NVME1 $IVSHMEM >/dev/null
+bind-vfio $NVME0 $NVME1 $UBD_NVME_MDTS0 $IVSHMEM >/dev/null
 ubd doctor
 check "doctor with devices on vfio-pci: groups viable, no driver warnings" \
     eval '[ "$rc" = 0 ] && out_has "^\[ ok \] group $NVME0: alone in IOMMU group $(grp "$NVME0")" && ! out_has "^\[warn\] driver"'
@@ -90,7 +92,7 @@ ubd doctor --gpu zz
 check "doctor --gpu with a malformed address: exit 2" [ "$rc" = 2 ]
 ubd doctor 0000:00:1e.7
 check "doctor with a missing device: exit 1 and an error line" eval '[ "$rc" = 1 ] && err_has "^ubdirect: error: no PCI device"'
-bind-kernel $NVME0 $NVME1 $IVSHMEM >/dev/null 2>&1
+bind-kernel $NVME0 $NVME1 $UBD_NVME_MDTS0 $IVSHMEM >/dev/null 2>&1
 check "devices are back on their kernel drivers" eval '[ "$(drv "$NVME0")" = nvme ] && [ "$(drv "$NVME1")" = nvme ] && [ -z "$(drv "$IVSHMEM")" ]'
 
 # ---- CLI conventions -----------------------------------------------------------------------------

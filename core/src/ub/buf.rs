@@ -1,5 +1,6 @@
 //! [`UbBuf`]: one block of a [`UbPool`], owned by whoever holds it.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::pool::UbPool;
@@ -11,7 +12,9 @@ pub struct UbBuf {
     ptr: *mut u8,
     iova: u64,
     idx: u32,
-    pool: Arc<UbPool>,
+    /// The buffer's strong count of its pool: moved back to the pool (its thread cache or the
+    /// shared stack) in `drop`, so a cached get+put never touches the reference count.
+    pool: ManuallyDrop<Arc<UbPool>>,
 }
 
 // SAFETY: a UbBuf is the exclusive owner of its block; moving it to another thread moves that
@@ -37,7 +40,7 @@ impl UbBuf {
             ptr,
             iova,
             idx,
-            pool,
+            pool: ManuallyDrop::new(pool),
         }
     }
 
@@ -111,6 +114,8 @@ impl UbBuf {
 impl Drop for UbBuf {
     #[inline]
     fn drop(&mut self) {
-        self.pool.put(self.idx);
+        // SAFETY: `pool` is taken once, here, and never used again.
+        let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
+        UbPool::put(pool, self.idx);
     }
 }

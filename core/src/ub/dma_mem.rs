@@ -1,5 +1,6 @@
 //! [`DmaMem`]: driver-internal DMA memory (queues, PRP list pages, virtqueue rings), carved at
-//! 4 KiB granularity from hugepage slabs registered once per registry.
+//! 4 KiB granularity from hugepage slabs registered once per registry, on the NUMA node of the
+//! device that uses them.
 
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ pub(crate) struct DmaSlabs {
 
 struct Slab {
     region: Arc<UbRegion>,
+    /// The node the slab was asked for (None: no preference).
+    numa: Option<u32>,
     /// Offsets within the region.
     space: IovaAllocator,
 }
@@ -52,7 +55,18 @@ impl DmaMem {
     /// `len` bytes (rounded up to 4 KiB), zeroed, from `registry`'s DMA slabs; a new 2 MiB
     /// hugepage slab (larger for large requests) is registered when none has room. Without
     /// free hugepages the slab falls back to 4 KiB anonymous memory (with a warning).
+    ///
+    /// The memory sits on the NUMA node of the devices open in the registry's domain when they
+    /// all report the same one (the usual case: the controller whose rings these are); use
+    /// [`DmaMem::alloc_on`] to name the node.
     pub fn alloc(registry: &Arc<UbRegistry>, len: usize) -> Result<DmaMem> {
+        let numa = devices_node(registry);
+        DmaMem::alloc_on(registry, len, numa)
+    }
+
+    /// As [`DmaMem::alloc`], from slabs on NUMA node `numa` (None: no preference), e.g.
+    /// `dev.numa_node()` of the controller that reads the rings.
+    pub fn alloc_on(registry: &Arc<UbRegistry>, len: usize, numa: Option<u32>) -> Result<DmaMem> {
         let len = len
             .checked_add(PAGE - 1)
             .map(|l| l & !(PAGE - 1))
@@ -60,7 +74,11 @@ impl DmaMem {
             .ok_or_else(|| CoreError::InvalidArgument(format!("DmaMem of {len} bytes")))?;
         let mut slabs = registry.dma.lock().unwrap_or_else(|p| p.into_inner());
         let mut found = None;
-        for s in slabs.slabs.iter_mut() {
+        for s in slabs
+            .slabs
+            .iter_mut()
+            .filter(|s| numa.is_none() || s.numa == numa)
+        {
             if let Ok(off) = s.space.alloc(len as u64, PAGE as u64) {
                 found = Some((s.region.clone(), off as usize));
                 break;
@@ -70,11 +88,11 @@ impl DmaMem {
             Some(f) => f,
             None => {
                 let size = len.div_ceil(SLAB) * SLAB;
-                let region = match registry.register_hugepages(size, PageSize::Size2M, None) {
+                let region = match registry.register_hugepages(size, PageSize::Size2M, numa) {
                     Ok(r) => r,
                     Err(CoreError::HugePages(e)) => {
                         tracing::warn!("DmaMem slab falls back to 4 KiB pages: {e}");
-                        registry.register_anonymous(size, None)?
+                        registry.register_anonymous(size, numa)?
                     }
                     Err(e) => return Err(e),
                 };
@@ -92,6 +110,7 @@ impl DmaMem {
                     .map_err(|e| CoreError::InvalidArgument(format!("fresh DMA slab: {e:?}")))?;
                 slabs.slabs.push(Slab {
                     region: region.clone(),
+                    numa,
                     space,
                 });
                 (region, off as usize)
@@ -135,6 +154,18 @@ impl DmaMem {
     }
 }
 
+/// The NUMA node every device open in `registry`'s domain reports, if they agree.
+fn devices_node(registry: &UbRegistry) -> Option<u32> {
+    let root = crate::topology::SysfsRoot::system();
+    let mut nodes = registry.domain().device_addresses().into_iter().map(|a| {
+        crate::topology::numa_node_of(&root, &a.to_string())
+            .ok()
+            .flatten()
+    });
+    let first = nodes.next()??;
+    nodes.all(|n| n == Some(first)).then_some(first)
+}
+
 impl Drop for DmaMem {
     fn drop(&mut self) {
         let mut slabs = self.registry.dma.lock().unwrap_or_else(|p| p.into_inner());
@@ -174,6 +205,21 @@ mod tests {
         let s = unsafe { std::slice::from_raw_parts(c.as_ptr(), 4096) };
         assert!(s.iter().all(|&x| x == 0), "reused memory is zeroed");
         assert_eq!(reg.regions().len(), 1, "one slab");
+    }
+
+    #[test]
+    fn slabs_follow_the_requested_node() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let any = DmaMem::alloc(&reg, 4096).unwrap();
+        assert_eq!(any.region().numa, None, "no device: no preference");
+        let n0 = DmaMem::alloc_on(&reg, 4096, Some(0)).unwrap();
+        assert_eq!(n0.region().numa, Some(0));
+        assert_ne!(n0.region().id, any.region().id, "a node-0 slab of its own");
+        let n0b = DmaMem::alloc_on(&reg, 4096, Some(0)).unwrap();
+        assert_eq!(n0b.region().id, n0.region().id, "node-0 slab reused");
+        let any2 = DmaMem::alloc_on(&reg, 4096, None).unwrap();
+        assert!(any2.region().id == any.region().id || any2.region().id == n0.region().id);
+        assert_eq!(reg.regions().len(), 2);
     }
 
     #[test]

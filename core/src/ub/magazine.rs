@@ -1,108 +1,80 @@
-//! An optional per-thread cache ("magazine") of free block indices in front of a pool's
-//! lock-free stack: a thread that gets and puts blocks repeatedly touches only its own cache
-//! and goes to the shared stack once per half magazine. Off by default (see
-//! [`super::UbPool::set_thread_cache`] for when it pays off and what it costs).
+//! A magazine: one thread's cache of free block indices in front of a pool's shared stack.
+//! Taking and giving touch only the magazine; it goes to the shared stack once per half
+//! magazine (refill when empty, spill half when full).
+//!
+//! Pure bookkeeping (no atomics, no thread-locals, no pool): the per-thread glue is in
+//! `thread_cache.rs`, and `core/tests/loom_free_stack.rs` compiles this very file to check
+//! magazines over the lock-free stack under every interleaving. Keep it free of other
+//! dependencies for that reason.
 
-use std::cell::RefCell;
-use std::sync::Weak;
-
-use super::pool::UbPool;
-
-/// The magazines of this thread, one per pool that used the cache here.
-struct Magazines(Vec<Magazine>);
-
-struct Magazine {
-    pool_id: u64,
-    pool: Weak<UbPool>,
+/// Free block indices cached by one thread for one pool.
+#[derive(Debug, Default)]
+pub(crate) struct Magazine {
     items: Vec<u32>,
 }
 
-thread_local! {
-    static MAGS: RefCell<Magazines> = const { RefCell::new(Magazines(Vec::new())) };
-}
-
-impl Drop for Magazines {
-    fn drop(&mut self) {
-        // Thread exit: give cached blocks back to their pools.
-        for m in self.0.drain(..) {
-            if let Some(p) = m.pool.upgrade() {
-                for i in m.items {
-                    p.push_shared(i);
-                }
-            }
+impl Magazine {
+    /// An empty magazine with room for `cap` indices (no allocation on the I/O path later).
+    pub(crate) fn with_capacity(cap: usize) -> Magazine {
+        Magazine {
+            items: Vec::with_capacity(cap + 1),
         }
     }
-}
 
-/// Take a block index for `pool` from this thread's magazine, refilling it with up to
-/// `cap / 2` indices from the shared stack. None when both are empty.
-#[inline]
-pub(crate) fn get(pool: &UbPool, cap: usize) -> Option<u32> {
-    MAGS.try_with(|m| {
-        let mut m = m.borrow_mut();
-        let mag = magazine(&mut m.0, pool, cap);
-        if let Some(i) = mag.items.pop() {
-            return Some(i);
+    /// Indices cached now.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Take an index. An empty magazine first refills with up to `cap.div_ceil(2)` indices
+    /// from `refill` (the shared stack; None when it is empty). Returns the index and how many
+    /// indices the refill moved out of the shared stack. None when both are empty.
+    #[inline]
+    pub(crate) fn take(
+        &mut self,
+        cap: usize,
+        mut refill: impl FnMut() -> Option<u32>,
+    ) -> Option<(u32, usize)> {
+        if let Some(i) = self.items.pop() {
+            return Some((i, 0));
         }
+        let mut moved = 0;
         for _ in 0..cap.div_ceil(2) {
-            match pool.pop_shared() {
-                Some(i) => mag.items.push(i),
+            match refill() {
+                Some(i) => {
+                    self.items.push(i);
+                    moved += 1;
+                }
                 None => break,
             }
         }
-        mag.items.pop()
-    })
-    .unwrap_or_else(|_| pool.pop_shared())
-}
+        self.items.pop().map(|i| (i, moved))
+    }
 
-/// Return a block index to this thread's magazine; a full magazine sends half its indices
-/// back to the shared stack first.
-#[inline]
-pub(crate) fn put(pool: &UbPool, cap: usize, idx: u32) {
-    let done = MAGS.try_with(|m| {
-        let mut m = m.borrow_mut();
-        let mag = magazine(&mut m.0, pool, cap);
-        if mag.items.len() >= cap {
+    /// Cache `idx`. A full magazine (`cap` indices) first sends `cap / 2` of them to `spill`
+    /// (the shared stack). Returns how many it spilled.
+    #[inline]
+    pub(crate) fn give(&mut self, cap: usize, idx: u32, mut spill: impl FnMut(u32)) -> usize {
+        let mut moved = 0;
+        if self.items.len() >= cap {
             for _ in 0..cap / 2 {
-                if let Some(i) = mag.items.pop() {
-                    pool.push_shared(i);
+                if let Some(i) = self.items.pop() {
+                    spill(i);
+                    moved += 1;
                 }
             }
         }
-        mag.items.push(idx);
-    });
-    if done.is_err() {
-        pool.push_shared(idx);
+        self.items.push(idx);
+        moved
     }
-}
 
-/// Give every index this thread caches for `pool` back to the shared stack.
-pub(crate) fn flush(pool: &UbPool) {
-    let _ = MAGS.try_with(|m| {
-        let mut m = m.borrow_mut();
-        if let Some(mag) = m.0.iter_mut().find(|x| x.pool_id == pool.id()) {
-            for i in mag.items.drain(..) {
-                pool.push_shared(i);
-            }
+    /// Send every cached index to `spill`; returns how many.
+    pub(crate) fn drain(&mut self, mut spill: impl FnMut(u32)) -> usize {
+        let n = self.items.len();
+        for i in self.items.drain(..) {
+            spill(i);
         }
-    });
-}
-
-#[inline]
-fn magazine<'a>(mags: &'a mut Vec<Magazine>, pool: &UbPool, cap: usize) -> &'a mut Magazine {
-    let id = pool.id();
-    let at = match mags.iter().position(|x| x.pool_id == id) {
-        Some(at) => at,
-        None => {
-            // Forget magazines of pools that are gone (their ids are never reused).
-            mags.retain(|x| x.pool.strong_count() > 0);
-            mags.push(Magazine {
-                pool_id: id,
-                pool: pool.weak_self(),
-                items: Vec::with_capacity(cap + 1),
-            });
-            mags.len() - 1
-        }
-    };
-    &mut mags[at]
+        n
+    }
 }

@@ -16,10 +16,14 @@ mod buf;
 mod dma_mem;
 mod file_region;
 mod free_stack;
+#[cfg(test)]
+mod free_stack_tests;
 mod magazine;
 mod pool;
 mod region;
 mod registry;
+mod sync;
+mod thread_cache;
 
 pub use buf::UbBuf;
 pub use dma_mem::DmaMem;

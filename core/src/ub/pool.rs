@@ -1,10 +1,11 @@
 //! [`UbPool`]: one region carved into fixed, power-of-two blocks handed out as [`UbBuf`]s.
-//! Get and put are a lock-free pop/push plus three uncontended atomic counters: no allocation,
-//! no syscall. Only [`UbPool::get_timeout`] on an empty pool takes a lock and sleeps.
+//! Get and put are a lock-free pop/push plus a few atomic counters (none at all when the
+//! per-thread cache serves them): no allocation, no syscall. Only [`UbPool::get_timeout`] on an
+//! empty pool takes a lock and sleeps.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::magazine;
+use super::thread_cache;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -71,11 +72,13 @@ pub struct PoolStats {
     pub block_size: usize,
     /// Blocks in the pool.
     pub block_count: usize,
-    /// Blocks out now.
+    /// Blocks out now. With the thread cache on, blocks a thread caches count as out (no
+    /// other thread can get them).
     pub in_use: usize,
     /// Most blocks ever out at once.
     pub high_water: usize,
-    /// Successful gets.
+    /// Successful gets. With the thread cache on, a thread's gets are added when its cache
+    /// refills, spills, is flushed or the thread exits.
     pub allocations: u64,
     /// Gets that found the pool empty (get errors and get_timeout expiries).
     pub failures: u64,
@@ -87,7 +90,6 @@ static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 /// A fixed-block pool over one registered region.
 pub struct UbPool {
     id: u64,
-    me: Weak<UbPool>,
     /// Per-thread magazine size; 0: off.
     cache: AtomicUsize,
     region: Arc<UbRegion>,
@@ -96,7 +98,8 @@ pub struct UbPool {
     shift: u32,
     free: FreeStack,
     allocs: AtomicU64,
-    frees: AtomicU64,
+    /// Blocks off the shared stack (in buffers or thread caches).
+    out: AtomicUsize,
     failures: AtomicU64,
     high_water: AtomicUsize,
     waiters: AtomicUsize,
@@ -194,9 +197,8 @@ impl UbPool {
             region.release(RegionOwner::Pool);
             return Err(e);
         }
-        Ok(Arc::new_cyclic(|me| UbPool {
+        Ok(Arc::new(UbPool {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
-            me: me.clone(),
             cache: AtomicUsize::new(0),
             shift: cfg.block_size.trailing_zeros(),
             block_size: cfg.block_size,
@@ -204,7 +206,7 @@ impl UbPool {
             free: FreeStack::full(cfg.block_count as u32),
             region,
             allocs: AtomicU64::new(0),
-            frees: AtomicU64::new(0),
+            out: AtomicUsize::new(0),
             failures: AtomicU64::new(0),
             high_water: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
@@ -235,19 +237,23 @@ impl UbPool {
         self.id
     }
 
-    pub(crate) fn weak_self(&self) -> Weak<UbPool> {
-        self.me.clone()
-    }
-
-    /// Pop from the shared (lock-free) free stack.
+    /// Pop from the shared (lock-free) free stack, counting the block as out.
     #[inline]
-    pub(crate) fn pop_shared(&self) -> Option<u32> {
-        self.free.pop()
+    pub(crate) fn take_shared(&self) -> Option<u32> {
+        let idx = self.free.pop()?;
+        // Counted after the pop (and uncounted before the push): `out` never exceeds the
+        // blocks really out, so high_water stays within block_count.
+        let out = self.out.fetch_add(1, Ordering::Relaxed) + 1;
+        if out > self.high_water.load(Ordering::Relaxed) {
+            self.high_water.fetch_max(out, Ordering::Relaxed);
+        }
+        Some(idx)
     }
 
     /// Push onto the shared free stack and wake a get_timeout waiter, if any.
     #[inline]
-    pub(crate) fn push_shared(&self, idx: u32) {
+    pub(crate) fn return_shared(&self, idx: u32) {
+        self.out.fetch_sub(1, Ordering::Relaxed);
         self.free.push(idx);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.wait_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -255,13 +261,25 @@ impl UbPool {
         }
     }
 
+    /// Count `n` gets served by a thread cache (published in batches).
+    #[inline]
+    pub(crate) fn add_allocs(&self, n: u64) {
+        if n > 0 {
+            self.allocs.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// Turn the per-thread block cache on (`per_thread` blocks per thread, 2..=256) or off (0).
     ///
     /// With it, a thread that returns and takes blocks over and over touches only its own
-    /// cache. The price: blocks cached by one thread are invisible to the others, so `get` can
-    /// report exhaustion (and `get_timeout` keep waiting) while another thread's cache holds
-    /// free blocks. Use it only for pools with many more blocks than threads x `per_thread`;
-    /// set it before the pool is used. See BENCHMARKS.md for whether it pays off.
+    /// cache: a get+put writes no cache line another thread uses (no reference count, no
+    /// shared counter; see [`PoolStats`] for how the statistics follow). The price: blocks
+    /// cached by one thread are invisible to the others, so `get` can report exhaustion (and
+    /// `get_timeout` keep waiting) while another thread's cache holds free blocks, and cached
+    /// blocks keep the pool alive: call [`UbPool::flush_thread_cache`] on each thread that used
+    /// the pool before dropping it (a thread's cache is also given back when the thread exits).
+    /// Use it only for pools with many more blocks than threads x `per_thread`; set it before
+    /// the pool is used. See BENCHMARKS.md for what it saves.
     pub fn set_thread_cache(&self, per_thread: usize) -> Result<()> {
         if per_thread != 0 && !(2..=256).contains(&per_thread) {
             return Err(CoreError::InvalidArgument(format!(
@@ -274,32 +292,29 @@ impl UbPool {
                 self.block_count
             )));
         }
-        magazine::flush(self);
+        thread_cache::flush(self);
         self.cache.store(per_thread, Ordering::Relaxed);
         Ok(())
     }
 
     /// Give this thread's cached blocks back to the shared stack (no-op without a cache).
     pub fn flush_thread_cache(&self) {
-        magazine::flush(self);
+        thread_cache::flush(self);
     }
 
     #[inline]
     fn take(self: &Arc<Self>) -> Option<UbBuf> {
         let cap = self.cache.load(Ordering::Relaxed);
-        let idx = if cap == 0 {
-            self.free.pop()?
+        let (idx, me) = if cap == 0 {
+            let idx = self.take_shared()?;
+            self.allocs.fetch_add(1, Ordering::Relaxed);
+            (idx, self.clone())
         } else {
-            magazine::get(self, cap)?
+            thread_cache::get(self, cap)?
         };
-        let a = self.allocs.fetch_add(1, Ordering::Relaxed) + 1;
-        let in_use = a.saturating_sub(self.frees.load(Ordering::Relaxed)) as usize;
-        if in_use > self.high_water.load(Ordering::Relaxed) {
-            self.high_water.fetch_max(in_use, Ordering::Relaxed);
-        }
         let off = (idx as usize) << self.shift;
         Some(UbBuf::new(
-            self.clone(),
+            me,
             idx,
             self.region.vaddr.wrapping_add(off),
             self.region.iova + off as u64,
@@ -357,26 +372,24 @@ impl UbPool {
         out
     }
 
-    /// Return block `idx` (from UbBuf::drop).
+    /// Return block `idx` with the buffer's strong count of the pool (from UbBuf::drop).
     #[inline]
-    pub(crate) fn put(&self, idx: u32) {
-        self.frees.fetch_add(1, Ordering::Relaxed);
-        let cap = self.cache.load(Ordering::Relaxed);
+    pub(crate) fn put(this: Arc<Self>, idx: u32) {
+        let cap = this.cache.load(Ordering::Relaxed);
         if cap == 0 {
-            self.push_shared(idx);
+            this.return_shared(idx);
         } else {
-            magazine::put(self, cap, idx);
+            thread_cache::put(this, cap, idx);
         }
     }
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> PoolStats {
-        let frees = self.frees.load(Ordering::Relaxed);
         let allocs = self.allocs.load(Ordering::Relaxed);
         PoolStats {
             block_size: self.block_size,
             block_count: self.block_count,
-            in_use: allocs.saturating_sub(frees) as usize,
+            in_use: self.out.load(Ordering::Relaxed),
             high_water: self.high_water.load(Ordering::Relaxed),
             allocations: allocs,
             failures: self.failures.load(Ordering::Relaxed),
@@ -660,7 +673,11 @@ mod tests {
         assert_eq!(idx.len(), 64);
         assert!(p.get().is_err());
         drop(bufs);
-        assert_eq!(p.stats().in_use, 0);
+        assert_eq!(
+            p.stats().in_use,
+            8,
+            "the 8 blocks this thread's full cache holds count as out"
+        );
         // Another thread sees the blocks this thread's cache does not hold (at most 8 cached).
         let p2 = p.clone();
         let n = std::thread::spawn(move || {
@@ -669,7 +686,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert!((56..=64).contains(&n), "{n}");
+        assert_eq!(n, 56);
         p.flush_thread_cache();
         let p3 = p.clone();
         let n = std::thread::spawn(move || {
@@ -683,6 +700,66 @@ mod tests {
             n, 64,
             "a thread's exit and a flush return every cached block"
         );
+    }
+
+    #[test]
+    fn a_cached_get_put_touches_no_shared_counter_or_reference_count() {
+        let (_reg, p) = pool(4096, 64);
+        p.set_thread_cache(8).unwrap();
+        drop(p.get().unwrap()); // the first get fills this thread's cache
+        let strong = Arc::strong_count(&p);
+        let before = p.stats();
+        for _ in 0..1000 {
+            let b = p.get().unwrap();
+            assert_eq!(Arc::strong_count(&p), strong, "get cloned the pool's Arc");
+            drop(b);
+        }
+        assert_eq!(Arc::strong_count(&p), strong, "put dropped an Arc");
+        assert_eq!(p.stats(), before, "a shared counter moved");
+        p.flush_thread_cache();
+        let s = p.stats();
+        assert_eq!(
+            (s.allocations, s.in_use),
+            (1001, 0),
+            "flush publishes the counts"
+        );
+        assert_eq!(
+            Arc::strong_count(&p),
+            1,
+            "cached blocks gave their counts back"
+        );
+    }
+
+    #[test]
+    fn cached_blocks_release_a_dropped_pool_and_its_region() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let cfg = PoolConfig {
+            block_size: 4096,
+            block_count: 16,
+        };
+        let p = UbPool::with_anonymous(&reg, cfg, None).unwrap();
+        p.set_thread_cache(4).unwrap();
+        drop(p.get().unwrap());
+        let gone = Arc::downgrade(&p);
+        drop(p);
+        assert!(
+            gone.upgrade().is_some(),
+            "this thread's cached blocks hold it"
+        );
+        // The next magazine this thread opens releases pools only its cache keeps alive.
+        let q = UbPool::with_anonymous(&reg, cfg, None).unwrap();
+        q.set_thread_cache(4).unwrap();
+        drop(q.get().unwrap());
+        assert!(gone.upgrade().is_none(), "the dropped pool was released");
+        assert_eq!(reg.regions().len(), 1, "and its region unregistered");
+        // A thread's exit gives its cache back.
+        let q2 = q.clone();
+        std::thread::spawn(move || drop(q2.get().unwrap()))
+            .join()
+            .unwrap();
+        q.flush_thread_cache();
+        assert_eq!(q.stats().in_use, 0);
+        assert_eq!(Arc::strong_count(&q), 1);
     }
 
     #[test]

@@ -429,6 +429,11 @@ impl DmaDomain {
         }
     }
 
+    /// Addresses of the devices open in the domain.
+    pub fn device_addresses(&self) -> Vec<PciAddress> {
+        self.lock().devices.iter().copied().collect()
+    }
+
     /// Devices open in the domain.
     pub fn device_count(&self) -> usize {
         self.lock().devices.len()

@@ -70,3 +70,66 @@ pub fn segments(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use ubdirect_core::{DmaDomain, UbRegistry};
+
+    fn setup() -> (Arc<ubdirect_core::UbRegion>, HostDma) {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let r = reg.register_anonymous(16 * 4096, None).unwrap();
+        (r, HostDma::new(reg))
+    }
+
+    fn put(dma: &HostDma, iova: u64, vals: &[u64]) {
+        let b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        dma.write(iova, &b).unwrap();
+    }
+
+    #[test]
+    fn one_two_and_listed_pages() {
+        let (r, dma) = setup();
+        let b = r.iova;
+        assert_eq!(
+            segments(&dma, b + 512, 0, 1024).unwrap(),
+            vec![(b + 512, 1024)]
+        );
+        assert_eq!(
+            segments(&dma, b + 512, b + 4096, 4096).unwrap(),
+            vec![(b + 512, 3584), (b + 4096, 512)]
+        );
+        // Three pages after the first: PRP2 is a list.
+        put(&dma, b + 8 * 4096, &[b + 4096, b + 2 * 4096, b + 3 * 4096]);
+        assert_eq!(
+            segments(&dma, b, b + 8 * 4096, 4 * 4096).unwrap(),
+            vec![
+                (b, 4096),
+                (b + 4096, 4096),
+                (b + 2 * 4096, 4096),
+                (b + 3 * 4096, 4096)
+            ]
+        );
+        // A list entry with an offset is refused.
+        put(&dma, b + 8 * 4096, &[b + 4096 + 8]);
+        assert_eq!(
+            segments(&dma, b, b + 8 * 4096, 3 * 4096),
+            Err(PrpError::Offset)
+        );
+        // A list outside every region is an IOMMU fault.
+        assert_eq!(
+            segments(&dma, b, 0x10_0000_0000, 3 * 4096),
+            Err(PrpError::Fault)
+        );
+    }
+
+    #[test]
+    fn a_list_chaining_to_itself_ends() {
+        let (r, dma) = setup();
+        // PRP2 is the last slot of a list page, and that slot chains to itself: no progress.
+        let slot = r.iova + 9 * 4096 - 8;
+        put(&dma, slot, &[slot]);
+        assert_eq!(segments(&dma, r.iova, slot, 2 << 20), Err(PrpError::Offset));
+    }
+}

@@ -427,8 +427,14 @@ fn reset_that_never_completes_is_a_bounded_reset_timeout() {
     let (_m, r) = open_model(&reg, &pool, NetModelConfig::default(), plan, fast_cfg(8));
     let took = t.elapsed();
     let e = r.err().expect("stuck reset");
-    assert!(matches!(e, VirtioNetError::ResetTimeout { status: 1, .. }), "{e}");
+    assert!(
+        matches!(e, VirtioNetError::ResetTimeout { status: 1, .. }),
+        "{e}"
+    );
     // RESET_TIMEOUT is 2 s; measured 2.0 s.
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(6), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
     assert_eq!(pool.stats().in_use, 0);
 }

@@ -1,13 +1,15 @@
 # Count one TAP stream (a guest shell test's output). Prints "passed failed skipped".
 # -v rc=<exit status of the script>. Rules: "ok" lines pass ("# SKIP" ones are skipped),
 # "not ok" lines fail ("# TODO" ones are skipped), "Bail out!" fails, tests a "1..N" plan
-# promised but never reported fail, and a non-zero exit without any failure counts one failure.
+# promised but never reported fail, a "1..0" plan (the whole file skipped, "1..0 # SKIP why")
+# counts one skipped, and a non-zero exit without any failure counts one failure.
 /^ok([ \t]|$)/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++; n++ }
 /^not ok([ \t]|$)/ { if ($0 ~ /# *[Tt][Oo][Dd][Oo]/) s++; else f++; n++ }
 /^Bail out!/ { f++ }
-/^1\.\.[0-9]+/ { split($0, a, "[.][.]"); plan = a[2] + 0 }
+/^1\.\.[0-9]+/ { split($0, a, "[.][.]"); plan = a[2] + 0; if (plan == 0) skipall = 1 }
 END {
     if (plan > n) f += plan - n
+    if (skipall && n == 0) s++
     if (rc != 0 && f == 0) f++
     printf "%d %d %d\n", p, f, s
 }

@@ -363,9 +363,12 @@ pub(super) fn doorbells(ctrl: &Controller, qid: u16, shadow: bool) -> (Doorbell,
 
 impl Drop for IoQueuePair {
     fn drop(&mut self) {
-        if let Some((Dead::ResetUnder, _)) = self.dead {
-            // The controller was reset (disabled) since this queue was created: the device no
-            // longer knows the queue and touches none of its memory. Nothing to delete.
+        let reset_since = self.ctrl.generation() != self.generation;
+        if matches!(self.dead, Some((Dead::ResetUnder, _))) || (self.dead.is_none() && reset_since)
+        {
+            // The controller was reset (disabled) since this queue was created or re-created:
+            // the device no longer knows the queue and touches none of its memory. Nothing to
+            // delete.
             // SAFETY: each is dropped once, here; see above.
             unsafe {
                 ManuallyDrop::drop(&mut self.sq);

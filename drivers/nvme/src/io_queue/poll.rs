@@ -54,7 +54,9 @@ impl IoQueuePair {
         let mut done = 0usize;
         let mut reaped = 0u32;
         let mut malformed: Option<NvmeError> = None;
-        while done < max {
+        // At most one ring's worth of entries per call: a device that keeps posting entries
+        // (malformed ones deliver nothing) cannot keep this loop going.
+        while done < max && reaped as usize <= self.depth {
             let Some(cqe) = self.cq.peek() else { break };
             self.cq.advance();
             reaped += 1;

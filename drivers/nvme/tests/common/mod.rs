@@ -35,6 +35,11 @@ pub fn open_with(
         .nvme
         .get(idx)
         .unwrap_or_else(|| panic!("test bed has no nvme{idx}: {:?}", tb.nvme));
+    open_at(addr, block_size, block_count, opts)
+}
+
+/// [`open_with`] for the controller at PCI address `addr` (e.g. the test bed's MDTS-0 one).
+pub fn open_at(addr: &str, block_size: usize, block_count: usize, opts: ControllerOptions) -> Bed {
     let registry = UbRegistry::new(DmaDomain::new().expect("DMA domain"));
     let ctrl = Controller::open(&registry, addr.parse().expect("pci address"), opts)
         .expect("open controller");

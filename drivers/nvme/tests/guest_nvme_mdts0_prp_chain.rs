@@ -1,17 +1,8 @@
 //! Guest test: PRP lists that span several list pages (chained by the last entry of a full list
-//! page). That needs commands above 2 MiB, i.e. a controller with MDTS 0 (unlimited); the
-//! standard test bed's controllers have MDTS 7 and 2, so this test needs an extra controller:
-//!
-//! ```sh
-//! truncate -s 64M /tmp/prp.img
-//! cargo test -p ubdirect-nvme --test mdts0_prp_chain --no-run   # note the binary path
-//! scripts/vm/run.sh --devices nvme0 \
-//!   --extra-qemu "-drive file=/tmp/prp.img,format=raw,if=none,id=prp -device nvme,serial=ubdprp,mdts=0,drive=prp" \
-//!   --test-bin target/debug/deps/mdts0_prp_chain-HASH -- \
-//!   'bind-vfio $UBD_NVME && tests-bin/mdts0_prp_chain-HASH --ignored --nocapture'
-//! ```
-//! The file is not named `guest_*.rs`, so the standard suite (which has no such controller) does
-//! not run it. Without an MDTS-0 controller it fails, so a missing one never passes silently.
+//! page). That needs commands above 2 MiB, i.e. a controller with MDTS 0 (unlimited): the test
+//! bed's third controller (`UBD_NVME_MDTS0`, scripts/vm/run.sh's device block nvmemdts0, serial
+//! ubdprp, a zero-filled 64 MiB namespace). Without it the test fails, so a missing controller
+//! never passes silently.
 
 mod common;
 
@@ -20,20 +11,25 @@ use ubdirect_core::testbed;
 use ubdirect_nvme::ControllerOptions;
 
 #[test]
-#[ignore = "guest-mdts0: needs vfio devices and a controller with mdts=0 (see the file's doc)"]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn prp_lists_chained_over_several_list_pages() {
     let tb = testbed::require();
-    let idx = (0..tb.nvme.len())
-        .find(|&i| {
-            let b = common::open(i, 4096, 1);
-            b.ctrl.info().mdts == 0
-        })
-        .expect("no NVMe controller with MDTS 0 in this guest: add one with --extra-qemu (see the file's doc)");
+    let addr = tb.nvme_mdts0.expect(
+        "no MDTS-0 NVMe controller in this guest (UBD_NVME_MDTS0 is empty): scripts/vm/run.sh's device block nvmemdts0 adds it",
+    );
+    assert_eq!(
+        common::open_at(&addr, 4096, 1, ControllerOptions::default())
+            .ctrl
+            .info()
+            .mdts,
+        0,
+        "the controller at UBD_NVME_MDTS0 ({addr}) reports a transfer limit"
+    );
     // Up to 4 MiB per command, 514 to 1024 PRP entries: two or three chained list pages. QEMU
     // maps at most 1024 pages per command (IOV_MAX): 4 MiB at an unaligned start (1025 pages)
     // completes with Internal Error there, so the cases stay within 1024 pages.
-    let bed = common::open_with(
-        idx,
+    let bed = common::open_at(
+        &addr,
         16 << 20,
         2,
         ControllerOptions {

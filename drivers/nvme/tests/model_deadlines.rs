@@ -1,0 +1,321 @@
+//! Per-command deadlines, recovery and malformed completions on the host, against the NVMe
+//! device model (issue 9): a model that swallows exactly one command while it completes every
+//! other one, or that rewrites one completion's command id. No VFIO, no QEMU.
+
+mod model_support;
+
+use std::time::{Duration, Instant};
+
+use model_support::{fast_opts, model, within};
+use ubdirect_core::{PoolConfig, UbBuf, UbPool};
+use ubdirect_devmodel::nvme::{NvmeConfig, Tamper};
+use ubdirect_nvme::spec::command::{admin_opcode, io_opcode};
+use ubdirect_nvme::{Controller, IoCompletion, IoQueuePair, NvmeError, QueueOptions, Recovery};
+
+const IO_TIMEOUT: Duration = Duration::from_millis(200);
+const LOST: u64 = 1 << 40;
+
+/// Swallows the first command of `opcode` fetched from I/O queue `qid` (never completes it);
+/// answers everything else.
+struct SwallowOne {
+    qid: u16,
+    opcode: u8,
+    done: bool,
+}
+
+impl Tamper for SwallowOne {
+    fn answer(&mut self, qid: u16, opcode: u8) -> bool {
+        if !self.done && qid == self.qid && opcode == self.opcode {
+            self.done = true;
+            return false;
+        }
+        true
+    }
+}
+
+/// Rewrites the command id of the `nth` completion posted to CQ `cqid` (0-based).
+struct BadCid {
+    cqid: u16,
+    nth: usize,
+    seen: usize,
+    cid: u16,
+}
+
+impl Tamper for BadCid {
+    fn completion(&mut self, cqid: u16, cqe: &mut [u8; 16]) {
+        if cqid != self.cqid {
+            return;
+        }
+        if self.seen == self.nth {
+            cqe[12..14].copy_from_slice(&self.cid.to_le_bytes());
+        }
+        self.seen += 1;
+    }
+}
+
+struct Bed {
+    model: std::sync::Arc<ubdirect_devmodel::nvme::NvmeModel>,
+    ctrl: std::sync::Arc<Controller>,
+    pool: std::sync::Arc<UbPool>,
+}
+
+fn bed() -> Bed {
+    let (reg, model, dev) = model(NvmeConfig::default());
+    let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+    let pool = UbPool::with_anonymous(
+        &reg,
+        PoolConfig {
+            block_size: 4096,
+            block_count: 16,
+        },
+        None,
+    )
+    .unwrap();
+    Bed { model, ctrl, pool }
+}
+
+fn queue(b: &Bed, recovery: Recovery) -> IoQueuePair {
+    IoQueuePair::new(
+        &b.ctrl,
+        QueueOptions {
+            depth: 8,
+            io_timeout: IO_TIMEOUT,
+            recovery,
+            ..QueueOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Queue the read the model will swallow (tag LOST), then 4 ordinary ones; ring.
+fn start(b: &Bed, qp: &mut IoQueuePair) {
+    b.model.set_tamper(Some(Box::new(SwallowOne {
+        qid: qp.qid(),
+        opcode: io_opcode::READ,
+        done: false,
+    })));
+    qp.submit_read(1, 100, b.pool.get().unwrap(), 0, 4096, LOST)
+        .unwrap();
+    for t in 0..4 {
+        qp.submit_read(1, t * 8, b.pool.get().unwrap(), 0, 4096, t)
+            .unwrap();
+    }
+    qp.ring();
+}
+
+/// One poll: the ordinary reads are resubmitted at once (the queue stays busy); the lost one
+/// goes to `lost`. Returns the poll's result and how many ordinary reads completed.
+fn busy_poll(
+    qp: &mut IoQueuePair,
+    lost: &mut Option<IoCompletion>,
+) -> (Result<usize, NvmeError>, u64) {
+    let mut again: Vec<(u64, UbBuf)> = Vec::new();
+    let r = qp.poll(16, |c| {
+        if c.tag == LOST {
+            *lost = Some(c);
+        } else {
+            c.result.as_ref().expect("ordinary reads succeed");
+            again.push((c.tag, c.bufs.into_one().unwrap()));
+        }
+    });
+    let n = again.len() as u64;
+    for (t, b) in again {
+        qp.submit_read(1, t * 8, b, 0, 4096, t).unwrap();
+    }
+    qp.ring();
+    (r, n)
+}
+
+#[test]
+fn a_lost_command_times_out_on_a_busy_queue() {
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        let mut qp = queue(&b, Recovery::Report);
+        let t0 = Instant::now();
+        start(&b, &mut qp);
+        let mut lost = None;
+        let mut others = 0;
+        let (e, at) = loop {
+            let (r, n) = busy_poll(&mut qp, &mut lost);
+            others += n;
+            if let Err(e) = r {
+                break (e, t0.elapsed());
+            }
+            assert!(
+                t0.elapsed() < 10 * IO_TIMEOUT,
+                "never noticed ({others} others done)"
+            );
+        };
+        assert!(
+            matches!(
+                e,
+                NvmeError::Timeout {
+                    command: "Read",
+                    qid: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(at >= IO_TIMEOUT && at < 3 * IO_TIMEOUT, "{at:?}");
+        assert!(others > 100, "the queue was busy: {others}");
+        // The Abort reached the device (the model counts it), and the queue counts it too.
+        assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 1);
+        let s = qp.stats();
+        assert_eq!((s.timeouts, s.aborts_sent), (1, 1), "{s:?}");
+        let (e, at2) = loop {
+            if let (Err(e), _) = busy_poll(&mut qp, &mut lost) {
+                break (e, t0.elapsed() - at);
+            }
+            assert!(t0.elapsed() - at < 10 * IO_TIMEOUT);
+        };
+        assert!(matches!(e, NvmeError::Wedged { qid: 1, .. }), "{e}");
+        assert!(at2 >= IO_TIMEOUT && at2 < 3 * IO_TIMEOUT, "{at2:?}");
+        assert!(lost.is_none());
+    });
+}
+
+#[test]
+fn a_lost_command_is_requeued_after_a_reset() {
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        let mut qp = queue(&b, Recovery::Requeue);
+        let t0 = Instant::now();
+        start(&b, &mut qp);
+        let mut lost = None;
+        let mut after = 0;
+        while lost.is_none() || after < 100 {
+            let (r, n) = busy_poll(&mut qp, &mut lost);
+            r.expect("Requeue: no poll error");
+            if lost.is_some() {
+                after += n;
+            }
+            assert!(
+                t0.elapsed() < 10 * IO_TIMEOUT,
+                "the lost read never came back"
+            );
+        }
+        let c = lost.unwrap();
+        assert_eq!(c.result.unwrap(), 4096);
+        let s = qp.stats();
+        assert_eq!((s.timeouts, s.aborts_sent, s.resets), (1, 1, 1), "{s:?}");
+        // The model completes a command when its doorbell is written: at the reset only the
+        // lost read is in flight.
+        assert_eq!(s.requeued, 1, "{s:?}");
+        assert_eq!(b.ctrl.resets(), 1);
+        assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 1);
+        assert_eq!(
+            b.model.io_sq_count(),
+            1,
+            "the queue exists again on the device"
+        );
+        assert!(b.model.dma_faults().is_empty());
+    });
+}
+
+#[test]
+fn a_lost_command_fails_back_with_its_buffer() {
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        let mut qp = queue(&b, Recovery::FailBack);
+        start(&b, &mut qp);
+        let t0 = Instant::now();
+        let mut done = Vec::new();
+        while !done.iter().any(|c: &IoCompletion| c.tag == LOST) {
+            // Nothing is resubmitted here: after the reset every request in flight comes back.
+            qp.poll(16, |c| done.push(c))
+                .expect("FailBack: no poll error");
+            assert!(t0.elapsed() < 10 * IO_TIMEOUT);
+        }
+        let failed: Vec<_> = done.iter().filter(|c| c.result.is_err()).collect();
+        assert_eq!(
+            failed.len(),
+            1,
+            "only the lost read was in flight at the reset"
+        );
+        let c = failed[0];
+        assert_eq!(c.tag, LOST);
+        assert!(
+            matches!(
+                c.result,
+                Err(NvmeError::FailedByReset {
+                    command: "Read",
+                    qid: 1
+                })
+            ),
+            "{:?}",
+            c.result
+        );
+        assert!(matches!(c.bufs, ubdirect_nvme::IoBufs::One(_)));
+        assert_eq!(qp.in_flight(), 0);
+        assert_eq!(qp.stats().failed_back, 1);
+        drop(done);
+        let r = qp
+            .read_blocking(1, 0, b.pool.get().unwrap(), 0, 4096, Duration::from_secs(5))
+            .unwrap();
+        drop(r);
+        assert_eq!(b.pool.stats().in_use, 0);
+    });
+}
+
+#[test]
+fn wait_for_keeps_a_completion_that_came_with_a_malformed_one() {
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        let mut qp = queue(&b, Recovery::Report);
+        b.model.set_tamper(Some(Box::new(BadCid {
+            cqid: qp.qid(),
+            nth: 0,
+            seen: 0,
+            cid: 0x7fff,
+        })));
+        qp.submit_read(1, 0, b.pool.get().unwrap(), 0, 4096, 1)
+            .unwrap();
+        qp.submit_read(1, 8, b.pool.get().unwrap(), 0, 4096, 2)
+            .unwrap();
+        qp.ring();
+        // The first completion's id is out of range (skipped, malformed), the second is good:
+        // both arrive in one poll. Before the fix wait_for returned the error and lost tag 2.
+        let mut tags = Vec::new();
+        let n = qp
+            .wait_for(1, Duration::from_secs(2), |c| tags.push(c.tag))
+            .unwrap();
+        assert_eq!((n, tags), (1, vec![2]));
+        assert_eq!(qp.stats().malformed_completions, 1);
+    });
+}
+
+#[test]
+fn an_admin_completion_with_a_wrong_id_times_out_and_wedges_every_admin_path() {
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        b.model.set_tamper(Some(Box::new(BadCid {
+            cqid: 0,
+            nth: 0,
+            seen: 0,
+            cid: 0xbeef,
+        })));
+        let t0 = Instant::now();
+        let e = b.ctrl.get_features(7, 0).unwrap_err();
+        let at = t0.elapsed();
+        // fast_opts: admin_timeout 200 ms.
+        assert!(matches!(e, NvmeError::Timeout { qid: 0, .. }), "{e}");
+        assert!(
+            at >= Duration::from_millis(200) && at < Duration::from_millis(600),
+            "{at:?}"
+        );
+        b.model.set_tamper(None);
+        let t1 = Instant::now();
+        for e in [
+            b.ctrl.identify_controller().map(|_| ()).unwrap_err(),
+            b.ctrl.identify_namespace(1).map(|_| ()).unwrap_err(),
+            b.ctrl.smart_log().map(|_| ()).unwrap_err(),
+        ] {
+            assert!(matches!(e, NvmeError::Wedged { qid: 0, .. }), "{e}");
+        }
+        assert!(t1.elapsed() < Duration::from_millis(50));
+        b.ctrl.reset().unwrap();
+        assert!(!b.ctrl.admin_wedged());
+        b.ctrl.identify_controller().unwrap();
+    });
+}
