@@ -172,8 +172,13 @@ fn a_lost_command_times_out_while_others_keep_completing() {
     };
     println!("after the Abort: {err} after {at2:?}");
     assert!(matches!(err, NvmeError::Wedged { .. }), "{err}");
-    // Measured 1.30 s, and 1.98 s with the host loaded by a full suite and a build.
-    assert!(at2 >= IO_TIMEOUT && at2 < 3 * IO_TIMEOUT, "{at2:?}");
+    // Measured 1.30 s, and 1.98 s with the host loaded by a full suite and a build; 0.99 s
+    // once in a full suite: the Abort's deadline starts when poll sent it, a little before
+    // this test saw the Timeout, hence the 10% of slack below.
+    assert!(
+        at2 >= IO_TIMEOUT - IO_TIMEOUT / 10 && at2 < 3 * IO_TIMEOUT,
+        "{at2:?}"
+    );
     assert!(lost.is_none());
 }
 
