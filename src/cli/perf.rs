@@ -250,7 +250,8 @@ fn run_perf(args: &Args) -> CliResult {
     let registry = UbRegistry::new(DmaDomain::new()?);
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
-        shadow_doorbells: !args.no_shadow_doorbell,
+        // The floor loop writes doorbells straight to the registers.
+        shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;

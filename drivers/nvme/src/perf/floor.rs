@@ -61,6 +61,10 @@ pub struct FloorQueue {
     mmio: Arc<Mmio>,
     sq_db: usize,
     cq_db: usize,
+    /// The shadow doorbell slots (SQ tail, CQ head) when the controller has Doorbell Buffer
+    /// Config on: such a controller (QEMU's) reads the new value from there, so it is written
+    /// there too before the MMIO write.
+    shadow: Option<(*mut u32, *mut u32)>,
     /// The device may still touch the rings: do not free them (set when Delete failed).
     leak: bool,
     ctrl: Arc<Controller>,
@@ -130,9 +134,23 @@ impl FloorQueue {
             mmio: ctrl.mmio().clone(),
             sq_db: sq_tail_doorbell(qid, dstrd),
             cq_db: cq_head_doorbell(qid, dstrd),
+            shadow: ctrl.shadow_slots(qid).map(|(sq, cq)| (sq.db, cq.db)),
             leak: false,
             ctrl: ctrl.clone(),
         })
+    }
+
+    /// Write a doorbell: the shadow slot first when there is one, then the register.
+    #[inline(always)]
+    fn ring(&self, sq: bool, value: u16) {
+        if let Some((s, c)) = self.shadow {
+            // SAFETY: the slots point into the controller's shadow page, alive as long as
+            // `self.ctrl`; only this queue writes its own slots.
+            unsafe { std::ptr::write_volatile(if sq { s } else { c }, value as u32) };
+            barrier::wmb();
+        }
+        let off = if sq { self.sq_db } else { self.cq_db };
+        self.mmio.write32(off, value as u32);
     }
 
     /// The queue id.
@@ -194,7 +212,7 @@ impl FloorQueue {
             self.sq.push(&sqe);
         }
         barrier::wmb();
-        self.mmio.write32(self.sq_db, self.sq.tail() as u32);
+        self.ring(true, self.sq.tail());
         out.sq_doorbell_writes += 1;
         let end = t0 + job.run_ticks;
         let mut in_flight = self.depth;
@@ -237,11 +255,11 @@ impl FloorQueue {
                 continue;
             }
             last = rdtsc();
-            self.mmio.write32(self.cq_db, self.cq.head() as u32);
+            self.ring(false, self.cq.head());
             out.cq_doorbell_writes += 1;
             if pushed {
                 barrier::wmb();
-                self.mmio.write32(self.sq_db, self.sq.tail() as u32);
+                self.ring(true, self.sq.tail());
                 out.sq_doorbell_writes += 1;
             }
         }
