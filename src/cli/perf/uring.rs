@@ -62,6 +62,21 @@ fn block_device(addr: &str, nsid: Option<u32>) -> Result<String, String> {
         })
 }
 
+/// The block and generic char device names of a namespace's sysfs entry under its controller:
+/// `nvme0n1` gives (`nvme0n1`, `ng0n1`); with native multipath the entry is the path device
+/// `nvme<subsys>c<ctrl>n<ns>`, whose block device is the head `nvme<subsys>n<ns>` and whose char
+/// device is `ng<ctrl>n<ns>`.
+fn device_names(entry: &str) -> (String, String) {
+    let rest = entry.strip_prefix("nvme").unwrap_or(entry);
+    match rest
+        .split_once('c')
+        .and_then(|(s, t)| Some((s, t.split_once('n')?)))
+    {
+        Some((subsys, (ctrl, ns))) => (format!("nvme{subsys}n{ns}"), format!("ng{ctrl}n{ns}")),
+        None => (entry.to_string(), format!("ng{rest}")),
+    }
+}
+
 fn sys_u64(path: PathBuf) -> Result<u64, String> {
     std::fs::read_to_string(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?
@@ -99,7 +114,7 @@ impl Drop for Bufs {
 /// Run a kernel engine.
 pub(super) fn run(args: &Args) -> CliResult {
     let core = single_core_randread(args)?;
-    let name = block_device(&args.addr, args.nsid)?;
+    let (name, generic) = device_names(&block_device(&args.addr, args.nsid)?);
     let sys = Path::new("/sys/block").join(&name);
     let lba = sys_u64(sys.join("queue/logical_block_size"))?;
     let nsid = sys_u64(sys.join("nsid")).unwrap_or(1) as u32;
@@ -140,7 +155,7 @@ pub(super) fn run(args: &Args) -> CliResult {
     let entries = (depth as u32).next_power_of_two();
     let t0 = Instant::now();
     let (ios, errors) = if args.engine == Engine::UringCmd {
-        let path = format!("/dev/ng{}", &name[4..]);
+        let path = format!("/dev/{generic}");
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -323,4 +338,22 @@ where
         }
     }
     Ok((ios, errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_names;
+
+    #[test]
+    fn namespace_device_names_with_and_without_multipath() {
+        assert_eq!(device_names("nvme0n1"), ("nvme0n1".into(), "ng0n1".into()));
+        assert_eq!(
+            device_names("nvme1c1n1"),
+            ("nvme1n1".into(), "ng1n1".into())
+        );
+        assert_eq!(
+            device_names("nvme2c3n4"),
+            ("nvme2n4".into(), "ng3n4".into())
+        );
+    }
 }
