@@ -339,6 +339,8 @@ mount_table() {
     for mt_mi in /proc/self/mountinfo /proc/[0-9]*/mountinfo; do
         mt_pid=${mt_mi#/proc/}
         mt_pid=${mt_pid%/mountinfo}
+        # this namespace (read through self): a test, no fork per process
+        [ "$mt_pid" != self ] && [ "/proc/$mt_pid/ns/mnt" -ef /proc/self/ns/mnt ] && continue
         mt_ns=$(readlink "/proc/$mt_pid/ns/mnt" 2>/dev/null) || mt_ns="pid$mt_pid"
         case " $mt_seen " in *" $mt_ns "*) continue ;; esac
         mt_seen="$mt_seen $mt_ns"

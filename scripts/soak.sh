@@ -374,6 +374,11 @@ fi
 [ -x "${CARGO_TARGET_DIR:-$repo/target}/debug/ubdirect" ] || die "no target/debug/ubdirect: build it (cargo build --bin ubdirect)"
 command -v python3 >/dev/null || die "python3 is needed for the QMP client"
 
+# keep the 3 newest earlier soak runs (each holds ~300 MiB of backing files); a run in progress
+# (its .lock held by run.sh) is never removed
+{ ls -1dt "$cache"/runs/soak-* 2>/dev/null || true; } | tail -n +4 | while read -r old; do
+    if flock -n "$old/.lock" true 2>/dev/null || [ ! -e "$old/.lock" ]; then rm -rf "$old"; fi
+done
 D="$cache/runs/soak-$(date +%Y%m%d-%H%M%S)-$$"
 mkdir -p "$D"
 D=$(cd "$D" && pwd)
@@ -489,6 +494,11 @@ while ! guest_done; do
         done
         if [ "$gone" != yes ]; then
             echo "$(date +%T) unplug NOT survived: the guest did not release nvme2 within 120 s" >>"$hlog"
+            # the guest may be stuck for good (seen once): give it 300 s to finish, then stop QEMU
+            if ! wait_line '^SOAK-SUMMARY' 0 300; then
+                echo "$(date +%T) the guest printed no summary 300 s later: stopping QEMU (a hang)" >>"$hlog"
+                qmp '{"execute":"quit"}' >/dev/null 2>&1
+            fi
             break
         fi
         echo "$(date +%T) nvme2 gone after ${i}s; plugging it back" >>"$hlog"

@@ -140,6 +140,8 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
+    best_of_rounds(&reg);
+
     // The ratio, from a plain timing loop over the same two operations.
     println!("\nsize        pool get+put   register per transfer   ratio");
     for &size in &SIZES {
@@ -163,6 +165,59 @@ fn bench(c: &mut Criterion) {
             reg_ns / 1000.0,
             reg_ns / pool_ns
         );
+    }
+}
+
+/// Get+put cost per operation on a shared, busy host: each thread runs 200 rounds of 20,000
+/// get+put and the best round counts (a round that a preemption hit is slower, never faster),
+/// for 1 and 2 threads on one pool, thread cache off (0) and on (8). Threads start once.
+fn best_of_rounds(reg: &Arc<UbRegistry>) {
+    const ROUNDS: usize = 200;
+    const OPS: u32 = 20_000;
+    println!("\nbest-of-{ROUNDS}-rounds get+put (ns per op, per thread)");
+    println!("cache  threads  best   median");
+    for cache in [0usize, 8] {
+        for threads in [1usize, 2] {
+            let p = UbPool::with_anonymous(
+                reg,
+                PoolConfig {
+                    block_size: 4096,
+                    block_count: 64,
+                },
+                None,
+            )
+            .unwrap();
+            p.set_thread_cache(cache).unwrap();
+            let go = std::sync::Barrier::new(threads);
+            let per_thread: Vec<Vec<f64>> = std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let (p, go) = (&p, &go);
+                        sc.spawn(move || {
+                            go.wait();
+                            let mut v = Vec::with_capacity(ROUNDS);
+                            for _ in 0..ROUNDS {
+                                let t = Instant::now();
+                                for _ in 0..OPS {
+                                    black_box(p.get().unwrap().iova());
+                                }
+                                v.push(t.elapsed().as_nanos() as f64 / f64::from(OPS));
+                            }
+                            p.flush_thread_cache();
+                            v
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut all: Vec<f64> = per_thread.into_iter().flatten().collect();
+            all.sort_by(f64::total_cmp);
+            println!(
+                "{cache:>5}  {threads:>7}  {:>5.1}  {:>6.1}",
+                all[0],
+                all[all.len() / 2]
+            );
+        }
     }
 }
 

@@ -73,6 +73,10 @@ pub struct NetModelConfig {
     pub event_idx: bool,
     /// Link status reported (VIRTIO_NET_F_STATUS is always offered).
     pub link_up: bool,
+    /// Behave like QEMU's virtio-net: until VIRTIO_NET_F_MQ is negotiated (FEATURES_OK),
+    /// `num_queues` reads 1 pair + control and the queues beyond read size 0; the other
+    /// pairs appear only with the feature.
+    pub queues_grow_with_mq: bool,
 }
 
 impl Default for NetModelConfig {
@@ -85,6 +89,7 @@ impl Default for NetModelConfig {
             ctrl_vq: true,
             event_idx: true,
             link_up: true,
+            queues_grow_with_mq: false,
         }
     }
 }
@@ -454,9 +459,20 @@ impl VirtioNetModel {
         s.active_pairs = 1;
     }
 
+    /// Queues the device shows now (QEMU adds the MQ pairs only once MQ is negotiated).
+    fn visible_queues(&self, s: &State) -> usize {
+        let mq_on = s.status & 8 != 0 && (u64::from(s.driver_features[0]) & feature::MQ) != 0;
+        if self.cfg.queues_grow_with_mq && !mq_on {
+            s.queues.len().min(2 + self.cfg.ctrl_vq as usize)
+        } else {
+            s.queues.len()
+        }
+    }
+
     fn common_read(&self, s: &mut State, off: u64) -> Option<u64> {
         let qsel = s.qsel as usize;
-        let q = s.queues.get(qsel);
+        let visible = self.visible_queues(s);
+        let q = s.queues.get(qsel).filter(|_| qsel < visible);
         let queue_max = self.plan.queue_max.unwrap_or(self.cfg.queue_max);
         Some(match off {
             0x00 => s.dfselect.into(),
@@ -473,7 +489,7 @@ impl VirtioNetModel {
                 .unwrap_or(0)
                 .into(),
             0x10 => s.config_vector.into(),
-            0x12 => s.queues.len() as u64,
+            0x12 => visible as u64,
             0x14 => {
                 if self.plan.reset_stuck && s.status == 0 && s.stats.resets > 0 {
                     0x01

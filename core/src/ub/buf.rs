@@ -71,8 +71,17 @@ impl UbBuf {
     }
 
     /// The block's bytes for the CPU, writable.
+    ///
+    /// # Panics
+    /// On a block of a read-only region (a registered file mapping, [`UbRegion::is_read_only`]):
+    /// such blocks are DMA sources only.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        assert!(
+            !self.region().is_read_only(),
+            "UbBuf::as_mut_slice on a block of read-only UB region {} (a registered file mapping): such blocks are DMA sources only; write the file instead",
+            self.region().id
+        );
         // SAFETY: as as_slice, and &mut self makes the borrow exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len()) }
     }

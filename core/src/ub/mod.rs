@@ -14,6 +14,7 @@
 
 mod buf;
 mod dma_mem;
+mod file_region;
 mod free_stack;
 #[cfg(test)]
 mod free_stack_tests;
@@ -26,6 +27,7 @@ mod thread_cache;
 
 pub use buf::UbBuf;
 pub use dma_mem::DmaMem;
+pub use file_region::FileStamp;
 pub use pool::{PoolConfig, PoolStats, UbPool};
 pub use region::{RegionId, RegionKind, RegionOwner, UbRegion};
 pub use registry::UbRegistry;

@@ -30,6 +30,18 @@ pub enum RegionKind {
     },
     /// Memory the caller allocated and keeps alive.
     External,
+    /// A file range mapped read-only (MAP_SHARED: the page cache itself) and mapped in the
+    /// IOMMU for device reads only ([`super::UbRegistry::register_file`]).
+    File {
+        /// st_dev of the file.
+        dev: u64,
+        /// st_ino of the file.
+        ino: u64,
+        /// File offset of the region's first byte (page aligned).
+        offset: u64,
+        /// File bytes registered (the region's `len` is this rounded up to a page).
+        len: u64,
+    },
 }
 
 /// What a region is carved into. A region is carved once: by one [`super::UbPool`], or as a
@@ -76,6 +88,7 @@ pub(crate) enum Backing {
     Bar(#[allow(dead_code)] Mmio, #[allow(dead_code)] Arc<PciDevice>),
     Anonymous(#[allow(dead_code)] Mmio),
     External,
+    File(super::file_region::FileMap),
 }
 
 /// A registered, IOMMU-mapped region: `[vaddr, vaddr+len)` is visible to devices at
@@ -152,6 +165,18 @@ impl UbRegion {
     fn mapping(&self) -> std::sync::MutexGuard<'_, DmaMapping> {
         // Every update of the mapping is one call that leaves it consistent.
         self.mapping.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What keeps the memory mapped (the file regions' stamp and file live there).
+    pub(crate) fn backing(&self) -> &Backing {
+        &self._backing
+    }
+
+    /// True for a read-only region ([`RegionKind::File`]): devices may only read it, and the
+    /// CPU may not write it (a write through its mapping is a SIGSEGV).
+    #[inline]
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.kind, RegionKind::File { .. })
     }
 
     /// Pools and DMA allocations using the region (unregister is refused while non-zero).

@@ -181,8 +181,9 @@ impl UbRegistry {
     }
 
     /// # Safety
-    /// As [`DmaDomain::map`]; `backing` keeps the memory alive.
-    unsafe fn insert(
+    /// As [`DmaDomain::map`]; `backing` keeps the memory alive. File regions are mapped
+    /// read-only for devices.
+    pub(super) unsafe fn insert(
         &self,
         ptr: *mut u8,
         len: usize,
@@ -192,7 +193,13 @@ impl UbRegistry {
         backing: Backing,
     ) -> Result<Arc<UbRegion>> {
         // SAFETY: forwarded from this function's contract.
-        let mapping = unsafe { self.domain.map(ptr, len, align)? };
+        let mapping = unsafe {
+            if matches!(kind, RegionKind::File { .. }) {
+                self.domain.map_readonly(ptr, len, align)?
+            } else {
+                self.domain.map(ptr, len, align)?
+            }
+        };
         let iova = mapping.iova();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let r = Arc::new(UbRegion::new(id, ptr, len, kind, numa, mapping, backing));

@@ -28,6 +28,27 @@ impl Backend {
         }
     }
 
+    /// Program `[iova, iova+len)` -> `[vaddr, vaddr+len)` with READ permission only: devices
+    /// may read the memory; a device write into the range faults in the IOMMU. The memory
+    /// need not be writable by the process (VFIO pins it without FOLL_WRITE).
+    ///
+    /// # Safety
+    /// As [`Backend::map`].
+    pub(crate) unsafe fn map_readonly(
+        &self,
+        iova: u64,
+        len: usize,
+        vaddr: *mut u8,
+    ) -> Result<(), i32> {
+        match self {
+            // SAFETY: forwarded from the caller's contract.
+            Backend::Type1(c) => unsafe {
+                super::readonly_map::map_dma_read(c.as_ref(), iova, len, vaddr)
+            },
+            Backend::HostOnly => Ok(()),
+        }
+    }
+
     /// Remove the translation of `[iova, iova+len)`.
     pub(crate) fn unmap(&self, iova: u64, len: usize) -> Result<(), i32> {
         match self {

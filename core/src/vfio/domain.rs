@@ -63,6 +63,8 @@ struct Entry {
     len: usize,
     /// The IOMMU translation was removed ([`DmaMapping::revoke`]); the IOVAs stay reserved.
     revoked: bool,
+    /// Mapped with READ permission only ([`DmaDomain::map_readonly`]).
+    readonly: bool,
 }
 
 impl State {
@@ -209,6 +211,35 @@ impl DmaDomain {
         len: usize,
         align: usize,
     ) -> Result<DmaMapping> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.map_access(vaddr, len, align, false) }
+    }
+
+    /// [`DmaDomain::map`] with READ permission only: devices may read `[vaddr, vaddr+len)`,
+    /// and a device write into its IOVAs faults in the IOMMU (the write never lands). The
+    /// memory may be a read-only mapping of the process (a file mapped PROT_READ).
+    ///
+    /// # Safety
+    /// The memory must stay mapped in this process until the returned mapping is unmapped.
+    pub unsafe fn map_readonly(
+        self: &Arc<Self>,
+        vaddr: *mut u8,
+        len: usize,
+        align: usize,
+    ) -> Result<DmaMapping> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.map_access(vaddr, len, align, true) }
+    }
+
+    /// # Safety
+    /// As [`DmaDomain::map`].
+    unsafe fn map_access(
+        self: &Arc<Self>,
+        vaddr: *mut u8,
+        len: usize,
+        align: usize,
+        readonly: bool,
+    ) -> Result<DmaMapping> {
         let mut s = self.lock();
         let Some(info) = s.info.clone().filter(|_| s.live) else {
             return Err(CoreError::NoDevice);
@@ -240,7 +271,7 @@ impl DmaDomain {
             other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
         })?;
         // SAFETY: forwarded from this function's contract.
-        if let Err(errno) = unsafe { self.backend.map(iova, len, vaddr) } {
+        if let Err(errno) = unsafe { self.backend_map(iova, len, vaddr, readonly) } {
             let _ = s.iova.free(iova, len as u64);
             return Err(map_errno(errno, s.mapped + len as u64, va, len, iova));
         }
@@ -250,11 +281,31 @@ impl DmaDomain {
                 vaddr: va,
                 len,
                 revoked: false,
+                readonly,
             },
         );
         s.by_vaddr.insert(va, len);
         s.mapped += len as u64;
         Ok(DmaMapping::new(self.clone(), iova, len))
+    }
+
+    /// # Safety
+    /// As [`Backend::map`].
+    unsafe fn backend_map(
+        &self,
+        iova: u64,
+        len: usize,
+        va: *mut u8,
+        ro: bool,
+    ) -> std::result::Result<(), i32> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            if ro {
+                self.backend.map_readonly(iova, len, va)
+            } else {
+                self.backend.map(iova, len, va)
+            }
+        }
     }
 
     /// Remove the mapping at `iova` of `len` bytes and free its IOVAs. Not public: only the
@@ -357,7 +408,7 @@ impl DmaDomain {
             let (va, len) = (e.vaddr, e.len);
             // SAFETY: the memory was mapped before under map()'s contract and is still owned
             // by its region (which unmaps it through this domain before freeing it).
-            if let Err(errno) = unsafe { self.backend.map(iova, len, va as *mut u8) } {
+            if let Err(errno) = unsafe { self.backend_map(iova, len, va as *mut u8, e.readonly) } {
                 for &(i, l) in &done {
                     let _ = self.backend.unmap(i, l);
                 }

@@ -6,6 +6,7 @@ mod domain;
 mod iommu_info;
 mod mapping;
 mod preflight;
+mod readonly_map;
 
 pub use domain::DmaDomain;
 pub use iommu_info::IommuInfo;

@@ -14,15 +14,27 @@
 //! window from the CPU (the copy engines read it), and the pinned pages stay allocated while
 //! pinned, so copies in flight read the pages as they were before the truncation (stale data,
 //! except the tail of the last page past the new end, which the kernel zeroes; never a SIGBUS;
-//! the next check reports the change). Registered windows are host-pinned for CUDA only: they
-//! are not mapped into a VFIO IOMMU domain (an NVMe or NIC cannot DMA from them yet).
+//! the next check reports the change).
+//!
+//! The IOMMU domain: a registry made with [`FileWindowRegistry::with_ub_registry`] maps each
+//! window as a read-only UB file region ([`UbRegistry::register_file`]), so one mapping is
+//! registered with CUDA *and* mapped in the VFIO IOMMU domain for device reads only: an NVMe
+//! controller or a NIC of that domain can DMA from the window too ([`FileWindow::iova`]). The
+//! region owns the file mapping (the IOMMU mapping goes first, then the process mapping); the
+//! window pins the region's memory with its [`HostPinner`] and unregisters the region when it
+//! goes. Why not a second [`HostPinner`] doing the IOMMU part: a pinner sees an address and a
+//! length only, so it could register an anonymous "external" region without the file's
+//! identity or stamp, and would not own the mapping it maps; the UB file region keeps both.
+//! Without a UB registry, windows are host-pinned for CUDA only.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use ubdirect_core::{CoreError, UbRegion, UbRegistry};
 
 /// Pins host memory for device DMA (and unpins it).
 pub trait HostPinner: Send + Sync {
@@ -121,6 +133,19 @@ pub enum WindowError {
     /// The pinner (cuMemHostRegister) refused the mapping.
     #[error("registering the file mapping for DMA failed: {0}")]
     Pin(String),
+    /// The UB registry (IOMMU domain) refused the file region.
+    #[error("registering the file window in the DMA domain failed: {0}")]
+    Ub(#[from] CoreError),
+    /// The range is already a UB file region of someone else in the UB registry.
+    #[error("file bytes {offset}..{end} are already registered as UB region {region} by another user of the UB registry: use that region, or get the window from this FileWindowRegistry only")]
+    RegisteredElsewhere {
+        /// Mapped range start (page aligned).
+        offset: u64,
+        /// Mapped range end.
+        end: u64,
+        /// The region.
+        region: u32,
+    },
 }
 
 /// A mapped, pinned file range. Unpinned and unmapped when the last holder drops it.
@@ -131,6 +156,8 @@ pub struct FileWindow {
     key: WindowKey,
     stamp: FileStamp,
     pinner: Arc<dyn HostPinner>,
+    /// The UB file region owning the mapping, when the registry has a UB registry.
+    ub: Option<(Arc<UbRegistry>, Arc<UbRegion>)>,
 }
 
 // SAFETY: the window is an immutable read-only mapping; the raw pointers are addresses only,
@@ -154,11 +181,15 @@ impl FileWindow {
         key: WindowKey,
         stamp: FileStamp,
         pinner: &Arc<dyn HostPinner>,
+        ub: Option<&Arc<UbRegistry>>,
     ) -> Result<FileWindow, WindowError> {
         let page = page_size() as u64;
         let base_off = key.offset / page * page;
         let lead = (key.offset - base_off) as usize;
         let map_len = (lead as u64 + key.len).next_multiple_of(page) as usize;
+        if let Some(ub) = ub {
+            return FileWindow::map_in_ub(file, key, stamp, pinner, ub, base_off, lead);
+        }
         let base = map_readonly(file, base_off, map_len)?;
         if let Err(e) = pinner.pin(base.cast(), map_len) {
             // SAFETY: the mapping made just above, not pinned, not shared.
@@ -173,7 +204,56 @@ impl FileWindow {
             key,
             stamp,
             pinner: pinner.clone(),
+            ub: None,
         })
+    }
+
+    /// [`FileWindow::map`] through the UB registry: the file region maps the range (read-only,
+    /// in the IOMMU for device reads), then the pinner pins the region's memory.
+    fn map_in_ub(
+        file: &File,
+        key: WindowKey,
+        stamp: FileStamp,
+        pinner: &Arc<dyn HostPinner>,
+        ub: &Arc<UbRegistry>,
+        base_off: u64,
+        lead: usize,
+    ) -> Result<FileWindow, WindowError> {
+        let flen = lead as u64 + key.len;
+        if let Some(r) = ub.file_region(file, base_off, flen)? {
+            return Err(WindowError::RegisteredElsewhere {
+                offset: base_off,
+                end: base_off + flen,
+                region: r.id,
+            });
+        }
+        let region = ub.register_file(file, base_off, flen)?;
+        if let Err(e) = pinner.pin(region.vaddr, region.len) {
+            let _ = ub.unregister(region.id);
+            return Err(WindowError::Pin(e));
+        }
+        Ok(FileWindow {
+            map_base: region.vaddr.cast(),
+            map_len: region.len,
+            // SAFETY: lead < page <= region.len: inside the region's mapping.
+            data: unsafe { region.vaddr.add(lead) },
+            key,
+            stamp,
+            pinner: pinner.clone(),
+            ub: Some((ub.clone(), region)),
+        })
+    }
+
+    /// The device (IOVA) address of the window's first byte in the UB registry's DMA domain,
+    /// when the registry has one ([`FileWindowRegistry::with_ub_registry`]).
+    pub fn iova(&self) -> Option<u64> {
+        let (_, r) = self.ub.as_ref()?;
+        Some(r.iova + (self.data as usize - r.vaddr as usize) as u64)
+    }
+
+    /// The UB file region holding the window, when the registry has a UB registry.
+    pub fn region(&self) -> Option<&Arc<UbRegion>> {
+        self.ub.as_ref().map(|(_, r)| r)
     }
 
     /// Address of the window's first byte (file offset `key().offset`), for DMA.
@@ -205,6 +285,16 @@ impl FileWindow {
 impl Drop for FileWindow {
     fn drop(&mut self) {
         self.pinner.unpin(self.map_base.cast(), self.map_len);
+        if let Some((ub, r)) = self.ub.take() {
+            // The region owns the mapping: IOMMU unmap now, munmap when `r` (the last Arc) goes.
+            if let Err(e) = ub.unregister(r.id) {
+                tracing::error!(
+                    region = r.id,
+                    "unregistering a file window's UB region: {e}"
+                );
+            }
+            return;
+        }
         // SAFETY: our own mapping, unpinned above; no copy from it is in flight because every
         // holder keeps its Arc until its copies completed.
         unsafe { libc::munmap(self.map_base, self.map_len) };
@@ -291,12 +381,16 @@ struct Inner {
     held: u64,
     clock: u64,
     stats: RegistryStats,
+    /// Windows dropped from the registry (evicted, cleared) that a caller may still hold: an
+    /// acquire of the same key takes such a window back instead of mapping the range twice.
+    parked: HashMap<WindowKey, Weak<FileWindow>>,
 }
 
 /// Registered file windows, shared by every pass (and every user) of the process.
 pub struct FileWindowRegistry {
     pinner: Arc<dyn HostPinner>,
     cap: u64,
+    ub: Option<Arc<UbRegistry>>,
     inner: Mutex<Inner>,
 }
 
@@ -316,8 +410,28 @@ impl FileWindowRegistry {
         FileWindowRegistry {
             pinner,
             cap,
+            ub: None,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// [`FileWindowRegistry::new`] whose windows are also UB file regions of `ub`: mapped in
+    /// its DMA domain (IOMMU, READ permission only) so devices of that domain can DMA from
+    /// them ([`FileWindow::iova`]), and pinned by `pinner` (CUDA) over the same mapping.
+    pub fn with_ub_registry(
+        pinner: Arc<dyn HostPinner>,
+        cap: u64,
+        ub: Arc<UbRegistry>,
+    ) -> FileWindowRegistry {
+        FileWindowRegistry {
+            ub: Some(ub),
+            ..FileWindowRegistry::new(pinner, cap)
+        }
+    }
+
+    /// The UB registry windows are registered in, if any.
+    pub fn ub_registry(&self) -> Option<&Arc<UbRegistry>> {
+        self.ub.as_ref()
     }
 
     /// The byte cap.
@@ -383,11 +497,32 @@ impl FileWindowRegistry {
                 if let Some(e) = g.windows.remove(&k) {
                     g.held -= e.win.map_len as u64;
                     g.stats.evicted += 1;
+                    park(&mut g, k, &e.win);
                 }
             }
         }
+        if let Some(w) = g.parked.remove(&key).and_then(|w| w.upgrade()) {
+            if w.stamp == stamp {
+                g.held += w.map_len as u64;
+                g.stats.reused += 1;
+                g.windows.insert(
+                    key,
+                    Entry {
+                        win: w.clone(),
+                        last_use: now,
+                    },
+                );
+                return Ok(w);
+            }
+        }
         let t = Instant::now();
-        let w = Arc::new(FileWindow::map(file, key, stamp, &self.pinner)?);
+        let w = Arc::new(FileWindow::map(
+            file,
+            key,
+            stamp,
+            &self.pinner,
+            self.ub.as_ref(),
+        )?);
         g.stats.register_ns += t.elapsed().as_nanos() as u64;
         g.stats.registered += 1;
         g.held += w.map_len as u64;
@@ -439,9 +574,18 @@ impl FileWindowRegistry {
     /// Drop every registered window (pinned ones still held by callers live on until released).
     pub fn clear(&self) {
         let mut g = self.lock();
-        g.windows.clear();
+        let all: Vec<(WindowKey, Entry)> = g.windows.drain().collect();
+        for (k, e) in &all {
+            park(&mut g, *k, &e.win);
+        }
         g.held = 0;
     }
+}
+
+/// Remember a window the registry lets go of, for a holder's sake (and forget dead ones).
+fn park(g: &mut Inner, k: WindowKey, w: &Arc<FileWindow>) {
+    g.parked.retain(|_, w| w.strong_count() > 0);
+    g.parked.insert(k, Arc::downgrade(w));
 }
 
 /// Drop the windows of `id` whose stamp differs from `now`; an error when there were any.

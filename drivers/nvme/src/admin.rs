@@ -133,12 +133,24 @@ impl Controller {
         Ok(ErrorLogEntry::parse_all(&p))
     }
 
-    /// Send one admin command that moves no data (passthrough: the caller builds the entry, the
-    /// driver sets its command id) and wait up to `admin_timeout`; returns its completion.
-    /// Entries with a data or metadata pointer (PRP1, PRP2, MPTR not 0) are refused: safe code
-    /// cannot aim the controller's DMA. Like every admin path it fails at once with
-    /// [`NvmeError::Wedged`] after an admin command timed out, until [`Controller::reset`].
+    /// Send one admin command that carries no memory address (passthrough: the caller builds
+    /// the entry, the driver sets its command id) and wait up to `admin_timeout`; returns its
+    /// completion. Only Abort, Asynchronous Event Request and Keep Alive are accepted, with
+    /// PRP1, PRP2 and MPTR 0: other admin commands can make the controller DMA to an address
+    /// of the entry (a queue, a host memory buffer, a data page), which safe code must not aim.
+    /// Like every admin path it fails at once with [`NvmeError::Wedged`] after an admin
+    /// command timed out, until [`Controller::reset`].
     pub fn admin_command(&self, sqe: Sqe, name: &'static str) -> Result<crate::spec::Cqe> {
+        const KEEP_ALIVE: u8 = 0x18;
+        let op = sqe.opcode();
+        if !matches!(
+            op,
+            admin_opcode::ABORT | admin_opcode::ASYNC_EVENT_REQUEST | KEEP_ALIVE
+        ) {
+            return Err(NvmeError::InvalidArgument(
+                "admin_command takes Abort, Asynchronous Event Request or Keep Alive only: other admin commands may carry DMA addresses; use the driver's own calls (identify, log pages, features)",
+            ));
+        }
         if sqe.prp1 != 0 || sqe.prp2 != 0 || sqe.mptr != 0 {
             return Err(NvmeError::InvalidArgument(
                 "admin_command takes commands without data: PRP1, PRP2 and MPTR must be 0",

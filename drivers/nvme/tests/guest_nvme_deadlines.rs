@@ -143,13 +143,15 @@ fn a_lost_command_times_out_while_others_keep_completing() {
         busy.completed
     );
     assert!(
-        matches!(err, NvmeError::Timeout { qid, .. } if qid == qp.qid()),
+        matches!(err, NvmeError::Timeout { command: "Read", qid, .. } if qid == qp.qid()),
         "{err}"
     );
     assert!(
-        at >= IO_TIMEOUT && at < IO_TIMEOUT + Duration::from_millis(500),
-        "{at:?}"
+        err.to_string().contains("an Abort was sent for it"),
+        "{err}"
     );
+    // Measured 1.21-1.22 s (the check runs every 32 polls; a poll here also resubmits).
+    assert!(at >= IO_TIMEOUT && at < 3 * IO_TIMEOUT, "{at:?}");
     assert!(
         busy.completed > 50,
         "the queue stayed busy: {}",
@@ -170,10 +172,8 @@ fn a_lost_command_times_out_while_others_keep_completing() {
     };
     println!("after the Abort: {err} after {at2:?}");
     assert!(matches!(err, NvmeError::Wedged { .. }), "{err}");
-    assert!(
-        at2 >= IO_TIMEOUT && at2 < IO_TIMEOUT + Duration::from_millis(500),
-        "{at2:?}"
-    );
+    // Measured 1.30 s, and 1.98 s with the host loaded by a full suite and a build.
+    assert!(at2 >= IO_TIMEOUT && at2 < 3 * IO_TIMEOUT, "{at2:?}");
     assert!(lost.is_none());
 }
 
@@ -202,10 +202,8 @@ fn a_lost_command_is_requeued_after_a_controller_reset() {
     let s = qp.stats();
     println!("lost read back after {at:?} ({before} other reads meanwhile): {s:?}");
     // Timeout at io_timeout, Abort, io_timeout again, reset, requeue.
-    assert!(
-        at >= 2 * IO_TIMEOUT && at < 2 * IO_TIMEOUT + Duration::from_millis(1500),
-        "{at:?}"
-    );
+    // Measured 2.16-2.45 s: io_timeout, the Abort, io_timeout again, the reset.
+    assert!(at >= 2 * IO_TIMEOUT && at < 6 * IO_TIMEOUT, "{at:?}");
     assert_eq!((s.timeouts, s.aborts_sent, s.resets), (1, 1, 1), "{s:?}");
     assert!(s.requeued >= 1 && s.requeued <= BUSY + 1, "{s:?}");
     assert_eq!(bed.ctrl.resets(), 1);
@@ -253,10 +251,8 @@ fn a_lost_command_fails_back_with_its_buffer_after_a_controller_reset() {
     assert_eq!(b.len(), 8192);
     let s = qp.stats();
     println!("lost read failed back after {at:?}: {s:?}");
-    assert!(
-        at >= 2 * IO_TIMEOUT && at < 2 * IO_TIMEOUT + Duration::from_millis(1500),
-        "{at:?}"
-    );
+    // Measured 2.16-2.45 s: io_timeout, the Abort, io_timeout again, the reset.
+    assert!(at >= 2 * IO_TIMEOUT && at < 6 * IO_TIMEOUT, "{at:?}");
     assert_eq!(
         (s.timeouts, s.aborts_sent, s.resets, s.requeued),
         (1, 1, 1, 0),
@@ -330,7 +326,7 @@ fn a_timed_out_admin_command_wedges_every_admin_path_until_reset() {
     println!("AER: {e} after {at:?}");
     assert!(matches!(e, NvmeError::Timeout { qid: 0, .. }), "{e}");
     assert!(
-        at >= Duration::from_secs(1) && at < Duration::from_millis(1500),
+        at >= Duration::from_secs(1) && at < Duration::from_secs(3),
         "{at:?}"
     );
     assert!(bed.ctrl.admin_wedged());
@@ -353,13 +349,16 @@ fn a_timed_out_admin_command_wedges_every_admin_path_until_reset() {
     for e in &errs {
         assert!(matches!(e, NvmeError::Wedged { qid: 0, .. }), "{e}");
     }
-    // A command with a data pointer is refused whatever the state.
-    let mut with_data = Sqe::new(admin_opcode::IDENTIFY);
+    // A command that may carry a DMA address, or has a data pointer, is refused whatever the
+    // state.
+    let mut with_data = Sqe::new(admin_opcode::ABORT);
     with_data.prp1 = 0x1000;
-    assert!(matches!(
-        bed.ctrl.admin_command(with_data, "Identify"),
-        Err(NvmeError::InvalidArgument(_))
-    ));
+    for sqe in [Sqe::new(admin_opcode::IDENTIFY), with_data] {
+        assert!(matches!(
+            bed.ctrl.admin_command(sqe, "refused"),
+            Err(NvmeError::InvalidArgument(_))
+        ));
+    }
     bed.ctrl.reset().unwrap();
     assert!(!bed.ctrl.admin_wedged());
     assert_eq!(

@@ -319,3 +319,28 @@ fn an_admin_completion_with_a_wrong_id_times_out_and_wedges_every_admin_path() {
         b.ctrl.identify_controller().unwrap();
     });
 }
+
+#[test]
+fn admin_command_refuses_commands_that_may_carry_addresses() {
+    use ubdirect_nvme::spec::Sqe;
+    let b = bed();
+    let before = b.model.stats().admin_count(admin_opcode::IDENTIFY);
+    let mut abort_with_data = Sqe::new(admin_opcode::ABORT);
+    abort_with_data.prp1 = 0x1000;
+    for sqe in [
+        Sqe::new(admin_opcode::IDENTIFY),
+        Sqe::new(admin_opcode::CREATE_IO_CQ),
+        Sqe::new(admin_opcode::SET_FEATURES),
+        abort_with_data,
+    ] {
+        let e = b.ctrl.admin_command(sqe, "refused").unwrap_err();
+        assert!(matches!(e, NvmeError::InvalidArgument(_)), "{e}");
+    }
+    // Nothing reached the device; an Abort without data does.
+    assert_eq!(b.model.stats().admin_count(admin_opcode::IDENTIFY), before);
+    assert_eq!(b.model.stats().admin_count(admin_opcode::CREATE_IO_CQ), 0);
+    let mut abort = Sqe::new(admin_opcode::ABORT);
+    abort.cdw10 = 1 << 16 | 1;
+    b.ctrl.admin_command(abort, "Abort").unwrap();
+    assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 1);
+}

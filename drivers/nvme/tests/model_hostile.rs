@@ -220,3 +220,82 @@ fn entry_sizes_the_driver_cannot_use_are_refused() {
     });
     assert!(matches!(r, Err(NvmeError::Unsupported { .. })), "{r:?}");
 }
+
+#[test]
+fn a_controller_that_stops_answering_times_out_within_the_admin_deadline() {
+    // The model answers every command until the 1st (Identify Controller is command 0): it is
+    // swallowed, as a hung controller would. admin_timeout is 200 ms (fast_opts).
+    let start = std::time::Instant::now();
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig::default(),
+            Hostile {
+                silent_after: Some(0),
+                ..Hostile::default()
+            },
+        );
+        r.map(|_| ())
+    });
+    let took = start.elapsed();
+    match r {
+        Err(NvmeError::Timeout {
+            command: "Identify Controller",
+            qid: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Measured 0.2 s (the deadline itself); 3x bound.
+    assert!(took < Duration::from_millis(600), "{took:?}");
+}
+
+#[test]
+fn a_controller_reading_all_ones_is_device_gone() {
+    let r = within(LIMIT, || {
+        let (_m, r) = open_hostile(
+            NvmeConfig::default(),
+            Hostile {
+                all_ones_after: Some(0),
+                ..Hostile::default()
+            },
+        );
+        r.map(|_| ())
+    });
+    assert!(
+        matches!(r, Err(NvmeError::DeviceGone { register: "CAP" })),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_controller_that_never_reports_shutdown_complete_is_dropped_within_the_rtd3e_bound() {
+    let (reg, m, dev) = hostile(NvmeConfig::default(), Hostile::default());
+    let ctrl = Controller::open_device(
+        &reg,
+        dev,
+        ControllerOptions {
+            ready_timeout: Some(Duration::from_millis(1)),
+            ..fast_opts()
+        },
+    )
+    .unwrap();
+    assert_eq!(ctrl.info().rtd3e, 100_000);
+    // From now on CSTS always reads RDY=1, SHST=0: the shutdown on drop never completes and
+    // the disable after it never sees RDY=0. The model's RTD3E is 100 ms, which the driver
+    // clamps to its 1 s minimum; then ready_timeout (1 ms) for the disable.
+    m.set_tamper(Some(
+        Hostile {
+            registers: vec![(0x1c, 1)],
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    let start = std::time::Instant::now();
+    within(LIMIT, move || drop(ctrl));
+    let took = start.elapsed();
+    // Measured 1.00 s; the bound is 1 s plus the 1 ms ready wait, 3x is 3 s.
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}

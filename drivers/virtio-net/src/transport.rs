@@ -1,6 +1,7 @@
 //! Modern virtio-pci transport (virtio 1.2 §4.1) over a vfio-pci device: capability walk, BAR
 //! windows, status handshake, feature negotiation and queue registration.
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,11 @@ impl Doorbell {
 pub struct Transport {
     dev: Arc<PciDevice>,
     common: Arc<Window>,
-    num_queues: u16,
+    /// `num_queues` as read at open.
+    num_queues_at_open: u16,
+    /// `num_queues` as read after FEATURES_OK: QEMU adds the queues of VIRTIO_NET_F_MQ only
+    /// once the feature is negotiated (1 pair + control before it, N pairs + control after).
+    num_queues: AtomicU16,
     notify: Arc<Window>,
     notify_off_multiplier: u32,
     device_cfg: Option<Window>,
@@ -166,7 +171,8 @@ impl Transport {
         let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
             common,
-            num_queues,
+            num_queues_at_open: num_queues,
+            num_queues: AtomicU16::new(num_queues),
             notify: Arc::new(window("notify", layout.notify)?),
             notify_off_multiplier: layout.notify_off_multiplier,
             device_cfg: layout.device.map(|d| window("device", d)).transpose()?,
@@ -206,13 +212,13 @@ impl Transport {
         StatusProbe::new(self.common.clone(), self.address())
     }
 
-    /// Errors unless the common configuration still decodes: `num_queues` (read-only, fixed
-    /// by the device) must read what it read at open. QEMU reads 0 from a BAR whose memory
+    /// Errors unless the common configuration still decodes: `num_queues` (read-only, set
+    /// by the device) must read what it read at open or after feature negotiation. QEMU reads 0 from a BAR whose memory
     /// decoding is off, which makes a reset look complete (device_status 0) although the
     /// reset write was lost and the device may still DMA; this check tells the two apart.
     pub fn confirm_decoding(&self) -> Result<()> {
         let n = self.c().read16(cc::NUM_QUEUES);
-        if n == self.num_queues {
+        if n == self.num_queues_at_open || n == self.num_queues.load(Ordering::Relaxed) {
             return Ok(());
         }
         Err(VirtioNetError::DeviceGone {
@@ -288,6 +294,11 @@ impl Transport {
                 accepted,
             });
         }
+        // The queue count may grow with the negotiated features (QEMU: MQ adds the pairs now).
+        let n = c.read16(cc::NUM_QUEUES);
+        if n != 0xffff {
+            self.num_queues.store(n, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -305,10 +316,11 @@ impl Transport {
         Ok(())
     }
 
-    /// Number of virtqueues the device has, as read at open (a register the device fixes;
-    /// [`Transport::confirm_decoding`] re-reads it).
+    /// Number of virtqueues the device has: as read at open, then as read after FEATURES_OK
+    /// (the device may add queues for negotiated features; [`Transport::confirm_decoding`]
+    /// re-reads it).
     pub fn num_queues(&self) -> u16 {
-        self.num_queues
+        self.num_queues.load(Ordering::Relaxed)
     }
 
     /// The maximum size of queue `q` (0: the queue does not exist).

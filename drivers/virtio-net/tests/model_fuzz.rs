@@ -117,6 +117,8 @@ fn hostile() -> impl Strategy<Value = (NetModelConfig, Hostile, u16)> {
                 ctrl_vq,
                 event_idx,
                 link_up: true,
+                // Both shapes: QEMU's (MQ pairs appear with the feature) and a fixed count.
+                queues_grow_with_mq: max_pairs % 2 == 0,
             },
         );
     let regs = (

@@ -148,6 +148,33 @@ fn two_queue_pairs_on_a_multiqueue_model() {
     assert_eq!(out.len(), 1, "echoed onto the same pair");
 }
 
+/// QEMU's virtio-net shows the MQ pairs only after VIRTIO_NET_F_MQ is negotiated: the driver
+/// must read `num_queues` again after FEATURES_OK (reading it once at open refused the second
+/// pair of the test bed's multiqueue NIC with QueueUnavailable).
+#[test]
+fn queues_that_appear_with_mq_are_used() {
+    let reg = registry();
+    let pool = pool(&reg, 128);
+    let cfg = NetModelConfig {
+        max_pairs: 2,
+        queues_grow_with_mq: true,
+        ..Default::default()
+    };
+    let net = NetConfig {
+        queue_pairs: 2,
+        ..fast_cfg(16)
+    };
+    let (m, nic) = open_model(&reg, &pool, cfg, Hostile::default(), net);
+    let mut nic = nic.expect("2 pairs once MQ is negotiated");
+    assert_eq!(m.active_pairs(), 2);
+    let mut pairs = nic.pairs_mut();
+    let mut v = vec![frame(&pool, 64, A, A, 1)];
+    pairs[1].tx_burst(&mut v).unwrap();
+    let mut out = Vec::with_capacity(4);
+    pairs[1].rx_burst(&mut out).unwrap();
+    assert_eq!(out.len(), 1, "echoed onto pair 1");
+}
+
 /// Issue 9, item 1: swapping the handles of two devices swaps only the borrows; each handle
 /// still drives its own device, and dropping one device leaves the other's rings intact.
 #[test]

@@ -1,0 +1,226 @@
+//! File regions ([`RegionKind::File`]): a range of a file mapped read-only and shared (the
+//! mapping *is* the page cache), registered once in the [`UbRegistry`] and mapped in the IOMMU
+//! with READ permission only, so an NVMe controller or a NIC can DMA *from* the file without a
+//! copy, and can never write into it.
+//!
+//! - Ownership: the region owns the file mapping; the IOMMU mapping goes first (unregister, or
+//!   the last `Arc<UbRegion>`), then the process mapping. Pools over a file region hand out
+//!   blocks that are DMA sources only ([`super::UbBuf::as_mut_slice`] panics on them).
+//! - Registering the same range of the same, unchanged file again returns the region already
+//!   registered (one mapping, one IOVA range; also when two threads race).
+//! - Change detection: [`UbRegistry::check_file_region`] fstat()s the file and compares size and
+//!   mtime with the registration ([`CoreError::FileChanged`]). A file truncated (or rewritten)
+//!   while registered: VFIO pinned the pages at registration, and pinned pages stay allocated
+//!   when the kernel drops them from the file, so devices keep reading the bytes as they were
+//!   (for tmpfs and the page cache alike; the part of the last page past a new end that is not
+//!   a page boundary is zeroed by the kernel); no IOMMU fault, no device error. Only a CPU load
+//!   from the mapping past the new end raises SIGBUS, and nothing here reads it from the CPU.
+//!   Registering the changed file maps a new region; the stale one stays until unregistered.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::sync::Arc;
+
+use super::region::{Backing, RegionKind, UbRegion};
+use super::registry::UbRegistry;
+use crate::error::{CoreError, Result};
+
+/// What a registered file looked like: size and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    /// Size in bytes.
+    pub size: u64,
+    /// mtime in nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+/// (dev, ino, stamp) of an open file.
+fn stat(file: &File) -> Result<(u64, u64, FileStamp)> {
+    let m = file.metadata().map_err(|source| CoreError::Io {
+        op: "fstat of the registered file".into(),
+        source,
+    })?;
+    let stamp = FileStamp {
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    };
+    Ok((m.dev(), m.ino(), stamp))
+}
+
+/// The process mapping of a file region, with the file (for fstat on use) and its stamp.
+pub(crate) struct FileMap {
+    base: *mut libc::c_void,
+    len: usize,
+    file: File,
+    stamp: FileStamp,
+}
+
+impl FileMap {
+    fn new(file: &File, offset: u64, len: usize, stamp: FileStamp) -> Result<FileMap> {
+        let file = file.try_clone().map_err(|source| CoreError::Io {
+            op: "dup of the file to register".into(),
+            source,
+        })?;
+        // SAFETY: a fresh read-only shared mapping of an open file; the kernel picks the address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(CoreError::Io {
+                op: format!("mmap of file bytes [{offset}, +{len}) read-only"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(FileMap {
+            base,
+            len,
+            file,
+            stamp,
+        })
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; the region dropping us removed its IOMMU mapping first.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+// SAFETY: the mapping is read-only and only its address is shared; File is Send + Sync.
+unsafe impl Send for FileMap {}
+// SAFETY: as above.
+unsafe impl Sync for FileMap {}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p).unwrap_or(4096).max(4096)
+}
+
+/// The (dev, ino, offset, len) key of a file region.
+fn key_of(r: &UbRegion) -> Option<(u64, u64, u64, u64)> {
+    match r.kind {
+        RegionKind::File {
+            dev,
+            ino,
+            offset,
+            len,
+        } => Some((dev, ino, offset, len)),
+        _ => None,
+    }
+}
+
+fn stamp_of(r: &UbRegion) -> Option<FileStamp> {
+    match r.backing() {
+        Backing::File(m) => Some(m.stamp),
+        _ => None,
+    }
+}
+
+impl UbRegistry {
+    /// Map bytes `[offset, offset + len)` of `file` read-only (shared: the page cache itself)
+    /// and register them as a [`RegionKind::File`] region, mapped in the IOMMU for device
+    /// reads only. `offset` must be a multiple of the page size; the region covers `len`
+    /// rounded up to a page (the bytes past the end of the file in the last page read as
+    /// zeros). The same range of the same unchanged file registered again returns the region
+    /// already registered. The file must be opened for reading; the region keeps its own
+    /// descriptor, so the caller may close it.
+    pub fn register_file(&self, file: &File, offset: u64, len: u64) -> Result<Arc<UbRegion>> {
+        let (dev, ino, stamp) = stat(file)?;
+        let page = page_size();
+        if offset % page != 0 {
+            return Err(CoreError::InvalidArgument(format!(
+                "file region offset {offset} is not a multiple of the page size ({page}): round it down and skip the lead"
+            )));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| len > 0 && e <= stamp.size);
+        if end.is_none() {
+            return Err(CoreError::InvalidArgument(format!(
+                "file bytes [{offset}, +{len}) are not inside the file ({} bytes): pick a non-empty range within it",
+                stamp.size
+            )));
+        }
+        let key = (dev, ino, offset, len);
+        if let Some(r) = self.find_file(key, stamp) {
+            return Ok(r);
+        }
+        let map_len = usize::try_from(len.next_multiple_of(page)).map_err(|_| {
+            CoreError::InvalidArgument(format!("file range of {len} bytes is too large to map"))
+        })?;
+        let map = FileMap::new(file, offset, map_len, stamp)?;
+        let ptr = map.base.cast::<u8>();
+        let align = if map_len >= 2 << 20 { 2 << 20 } else { 4096 };
+        let kind = RegionKind::File {
+            dev,
+            ino,
+            offset,
+            len,
+        };
+        // SAFETY: the mapping moves into the region, which unmaps the IOVA range before it.
+        let r = unsafe { self.insert(ptr, map_len, align, kind, None, Backing::File(map))? };
+        // Two threads registering the same range at once: the lowest id wins, the other one
+        // is unregistered before anybody saw it.
+        match self.find_file(key, stamp) {
+            Some(first) if first.id < r.id => {
+                self.unregister(r.id)?;
+                Ok(first)
+            }
+            _ => Ok(r),
+        }
+    }
+
+    /// The registered, current region of exactly `[offset, offset + len)` of `file`, if any.
+    pub fn file_region(&self, file: &File, offset: u64, len: u64) -> Result<Option<Arc<UbRegion>>> {
+        let (dev, ino, stamp) = stat(file)?;
+        Ok(self.find_file((dev, ino, offset, len), stamp))
+    }
+
+    fn find_file(&self, key: (u64, u64, u64, u64), stamp: FileStamp) -> Option<Arc<UbRegion>> {
+        self.regions()
+            .into_iter()
+            .filter(|r| key_of(r) == Some(key) && stamp_of(r) == Some(stamp))
+            .min_by_key(|r| r.id)
+    }
+
+    /// The check before using a file region: fstat its file and compare size and mtime with
+    /// the registration. [`CoreError::FileChanged`] when the file changed (the region keeps
+    /// the pages pinned at registration: see the module docs); InvalidArgument for a region
+    /// that is not a file region.
+    pub fn check_file_region(&self, region: &UbRegion) -> Result<()> {
+        let Backing::File(m) = region.backing() else {
+            return Err(CoreError::InvalidArgument(format!(
+                "UB region {} is not a file region",
+                region.id
+            )));
+        };
+        let (_, _, now) = stat(&m.file)?;
+        if now == m.stamp {
+            return Ok(());
+        }
+        Err(CoreError::FileChanged {
+            id: region.id,
+            old_size: m.stamp.size,
+            new_size: now.size,
+            mtime_changed: now.mtime_ns != m.stamp.mtime_ns,
+        })
+    }
+
+    /// The stamp (size, mtime) of a file region's file at registration.
+    pub fn file_stamp(&self, region: &UbRegion) -> Option<FileStamp> {
+        stamp_of(region)
+    }
+}
+
+#[cfg(test)]
+mod tests;

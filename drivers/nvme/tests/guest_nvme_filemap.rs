@@ -1,0 +1,225 @@
+//! Guest tests: a file range registered as a read-only UB region ([`UbRegistry::register_file`],
+//! mapped in the IOMMU with READ permission only) is a DMA source for the NVMe controller: an
+//! NVMe WRITE straight from the file's page cache (tmpfs, /dev/shm) lands on the namespace
+//! byte for byte; an NVMe READ into the file region is blocked by the IOMMU (a DMAR write
+//! fault in the kernel log) and the file's bytes stay as they were; a file truncated while
+//! registered is detected on use, and the device still reads the pages pinned at registration.
+//!
+//! nvme0 LBAs 100000..104096 are these tests' scratch.
+
+mod common;
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{fill_random, T};
+use ubdirect_core::kmsg::Kmsg;
+use ubdirect_core::testbed::{self, NVME0_NS1};
+use ubdirect_core::{PoolConfig, RegionKind, UbPool, UbRegion, UbRegistry};
+
+const LEN: usize = 1 << 20;
+const SCRATCH_LBA: u64 = 100_000;
+
+/// A file of `LEN` random bytes in the guest's tmpfs, removed on drop.
+struct ShmFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl ShmFile {
+    fn new(name: &str, seed: u64) -> ShmFile {
+        let path = PathBuf::from(format!(
+            "/dev/shm/ubd-filemap-{}-{name}",
+            std::process::id()
+        ));
+        let mut bytes = vec![0u8; LEN];
+        fill_random(seed, &mut bytes);
+        File::create(&path)
+            .and_then(|mut f| f.write_all(&bytes))
+            .expect("write the file in /dev/shm");
+        ShmFile { path, bytes }
+    }
+
+    fn open(&self) -> File {
+        File::open(&self.path).expect("open the file read-only")
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Register the whole file and carve it into one pool block of `LEN` bytes.
+fn file_pool(reg: &Arc<UbRegistry>, f: &ShmFile) -> (Arc<UbRegion>, Arc<UbPool>) {
+    let region = reg
+        .register_file(&f.open(), 0, LEN as u64)
+        .expect("register the file");
+    assert!(region.is_read_only());
+    assert!(matches!(region.kind, RegionKind::File { offset: 0, .. }));
+    let again = reg
+        .register_file(&f.open(), 0, LEN as u64)
+        .expect("register again");
+    assert!(
+        Arc::ptr_eq(&region, &again),
+        "the same range registers once"
+    );
+    let pool = UbPool::new(
+        reg,
+        region.clone(),
+        PoolConfig {
+            block_size: LEN,
+            block_count: 1,
+        },
+    )
+    .expect("pool over the file region");
+    (region, pool)
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nvme_writes_straight_from_a_registered_file_mapping() {
+    let bed = common::open(0, LEN, 2);
+    let mut qp = bed.qp(64, 1);
+    let f = ShmFile::new("write", 0x5eed);
+    let (region, pool) = file_pool(&bed.registry, &f);
+    let src = pool.get().unwrap();
+    assert_eq!(src.iova(), region.iova);
+    bed.registry
+        .check_file_region(&region)
+        .expect("file unchanged");
+    let src = qp
+        .write_blocking(1, SCRATCH_LBA, src, 0, LEN, true, T)
+        .unwrap_or_else(|r| panic!("NVMe WRITE from the file region: {}", r.error));
+    let dst = bed.pool.get().unwrap();
+    let dst = qp
+        .read_blocking(1, SCRATCH_LBA, dst, 0, LEN, T)
+        .unwrap_or_else(|r| panic!("read back: {}", r.error));
+    let first_diff = dst.as_slice()[..LEN]
+        .iter()
+        .zip(&f.bytes)
+        .position(|(a, b)| a != b);
+    assert_eq!(first_diff, None, "the namespace holds the file's bytes");
+    assert!(
+        src.as_slice()[..LEN] == f.bytes[..],
+        "the file region reads the file"
+    );
+    // A second pass reuses the registration: same region, same IOVA.
+    drop(src);
+    let again = bed
+        .registry
+        .register_file(&f.open(), 0, LEN as u64)
+        .unwrap();
+    assert_eq!(again.id, region.id);
+    println!(
+        "file region {} at IOVA {:#x}: 1 MiB NVMe WRITE from the page cache verified",
+        region.id, region.iova
+    );
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn the_device_cannot_write_into_a_registered_file_mapping() {
+    let bed = common::open(0, LEN, 2);
+    let mut qp = bed.qp(64, 1);
+    let f = ShmFile::new("ro", 0xbad);
+    let (region, pool) = file_pool(&bed.registry, &f);
+    let target = pool.get().unwrap();
+    let iova = target.iova();
+    let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
+    // An NVMe READ makes the device WRITE into the buffer: here, into the read-only file region.
+    let r = qp.read_blocking(1, 0, target, 0, 8192, T);
+    // QEMU's VT-d blocks the write and the controller still completes the READ with success
+    // (as for an unmapped buffer, RELIABILITY "lost direct path"): the kernel log shows it.
+    let target = r.unwrap_or_else(|r| panic!("READ into the file region: {}", r.error));
+    std::thread::sleep(Duration::from_millis(200));
+    let faults = kmsg
+        .faults_for(&[bed.ctrl.device().address()])
+        .expect("read /dev/kmsg");
+    let inside = faults
+        .iter()
+        .filter(|x| x.access.as_deref() == Some("Write") && (iova..iova + 8192).contains(&x.addr))
+        .count();
+    println!(
+        "{} DMAR fault(s); first: {:?}",
+        faults.len(),
+        faults.first().map(|x| &x.line)
+    );
+    assert!(
+        inside > 0,
+        "no DMAR write fault inside the file region: {faults:?}"
+    );
+    assert!(
+        target.as_slice()[..LEN] == f.bytes[..],
+        "the file region's bytes are unchanged"
+    );
+    let on_disk = std::fs::read(&f.path).expect("read the file back");
+    assert!(on_disk == f.bytes, "the file is unchanged");
+    // The pattern the READ carried did not land anywhere in the file.
+    assert!(testbed::check_pattern(NVME0_NS1.id, 0, &on_disk[..8192]).is_err());
+    bed.registry
+        .check_file_region(&region)
+        .expect("file unchanged");
+    drop(target);
+    // The controller still works: the same READ into a pool buffer lands.
+    let buf = bed.pool.get().unwrap();
+    let buf = qp
+        .read_blocking(1, 0, buf, 0, 8192, T)
+        .expect("read into the pool");
+    testbed::check_pattern(NVME0_NS1.id, 0, &buf.as_slice()[..8192]).expect("pattern");
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
+    let bed = common::open(0, LEN, 2);
+    let mut qp = bed.qp(64, 1);
+    let f = ShmFile::new("trunc", 0x7a11);
+    let (region, pool) = file_pool(&bed.registry, &f);
+    let src = pool.get().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f.path)
+        .and_then(|w| w.set_len(LEN as u64 / 4))
+        .expect("truncate the registered file to 256 KiB");
+    let e = bed.registry.check_file_region(&region).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("size {LEN} -> {} bytes", LEN / 4)),
+        "{e}"
+    );
+    // Nothing may read the mapping from the CPU past the new end now (SIGBUS); the device may.
+    let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
+    let lba = SCRATCH_LBA + (LEN / 512) as u64;
+    let src = qp
+        .write_blocking(1, lba, src, 0, LEN, true, T)
+        .unwrap_or_else(|r| panic!("NVMe WRITE from the truncated file's region: {}", r.error));
+    let dst = bed.pool.get().unwrap();
+    let dst = qp
+        .read_blocking(1, lba, dst, 0, LEN, T)
+        .unwrap_or_else(|r| panic!("read back: {}", r.error));
+    let first_diff = dst.as_slice()[..LEN]
+        .iter()
+        .zip(&f.bytes)
+        .position(|(a, b)| a != b);
+    assert_eq!(
+        first_diff, None,
+        "the device read the pages pinned at registration: all 1 MiB as before the truncation"
+    );
+    let faults = kmsg
+        .faults_for(&[bed.ctrl.device().address()])
+        .expect("read /dev/kmsg");
+    assert!(faults.is_empty(), "no IOMMU fault: {faults:?}");
+    drop(src);
+    // Registering the truncated file anew maps its new contents as another region.
+    let n = bed
+        .registry
+        .register_file(&f.open(), 0, LEN as u64 / 4)
+        .expect("register the new contents");
+    assert_ne!(n.id, region.id);
+    bed.registry.check_file_region(&n).expect("current");
+}
