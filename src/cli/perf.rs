@@ -16,6 +16,9 @@ use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
 use super::{parse_bdf, CliResult, Outcome};
 
+mod floor;
+mod uring;
+
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -78,6 +81,28 @@ pub struct Args {
     /// JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
+
+    /// What issues the reads: this driver, the bare floor loop it is measured against, or the
+    /// kernel's polled io_uring (the controller bound to the kernel nvme driver, loaded with
+    /// nvme.poll_queues=1 or more).
+    #[arg(long, value_enum, default_value = "ubdirect")]
+    engine: Engine,
+}
+
+/// --engine values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Engine {
+    /// The userspace driver (IoQueuePair).
+    Ubdirect,
+    /// The floor loop: SQE, SQ doorbell, spin on the CQ phase bit, CQ doorbell; nothing else.
+    Floor,
+    /// io_uring with IORING_SETUP_IOPOLL and registered buffers, O_DIRECT on the namespace's
+    /// block device (/dev/nvmeXnY).
+    UringIopoll,
+    /// io_uring NVMe passthrough (IORING_OP_URING_CMD, polled) on the namespace's char device
+    /// (/dev/ngXnY).
+    UringCmd,
 }
 
 /// -w values.
@@ -155,6 +180,7 @@ struct CoreResult {
 #[derive(Debug, Serialize)]
 struct PerfReport<'a> {
     address: &'a str,
+    engine: Engine,
     nsid: u32,
     workload: Workload,
     rwmixread: u8,
@@ -218,10 +244,14 @@ fn run_perf(args: &Args) -> CliResult {
     if args.queue_depth == 0 {
         return Err("-q must be at least 1".into());
     }
+    if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
+        return uring::run(args);
+    }
     let registry = UbRegistry::new(DmaDomain::new()?);
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
-        shadow_doorbells: !args.no_shadow_doorbell,
+        // The floor loop writes doorbells straight to the registers.
+        shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
@@ -276,6 +306,9 @@ fn run_perf(args: &Args) -> CliResult {
         )
         .into());
     }
+    if args.engine == Engine::Floor {
+        return floor::run(args, &ctrl, nsid, first_block, span_blocks);
+    }
     // Pool blocks are powers of two of at least 4 KiB.
     let block = args.io_size.next_power_of_two().max(4096);
     let pool = UbPool::with_hugepages(
@@ -326,18 +359,32 @@ fn run_perf(args: &Args) -> CliResult {
         cores.push(r?);
     }
     drop(reset_hook);
-    let mut total = summarize(&cores, &tsc, args.io_size);
-    total.controller_resets = ctrl.resets();
+    let shadow = ctrl.shadow_doorbells() && !args.no_shadow_doorbell;
+    finish(args, nsid, shadow, &tsc, &cores, ctrl.resets())
+}
+
+/// Print the report of a run (table or `--json`) and say whether it found errors.
+fn finish(
+    args: &Args,
+    nsid: u32,
+    shadow_doorbells: bool,
+    tsc: &Tsc,
+    cores: &[CoreResult],
+    resets: u64,
+) -> CliResult {
+    let mut total = summarize(cores, tsc, args.io_size);
+    total.controller_resets = resets;
     let report = PerfReport {
         address: &args.addr,
+        engine: args.engine,
         nsid,
         workload: args.workload,
         rwmixread: args.rwmixread,
         io_size: args.io_size,
         queue_depth: args.queue_depth,
-        shadow_doorbells: ctrl.shadow_doorbells() && !args.no_shadow_doorbell,
+        shadow_doorbells,
         tsc_hz: tsc.hz,
-        cores: &cores,
+        cores,
         total,
     };
     if args.json {
@@ -397,7 +444,11 @@ const MIB: f64 = (1u64 << 20) as f64;
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
-        "ubdirect perf: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
+        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
+        serde_json::to_value(r.engine)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default(),
         r.address,
         r.nsid,
         serde_json::to_value(r.workload)
@@ -479,6 +530,61 @@ fn print_report(r: &PerfReport<'_>) {
             r.cores.iter().map(|c| c.verified_blocks).sum::<u64>(),
             t.verify_errors
         );
+    }
+}
+
+/// The result of an engine other than the driver (one core; no driver cycle counts).
+#[allow(clippy::too_many_arguments)]
+fn plain_core(
+    core: usize,
+    qid: u16,
+    (ios, errors): (u64, u64),
+    secs: f64,
+    hist: LatencyHistogram,
+    io_size: usize,
+    tsc: &Tsc,
+    (sq_db, cq_db): (u64, u64),
+) -> CoreResult {
+    let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
+    let iops = if secs > 0.0 { ios as f64 / secs } else { 0.0 };
+    CoreResult {
+        core,
+        qid,
+        ios,
+        reads: ios,
+        writes: 0,
+        errors,
+        seconds: secs,
+        iops,
+        bytes_per_s: iops * io_size as f64,
+        latency_ns: latency_ns(&hist, tsc),
+        submit_cycles_per_io: 0.0,
+        complete_cycles_per_io: 0.0,
+        sq_doorbell_writes_per_io: per_io(sq_db),
+        cq_doorbell_writes_per_io: per_io(cq_db),
+        shadow_only_updates_per_io: 0.0,
+        verified_blocks: 0,
+        verify_errors: 0,
+        resets: 0,
+        requeued: 0,
+        hist: Some(hist),
+        submit_cycles: 0,
+        complete_cycles: 0,
+    }
+}
+
+/// The one core and the workload an engine other than the driver runs: random reads only.
+fn single_core_randread(args: &Args) -> Result<usize, String> {
+    if args.workload != Workload::Randread || args.verify {
+        return Err(format!(
+            "--engine {:?} runs random reads only: use -w randread without --verify",
+            args.engine
+        )
+        .to_lowercase());
+    }
+    match args.cores.0[..] {
+        [core] => Ok(core),
+        _ => Err("this --engine runs on one core: give -c one core".into()),
     }
 }
 
@@ -758,6 +864,68 @@ mod tests {
             let e = crate::cli::Cli::try_parse_from(["ubdirect"].iter().chain(bad).copied())
                 .unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn engines_parse_and_other_engines_refuse_what_they_cannot_do() {
+        assert_eq!(parse(&["00:04.0"]).engine, Engine::Ubdirect);
+        assert_eq!(
+            parse(&["00:04.0", "--engine", "floor"]).engine,
+            Engine::Floor
+        );
+        assert_eq!(
+            parse(&["00:04.0", "--engine", "uring-iopoll"]).engine,
+            Engine::UringIopoll
+        );
+        assert_eq!(
+            parse(&["00:04.0", "--engine", "uring-cmd"]).engine,
+            Engine::UringCmd
+        );
+        let a = parse(&["00:04.0", "--engine", "floor", "-c", "0"]);
+        assert_eq!(single_core_randread(&a), Ok(0));
+        let a = parse(&["00:04.0", "--engine", "floor", "-w", "randwrite"]);
+        let e = single_core_randread(&a).unwrap_err();
+        assert!(e.contains("-w randread"), "{e}");
+        let a = parse(&["00:04.0", "--engine", "floor", "-c", "0,1"]);
+        let e = single_core_randread(&a).unwrap_err();
+        assert!(e.contains("one core"), "{e}");
+    }
+
+    #[test]
+    fn an_engine_report_is_valid_json_of_the_documented_schema() {
+        let tsc = Tsc { hz: 2.0e9 };
+        let mut hist = LatencyHistogram::new();
+        for t in [40_000u64, 50_000, 60_000] {
+            hist.record(t);
+        }
+        let core = plain_core(0, 1, (3, 0), 1.0, hist, 4096, &tsc, (1, 3));
+        assert_eq!(core.iops, 3.0);
+        assert!((core.sq_doorbell_writes_per_io - 1.0 / 3.0).abs() < 1e-9);
+        assert!(
+            (core.latency_ns.p50 - 25_000.0).abs() < 1_000.0,
+            "{:?}",
+            core.latency_ns
+        );
+        let cores = [core];
+        for engine in ["floor", "uring-iopoll", "uring-cmd", "ubdirect"] {
+            let args = parse(&["00:04.0", "--engine", engine, "-o", "4K", "-q", "32"]);
+            let report = PerfReport {
+                address: &args.addr,
+                engine: args.engine,
+                nsid: 1,
+                workload: args.workload,
+                rwmixread: args.rwmixread,
+                io_size: args.io_size,
+                queue_depth: args.queue_depth,
+                shadow_doorbells: false,
+                tsc_hz: tsc.hz,
+                cores: &cores,
+                total: summarize(&cores, &tsc, args.io_size),
+            };
+            let doc = crate::cli::json::document("perf", &report).unwrap();
+            assert_eq!(doc["engine"], engine);
+            crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{engine}: {e}"));
         }
     }
 

@@ -1,0 +1,299 @@
+//! The floor loop: the least a host can do per NVMe read (issue 11). One I/O queue pair of its
+//! own, one pre-registered 4 KiB buffer per command slot, and per batch only what the hardware
+//! requires: write the SQ entries, one SQ tail doorbell write, spin on the CQ phase bit, one CQ
+//! head doorbell write per reaped batch. No request bookkeeping, no PRP lists, no recovery, no
+//! shadow doorbells. `ubdirect perf --engine floor` runs it to measure the driver against.
+
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ubdirect_core::{barrier, DmaMem, Mmio};
+
+use super::{rdtsc, LatencyHistogram};
+use crate::controller::{Controller, PAGE_SIZE};
+use crate::error::{NvmeError, Result};
+use crate::ring::{CqRing, SqRing};
+use crate::spec::command::{admin_opcode, io_opcode};
+use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell};
+use crate::spec::Sqe;
+
+/// What the caller of [`FloorQueue::run`] asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct FloorJob {
+    /// Namespace to read.
+    pub nsid: u32,
+    /// Bytes per read (a multiple of the LBA size, at most 4 KiB: one page, PRP1 only).
+    pub io_size: usize,
+    /// First LBA of the span read.
+    pub first_block: u64,
+    /// Reads land at random `io_size`-aligned offsets in this many blocks.
+    pub span_blocks: u64,
+    /// Run for this many cycle-counter ticks, then drain.
+    pub run_ticks: u64,
+    /// Give up when no completion arrives for this many ticks (the device's deadline).
+    pub wait_ticks: u64,
+    /// The same deadline as a duration (for the error).
+    pub wait: Duration,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FloorRun {
+    /// Reads completed.
+    pub ios: u64,
+    /// Reads completed with an error status.
+    pub errors: u64,
+    /// SQ tail doorbell MMIO writes.
+    pub sq_doorbell_writes: u64,
+    /// CQ head doorbell MMIO writes.
+    pub cq_doorbell_writes: u64,
+}
+
+/// One bare I/O queue pair for the floor loop.
+pub struct FloorQueue {
+    qid: u16,
+    depth: usize,
+    lba_shift: u32,
+    sq: ManuallyDrop<SqRing>,
+    cq: ManuallyDrop<CqRing>,
+    bufs: ManuallyDrop<DmaMem>,
+    mmio: Arc<Mmio>,
+    sq_db: usize,
+    cq_db: usize,
+    /// The shadow doorbell slots (SQ tail, CQ head) when the controller has Doorbell Buffer
+    /// Config on: such a controller (QEMU's) reads the new value from there, so it is written
+    /// there too before the MMIO write.
+    shadow: Option<(*mut u32, *mut u32)>,
+    /// The device may still touch the rings: do not free them (set when Delete failed).
+    leak: bool,
+    ctrl: Arc<Controller>,
+}
+
+impl FloorQueue {
+    /// Create the queue pair (Create I/O CQ polled, Create I/O SQ) holding up to `depth` reads
+    /// of namespace `nsid` in flight (capped by the controller's MQES).
+    pub fn new(ctrl: &Arc<Controller>, nsid: u32, depth: usize) -> Result<FloorQueue> {
+        let ns = ctrl
+            .namespace(nsid)
+            .ok_or(NvmeError::NamespaceMissing {
+                nsid,
+                active: ctrl.namespaces().len(),
+            })?
+            .clone();
+        if depth == 0 {
+            return Err(NvmeError::InvalidArgument("queue depth must be at least 1"));
+        }
+        let entries = (depth + 1)
+            .min(ctrl.max_queue_entries() as usize)
+            .min(65535) as u16;
+        let depth = entries as usize - 1;
+        let registry = ctrl.registry().clone();
+        let qid = ctrl.alloc_qid()?;
+        let mem = (|| -> Result<_> {
+            Ok((
+                SqRing::new(&registry, entries)?,
+                CqRing::new(&registry, entries)?,
+                DmaMem::alloc(&registry, depth * PAGE_SIZE)?,
+            ))
+        })();
+        let (sq, cq, bufs) = match mem {
+            Ok(m) => m,
+            Err(e) => {
+                ctrl.free_qid(qid);
+                return Err(e);
+            }
+        };
+        let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
+        c.prp1 = cq.iova();
+        c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+        c.cdw11 = 1; // PC=1, IEN=0: polled
+        if let Err(e) = ctrl.admin_exec(c, "Create I/O Completion Queue") {
+            ctrl.free_qid(qid);
+            return Err(e);
+        }
+        let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
+        s.prp1 = sq.iova();
+        s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+        s.cdw11 = (qid as u32) << 16 | 1;
+        if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
+            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+            d.cdw10 = qid as u32;
+            let _ = ctrl.admin_exec(d, "Delete I/O Completion Queue");
+            ctrl.free_qid(qid);
+            return Err(e);
+        }
+        let dstrd = ctrl.cap().dstrd();
+        Ok(FloorQueue {
+            qid,
+            depth,
+            lba_shift: ns.lba_size.trailing_zeros(),
+            sq: ManuallyDrop::new(sq),
+            cq: ManuallyDrop::new(cq),
+            bufs: ManuallyDrop::new(bufs),
+            mmio: ctrl.mmio().clone(),
+            sq_db: sq_tail_doorbell(qid, dstrd),
+            cq_db: cq_head_doorbell(qid, dstrd),
+            shadow: ctrl.shadow_slots(qid).map(|(sq, cq)| (sq.db, cq.db)),
+            leak: false,
+            ctrl: ctrl.clone(),
+        })
+    }
+
+    /// Write a doorbell: the shadow slot first when there is one, then the register.
+    #[inline(always)]
+    fn ring(&self, sq: bool, value: u16) {
+        if let Some((s, c)) = self.shadow {
+            // SAFETY: the slots point into the controller's shadow page, alive as long as
+            // `self.ctrl`; only this queue writes its own slots.
+            unsafe { std::ptr::write_volatile(if sq { s } else { c }, value as u32) };
+            barrier::wmb();
+        }
+        let off = if sq { self.sq_db } else { self.cq_db };
+        self.mmio.write32(off, value as u32);
+    }
+
+    /// The queue id.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Reads in flight at once (the depth asked for, capped by the controller).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Keep `depth` random reads in flight for `job.run_ticks`, then wait for the last ones;
+    /// each read's latency (ticks, submit to reap) goes into `hist`. Allocates nothing and makes
+    /// no system call. A read not completed within `job.wait_ticks` of the last completion
+    /// fails the run (the queue is then left to the controller's reset or teardown).
+    pub fn run(&mut self, job: &FloorJob, hist: &mut LatencyHistogram) -> Result<FloorRun> {
+        if job.io_size == 0
+            || job.io_size > PAGE_SIZE
+            || job.io_size & ((1 << self.lba_shift) - 1) != 0
+        {
+            return Err(NvmeError::InvalidArgument(
+                "the floor loop reads one page (4 KiB) or less per command, a multiple of the LBA size",
+            ));
+        }
+        let blocks = (job.io_size >> self.lba_shift) as u64;
+        let slots = job.span_blocks / blocks;
+        if slots == 0 {
+            return Err(NvmeError::InvalidArgument(
+                "the span is smaller than one read",
+            ));
+        }
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next_lba = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            job.first_block + (rng % slots) * blocks
+        };
+        let mut sqe = Sqe::new(io_opcode::READ);
+        sqe.nsid = job.nsid;
+        sqe.cdw12 = blocks as u32 - 1;
+        let base = self.bufs.iova();
+        // Submission stamps, one per command id (cid = buffer slot).
+        let mut stamps = [0u64; 1024];
+        if self.depth > stamps.len() {
+            return Err(NvmeError::InvalidArgument(
+                "the floor loop holds at most 1024 reads in flight",
+            ));
+        }
+        let mut out = FloorRun::default();
+        // The first batch.
+        let t0 = rdtsc();
+        for (cid, stamp) in stamps.iter_mut().enumerate().take(self.depth) {
+            sqe.set_cid(cid as u16);
+            sqe.prp1 = base + (cid * PAGE_SIZE) as u64;
+            sqe.set_slba(next_lba());
+            *stamp = rdtsc();
+            self.sq.push(&sqe);
+        }
+        barrier::wmb();
+        self.ring(true, self.sq.tail());
+        out.sq_doorbell_writes += 1;
+        let end = t0 + job.run_ticks;
+        let mut in_flight = self.depth;
+        let mut last = rdtsc();
+        while in_flight > 0 {
+            let (mut reaped, mut pushed) = (0usize, false);
+            while let Some(c) = self.cq.peek() {
+                self.cq.advance();
+                reaped += 1;
+                let now = rdtsc();
+                let cid = c.cid as usize % self.depth;
+                hist.record(now.saturating_sub(stamps[cid]));
+                out.ios += 1;
+                if c.status_field() != 0 {
+                    out.errors += 1;
+                }
+                if now < end {
+                    sqe.set_cid(cid as u16);
+                    sqe.prp1 = base + (cid * PAGE_SIZE) as u64;
+                    sqe.set_slba(next_lba());
+                    stamps[cid] = rdtsc();
+                    self.sq.push(&sqe);
+                    pushed = true;
+                } else {
+                    in_flight -= 1;
+                }
+            }
+            if reaped == 0 {
+                if rdtsc().wrapping_sub(last) > job.wait_ticks {
+                    self.leak = true;
+                    return Err(NvmeError::Timeout {
+                        command: "Read (floor loop)",
+                        cid: 0,
+                        qid: self.qid,
+                        waited: job.wait,
+                        then: crate::error::TIMEOUT_WAIT,
+                    });
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            last = rdtsc();
+            self.ring(false, self.cq.head());
+            out.cq_doorbell_writes += 1;
+            if pushed {
+                barrier::wmb();
+                self.ring(true, self.sq.tail());
+                out.sq_doorbell_writes += 1;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for FloorQueue {
+    fn drop(&mut self) {
+        let deleted = !self.leak && {
+            let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
+            d.cdw10 = self.qid as u32;
+            let sq = self.ctrl.admin_exec(d, "Delete I/O Submission Queue");
+            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+            d.cdw10 = self.qid as u32;
+            sq.and_then(|_| self.ctrl.admin_exec(d, "Delete I/O Completion Queue"))
+                .is_ok()
+        };
+        if deleted {
+            // SAFETY: each is dropped once, here; the queues are deleted, so the device no
+            // longer touches the rings or the buffers.
+            unsafe {
+                ManuallyDrop::drop(&mut self.sq);
+                ManuallyDrop::drop(&mut self.cq);
+                ManuallyDrop::drop(&mut self.bufs);
+            }
+            self.ctrl.free_qid(self.qid);
+        } else {
+            // The device may still write into the rings and buffers: keep them mapped.
+            tracing::warn!(
+                qid = self.qid,
+                "floor-loop queue not deleted; its memory stays mapped"
+            );
+            self.ctrl.leak_qid(self.qid);
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The floor loop (`ubdirect_nvme::perf::floor`, issue 11) against the NVMe model on the host:
+//! it keeps the asked depth in flight, completes reads without errors, writes at most one SQ
+//! and one CQ doorbell per read (one each per batch), and deletes its queue pair again.
+
+mod model_support;
+
+use std::time::Duration;
+
+use model_support::{fast_opts, model, within};
+use ubdirect_devmodel::nvme::NvmeConfig;
+use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
+use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
+use ubdirect_nvme::Controller;
+
+#[test]
+fn floor_loop_reads_at_qd1_and_qd32_and_deletes_its_queue() {
+    within(Duration::from_secs(30), || {
+        let (reg, m, dev) = model(NvmeConfig::default());
+        let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+        let ns = ctrl.namespaces()[0].clone();
+        let tsc = Tsc::calibrate(Duration::from_millis(20));
+        for depth in [1usize, 32] {
+            let mut q = FloorQueue::new(&ctrl, ns.nsid, depth).unwrap();
+            assert_eq!(q.depth(), depth);
+            assert_eq!(ctrl.io_queues_in_use(), 1);
+            let job = FloorJob {
+                nsid: ns.nsid,
+                io_size: 4096,
+                first_block: 0,
+                span_blocks: ns.nsze,
+                run_ticks: tsc.ticks(Duration::from_millis(100)),
+                wait_ticks: tsc.ticks(Duration::from_secs(2)),
+                wait: Duration::from_secs(2),
+            };
+            let mut hist = LatencyHistogram::new();
+            let r = q.run(&job, &mut hist).unwrap();
+            assert!(r.ios >= depth as u64, "QD{depth}: {r:?}");
+            assert_eq!(r.errors, 0, "QD{depth}: {r:?}");
+            assert_eq!(hist.count(), r.ios);
+            assert!(
+                r.sq_doorbell_writes >= 1 && r.sq_doorbell_writes <= r.ios,
+                "{r:?}"
+            );
+            assert!(
+                r.cq_doorbell_writes >= 1 && r.cq_doorbell_writes <= r.ios,
+                "{r:?}"
+            );
+            // Reads larger than a page are refused before anything reaches the device.
+            let big = FloorJob {
+                io_size: 8192,
+                ..job
+            };
+            assert!(q.run(&big, &mut hist).is_err());
+            drop(q);
+            assert_eq!(
+                ctrl.io_queues_in_use(),
+                0,
+                "QD{depth}: the queue was deleted"
+            );
+        }
+        assert!(m.dma_faults().is_empty());
+    });
+}

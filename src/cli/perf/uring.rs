@@ -1,0 +1,359 @@
+//! `ubdirect perf --engine uring-iopoll | uring-cmd`: the kernel's polled paths as baselines, on
+//! the controller bound to the kernel nvme driver (loaded with `nvme.poll_queues=1` or more).
+//! `uring-iopoll`: `IORING_SETUP_IOPOLL`, registered buffers, `ReadFixed` with O_DIRECT on the
+//! namespace's block device. `uring-cmd`: NVMe passthrough (`IORING_OP_URING_CMD`, SQE128 and
+//! CQE32, polled, registered buffers) on its char device. Each wait is a polled
+//! `io_uring_enter`; the kernel's nvme I/O timeout bounds it, and the run also stops when
+//! nothing completes for [`WAIT`].
+
+use std::alloc::Layout;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use ubdirect_core::util::pin_to_core;
+use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
+
+use super::{finish, plain_core, single_core_randread, Args, Engine};
+use crate::cli::CliResult;
+
+/// Nothing completing for this long fails the run.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Reads in flight at most.
+const MAX_DEPTH: usize = 1024;
+
+/// NVME_URING_CMD_IO: _IOWR('N', 0x80, struct nvme_uring_cmd) (72 bytes).
+const NVME_URING_CMD_IO: u32 = 0xC048_4E80;
+
+/// The namespace's block device name (`nvme0n1`) under the controller at `addr`.
+fn block_device(addr: &str, nsid: Option<u32>) -> Result<String, String> {
+    let dir = Path::new("/sys/bus/pci/devices").join(addr).join("nvme");
+    let ctrl = std::fs::read_dir(&dir)
+        .ok()
+        .and_then(|d| d.flatten().map(|e| e.file_name()).next())
+        .ok_or_else(|| {
+            format!(
+                "{addr} is not bound to the kernel nvme driver ({} is missing): run `ubdirect bind-kernel {addr}` (or bind-kernel in the guest) first",
+                dir.display()
+            )
+        })?;
+    let cdir = dir.join(&ctrl);
+    let mut names: Vec<String> = std::fs::read_dir(&cdir)
+        .map_err(|e| format!("{}: {e}", cdir.display()))?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("nvme") && n.contains('n') && n[4..].contains('n'))
+        .collect();
+    names.sort();
+    let want = nsid.map(|n| format!("n{n}"));
+    names
+        .into_iter()
+        .find(|n| want.as_ref().is_none_or(|w| n.ends_with(w.as_str())))
+        .ok_or_else(|| {
+            format!(
+                "{addr}: no namespace block device{} under {}",
+                nsid.map(|n| format!(" for nsid {n}")).unwrap_or_default(),
+                cdir.display()
+            )
+        })
+}
+
+/// The block and generic char device names of a namespace's sysfs entry under its controller:
+/// `nvme0n1` gives (`nvme0n1`, `ng0n1`); with native multipath the entry is the path device
+/// `nvme<subsys>c<ctrl>n<ns>`, whose block device is the head `nvme<subsys>n<ns>` and whose char
+/// device is `ng<ctrl>n<ns>`.
+fn device_names(entry: &str) -> (String, String) {
+    let rest = entry.strip_prefix("nvme").unwrap_or(entry);
+    match rest
+        .split_once('c')
+        .and_then(|(s, t)| Some((s, t.split_once('n')?)))
+    {
+        Some((subsys, (ctrl, ns))) => (format!("nvme{subsys}n{ns}"), format!("ng{ctrl}n{ns}")),
+        None => (entry.to_string(), format!("ng{rest}")),
+    }
+}
+
+fn sys_u64(path: PathBuf) -> Result<u64, String> {
+    std::fs::read_to_string(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Aligned, zeroed buffer memory for the registered buffers.
+struct Bufs {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Bufs {
+    fn new(len: usize) -> Result<Bufs, String> {
+        let layout = Layout::from_size_align(len.max(4096), 4096).map_err(|e| e.to_string())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(format!("cannot allocate {len} bytes of I/O buffers"));
+        }
+        Ok(Bufs { ptr, layout })
+    }
+}
+
+impl Drop for Bufs {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the ring that used it is gone by now
+        // (declared after the buffers, so dropped first).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Run a kernel engine.
+pub(super) fn run(args: &Args) -> CliResult {
+    let core = single_core_randread(args)?;
+    let (name, generic) = device_names(&block_device(&args.addr, args.nsid)?);
+    let sys = Path::new("/sys/block").join(&name);
+    let lba = sys_u64(sys.join("queue/logical_block_size"))?;
+    let nsid = sys_u64(sys.join("nsid")).unwrap_or(1) as u32;
+    if args.io_size as u64 % lba != 0 {
+        return Err(format!(
+            "-o {} is not a multiple of {name}'s {lba}-byte logical block",
+            args.io_size
+        )
+        .into());
+    }
+    let size = sys_u64(sys.join("size"))? * 512;
+    let offset = args.offset.unwrap_or(0);
+    let span = args
+        .span
+        .unwrap_or(u64::MAX)
+        .min(size.saturating_sub(offset));
+    let slots = span / args.io_size as u64;
+    if slots == 0 {
+        return Err(format!(
+            "the span of {name} is smaller than one -o {} read",
+            args.io_size
+        )
+        .into());
+    }
+    pin_to_core(core)?;
+    let depth = args.queue_depth;
+    let bufs = Bufs::new(depth * args.io_size)?;
+    let tsc = Tsc::calibrate(Duration::from_millis(100));
+    let mut hist = LatencyHistogram::new();
+    let job = Job {
+        depth,
+        io_size: args.io_size,
+        offset,
+        slots,
+        run_ticks: tsc.ticks(Duration::from_secs_f64(args.time.max(0.01))),
+        wait_ticks: tsc.ticks(WAIT),
+    };
+    let entries = (depth as u32).next_power_of_two();
+    let t0 = Instant::now();
+    let (ios, errors) = if args.engine == Engine::UringCmd {
+        let path = format!("/dev/{generic}");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                format!("{path}: {e} (the NVMe generic char device; kernel 5.19 or later)")
+            })?;
+        let ring: IoUring<squeue::Entry128, cqueue::Entry32> = IoUring::builder()
+            .setup_iopoll()
+            .build(entries)
+            .map_err(|e| format!("io_uring with IOPOLL, SQE128 and CQE32: {e}"))?;
+        let lba_shift = lba.trailing_zeros();
+        drive(
+            ring,
+            &file,
+            &bufs,
+            &job,
+            &mut hist,
+            |slot, off, buf| {
+                let mut c = [0u8; 80];
+                c[0] = 0x02; // Read
+                c[4..8].copy_from_slice(&nsid.to_le_bytes());
+                c[24..32].copy_from_slice(&(buf as u64).to_le_bytes()); // addr
+                c[36..40].copy_from_slice(&(job.io_size as u32).to_le_bytes()); // data_len
+                let slba = off >> lba_shift;
+                c[40..44].copy_from_slice(&(slba as u32).to_le_bytes()); // cdw10
+                c[44..48].copy_from_slice(&((slba >> 32) as u32).to_le_bytes()); // cdw11
+                let nlb = (job.io_size as u64 >> lba_shift) as u32 - 1;
+                c[48..52].copy_from_slice(&nlb.to_le_bytes()); // cdw12
+                opcode::UringCmd80::new(types::Fd(file.as_raw_fd()), NVME_URING_CMD_IO)
+                    .cmd(c)
+                    .buf_index(Some(slot as u16))
+                    .build()
+                    .user_data(slot as u64)
+            },
+            0,
+        )?
+    } else {
+        let path = format!("/dev/{name}");
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        let ring: IoUring = IoUring::builder()
+            .setup_iopoll()
+            .build(entries)
+            .map_err(|e| format!("io_uring with IOPOLL: {e}"))?;
+        drive(
+            ring,
+            &file,
+            &bufs,
+            &job,
+            &mut hist,
+            |slot, off, buf| {
+                opcode::ReadFixed::new(
+                    types::Fd(file.as_raw_fd()),
+                    buf,
+                    job.io_size as u32,
+                    slot as u16,
+                )
+                .offset(off)
+                .build()
+                .user_data(slot as u64)
+            },
+            args.io_size as i32,
+        )?
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    let cores = [plain_core(
+        core,
+        0,
+        (ios, errors),
+        secs,
+        hist,
+        args.io_size,
+        &tsc,
+        (0, 0),
+    )];
+    finish(args, nsid, false, &tsc, &cores, 0)
+}
+
+/// The shape of a kernel run.
+struct Job {
+    depth: usize,
+    io_size: usize,
+    offset: u64,
+    slots: u64,
+    run_ticks: u64,
+    wait_ticks: u64,
+}
+
+/// Keep `job.depth` reads in flight on `ring` (built by `sqe(slot, offset, buffer)`) for the
+/// run time, then drain; (completed, failed).
+fn drive<S, C>(
+    mut ring: IoUring<S, C>,
+    file: &File,
+    bufs: &Bufs,
+    job: &Job,
+    hist: &mut LatencyHistogram,
+    sqe: impl Fn(usize, u64, *mut u8) -> S,
+    ok: i32,
+) -> Result<(u64, u64), String>
+where
+    S: squeue::EntryMarker,
+    C: cqueue::EntryMarker,
+{
+    let _ = file;
+    if job.depth > MAX_DEPTH {
+        return Err(format!("the kernel engines keep at most {MAX_DEPTH} reads in flight: give -q {MAX_DEPTH} or less"));
+    }
+    let iovs: Vec<libc::iovec> = (0..job.depth)
+        .map(|i| libc::iovec {
+            // SAFETY: i * io_size < depth * io_size, the allocation's length.
+            iov_base: unsafe { bufs.ptr.add(i * job.io_size) }.cast(),
+            iov_len: job.io_size,
+        })
+        .collect();
+    // SAFETY: the buffers outlive the ring (`bufs` is borrowed for this whole function, and the
+    // ring is dropped at its end).
+    unsafe { ring.submitter().register_buffers(&iovs) }
+        .map_err(|e| format!("registering {} I/O buffers: {e}", job.depth))?;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next_off = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        job.offset + (rng % job.slots) * job.io_size as u64
+    };
+    let mut stamps = vec![0u64; job.depth];
+    let t0 = rdtsc();
+    let end = t0 + job.run_ticks;
+    for (slot, stamp) in stamps.iter_mut().enumerate() {
+        let e = sqe(slot, next_off(), iovs[slot].iov_base.cast());
+        *stamp = rdtsc();
+        // SAFETY: the entry's buffer is registered and lives as long as the ring.
+        unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full")?;
+    }
+    let (mut ios, mut errors, mut in_flight) = (0u64, 0u64, job.depth);
+    let mut last = rdtsc();
+    while in_flight > 0 {
+        ring.submit_and_wait(1)
+            .map_err(|e| format!("io_uring_enter: {e}"))?;
+        let mut reaped = 0;
+        let mut cq = ring.completion();
+        let mut again: usize = 0;
+        let mut slots_again = [0u16; MAX_DEPTH];
+        for c in &mut cq {
+            let now = rdtsc();
+            let slot = c.user_data() as usize;
+            hist.record(now.saturating_sub(stamps[slot]));
+            ios += 1;
+            reaped += 1;
+            let c: cqueue::Entry = c.into();
+            if c.result() != ok {
+                errors += 1;
+            }
+            if now < end && again < slots_again.len() {
+                slots_again[again] = slot as u16;
+                again += 1;
+            } else {
+                in_flight -= 1;
+            }
+        }
+        drop(cq);
+        for &slot in &slots_again[..again] {
+            let slot = slot as usize;
+            let e = sqe(slot, next_off(), iovs[slot].iov_base.cast());
+            stamps[slot] = rdtsc();
+            // SAFETY: as above.
+            unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full")?;
+        }
+        let now = rdtsc();
+        if reaped > 0 {
+            last = now;
+        } else if now.wrapping_sub(last) > job.wait_ticks {
+            return Err(format!(
+                "{in_flight} io_uring read(s) did not complete within {WAIT:?}"
+            ));
+        }
+    }
+    Ok((ios, errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_names;
+
+    #[test]
+    fn namespace_device_names_with_and_without_multipath() {
+        assert_eq!(device_names("nvme0n1"), ("nvme0n1".into(), "ng0n1".into()));
+        assert_eq!(
+            device_names("nvme1c1n1"),
+            ("nvme1n1".into(), "ng1n1".into())
+        );
+        assert_eq!(
+            device_names("nvme2c3n4"),
+            ("nvme2n4".into(), "ng3n4".into())
+        );
+    }
+}
