@@ -28,7 +28,9 @@
 # bind-kernel, ubd-plan.
 # Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
 # guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
-# A guest that dies before reaching /init is booted once more (UBD_VM_BOOT_ATTEMPTS=2).
+# A guest that dies before reaching /init, or does not reach it within UBD_VM_BOOT_DEADLINE
+# seconds (default 300; a TCG boot can hang on a starved vCPU), is booted once more
+# (UBD_VM_BOOT_ATTEMPTS=2).
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a (long) run is in progress cannot make that run execute fragments of
 # the new text. (It did: a run resumed mid-way into the awk program below and ran
@@ -253,6 +255,7 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
+qemu+=(-pidfile "$run_dir/qemu.pid")
 printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
 
@@ -273,9 +276,25 @@ boot() {
     : >"$run_dir/dmesg.log"
     : >"$run_dir/hostcheck.log"
     : >"$run_dir/hostcheck.pending"
-    rm -f "$fifo"
+    rm -f "$fifo" "$run_dir/qemu.pid" "$run_dir/guest.log.ready" "$run_dir/boot-stuck"
     mkfifo "$fifo"
     exec 3<>"$fifo"
+    # Boot watchdog: a TCG guest can hang before /init (seen: a vCPU starved by RCU stalls
+    # while another guest loaded the host, no panic, QEMU alive). If /init has not said
+    # @@UBD-READY@@ within UBD_VM_BOOT_DEADLINE seconds, QEMU is stopped and the boot counts as
+    # one that died before /init (retried once below).
+    (
+        deadline=$((SECONDS + ${UBD_VM_BOOT_DEADLINE:-300}))
+        while ((SECONDS < deadline)); do
+            [[ -e $run_dir/guest.log.ready ]] && exit 0
+            sleep 1
+        done
+        [[ -e $run_dir/guest.log.ready ]] && exit 0
+        : >"$run_dir/boot-stuck"
+        [[ -s $run_dir/qemu.pid ]] && kill "$(cat "$run_dir/qemu.pid")" 2>/dev/null
+        exit 0
+    ) &
+    watchdog=$!
     set +e
     timeout -k 10 "$UBD_VM_TIMEOUT" "${netns[@]}" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
         "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
@@ -283,6 +302,7 @@ boot() {
             -v pend="$run_dir/hostcheck.pending" '
             function checks() { if (npend > 0) { close(pend); system(hc); printf "" > pend; npend = 0 } }
             { sub(/\r+$/, ""); print > lf }
+            /^@@UBD-READY@@/ { printf "" > (lf ".ready"); close(lf ".ready") }
             $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
             $0 == "@@UBD-DMESG-END@@" { d = 0; next }
             d { print > dm; next }
@@ -291,6 +311,8 @@ boot() {
             { print; fflush() }
             END { checks() }'
     qemu_rc=${PIPESTATUS[0]}
+    kill "$watchdog" 2>/dev/null
+    wait "$watchdog" 2>/dev/null
     set -e
     t_end=$(date +%s.%N)
     exec 3>&-
@@ -306,7 +328,11 @@ while :; do
         break
     fi
     mv "$run_dir/guest.log" "$run_dir/guest.boot$attempt.log"
-    vm_log "the guest died before /init (qemu status $qemu_rc; $(grep -m1 -o 'Kernel panic.*' "$run_dir/guest.boot$attempt.log" || echo 'no panic message')); booting again (log: guest.boot$attempt.log)"
+    if [[ -e $run_dir/boot-stuck ]]; then
+        vm_log "the guest did not reach /init within ${UBD_VM_BOOT_DEADLINE:-300} s (stopped; log: guest.boot$attempt.log); booting again"
+    else
+        vm_log "the guest died before /init (qemu status $qemu_rc; $(grep -m1 -o 'Kernel panic.*' "$run_dir/guest.boot$attempt.log" || echo 'no panic message')); booting again (log: guest.boot$attempt.log)"
+    fi
     attempt=$((attempt + 1))
 done
 rm -f "$initrd" "$fifo" "$run_dir/hostcheck.pending"
