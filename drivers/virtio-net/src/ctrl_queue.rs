@@ -130,10 +130,10 @@ impl CtrlQueue {
         }
         let p = self.page.as_ptr();
         let mask = self.layout.size - 1;
-        // SAFETY: the page is ours (4 KiB); the device reads/writes it only between the avail
-        // publish below and the used entry we wait for (the queue is wedged, and the page never
-        // written again, if that entry never comes); descriptor and avail slots 0/1 are free
-        // (commands are synchronous).
+        // The device reads/writes the page only between the avail publish below and the used
+        // entry we wait for (the queue is wedged, and the page never written again, if that
+        // entry never comes); commands are synchronous, so descriptor and avail slots 0/1 are free.
+        // SAFETY: the 4 KiB page is ours and the device is not using it now (above).
         unsafe {
             *p = class;
             *p.add(1) = cmd;
