@@ -15,6 +15,8 @@ pub mod config;
 pub mod dma;
 pub mod nvme;
 pub mod virtio_net;
+mod within;
+pub use within::within;
 
 use std::sync::Arc;
 

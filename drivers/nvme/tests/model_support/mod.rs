@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ubdirect_core::{DmaDomain, PciDevice, UbRegistry};
 use ubdirect_devmodel::nvme::{Hostile, NvmeConfig, NvmeModel};
@@ -53,20 +53,5 @@ pub fn open_hostile(
     (m, r)
 }
 
-/// Run `f` on its own thread and fail the test when it has not returned within `limit` (a hang
-/// on device input) or panicked. Returns what `f` returned.
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let start = Instant::now();
-    let h = std::thread::spawn(f);
-    while !h.is_finished() {
-        assert!(
-            start.elapsed() < limit,
-            "the driver did not return within {limit:?}: a hang on device input"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    match h.join() {
-        Ok(v) => v,
-        Err(p) => std::panic::resume_unwind(p),
-    }
-}
+#[allow(unused_imports)] // not every test binary that includes this module needs it
+pub use ubdirect_devmodel::within;

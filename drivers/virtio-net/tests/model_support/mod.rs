@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ubdirect_core::ub::{PoolConfig, UbPool, UbRegistry};
 use ubdirect_core::vfio::DmaDomain;
@@ -68,23 +68,8 @@ pub fn frame(pool: &Arc<UbPool>, len: usize, dst: [u8; 6], src: [u8; 6], seq: u8
     TxFrame::new(b, len).map_err(|(_, e)| e).expect("tx frame")
 }
 
-/// Run `f` on its own thread and fail the test when it has not returned within `limit` (a hang
-/// on device input) or panicked. Returns what `f` returned.
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let start = Instant::now();
-    let h = std::thread::spawn(f);
-    while !h.is_finished() {
-        assert!(
-            start.elapsed() < limit,
-            "the driver did not return within {limit:?}: a hang on device input"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    match h.join() {
-        Ok(v) => v,
-        Err(p) => std::panic::resume_unwind(p),
-    }
-}
+#[allow(unused_imports)] // not every test binary that includes this module needs it
+pub use ubdirect_devmodel::within;
 
 /// Case count of the model fuzz targets: `UBD_FUZZ_CASES` or 10,000.
 pub fn fuzz_cases() -> u32 {
