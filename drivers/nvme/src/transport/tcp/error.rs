@@ -131,6 +131,12 @@ pub enum TcpError {
         /// What to do.
         hint: &'static str,
     },
+    /// The connection failed while this command was in flight.
+    #[error("NVMe/TCP command did not complete: the connection failed ({cause}); its buffer is back with the caller: connect again")]
+    ConnectionLost {
+        /// The connection's error.
+        cause: String,
+    },
     /// A command completed with an error status.
     #[error("NVMe/TCP {command} failed: {status}")]
     Command {
