@@ -4,7 +4,12 @@
 #   scripts/vm/run.sh [options] -- <command line run by the guest's sh in /ubd>
 #
 # Options (each also settable by the environment variable shown):
-#   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
+#   --kernel 6.12|6.1|ubd  guest kernel: Debian's 6.12 / 6.1, or ubd, built from linux-source-7.3
+#                          with IOMMUFD, vfio cdev, no-IOMMU, dma-buf, NVMe-oF built in
+#                          (scripts/vm/kernel-build.sh)             (UBD_VM_KERNEL, 6.12)
+#   --no-iommu             no emulated IOMMU; vfio in unsafe no-IOMMU mode
+#                          (vfio.enable_unsafe_noiommu_mode=1; needs --kernel ubd; the guest
+#                          sees UBD_VM_NO_IOMMU=1)                  (UBD_VM_NO_IOMMU=1)
 #   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
 #                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
 #                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
@@ -49,6 +54,7 @@ UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 UBD_VM_QMP=${UBD_VM_QMP:-}
+UBD_VM_NO_IOMMU=${UBD_VM_NO_IOMMU:-0}
 files=() bins=() test_bins=() envs=() run_dir=
 
 usage() {
@@ -72,6 +78,7 @@ while (($# > 0)); do
     --env) envs+=("$2") && shift 2 ;;
     --run-dir) run_dir=$2 && shift 2 ;;
     --qmp) UBD_VM_QMP=$2 && shift 2 ;;
+    --no-iommu) UBD_VM_NO_IOMMU=1 && shift ;;
     -h | --help) usage ;;
     --) shift && break ;;
     *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
@@ -80,6 +87,8 @@ done
 (($# > 0)) || vm_die "no command: scripts/vm/run.sh [options] -- <command line> (see --help)"
 guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
+[[ $UBD_VM_NO_IOMMU == 0 || $UBD_VM_KERNEL == ubd ]] ||
+    vm_die "--no-iommu needs --kernel ubd: Debian's $UBD_VM_KERNEL kernel has no CONFIG_VFIO_NOIOMMU"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
     case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
@@ -193,6 +202,7 @@ roles=
 {
     echo "export UBD_RUN_DIR='$run_dir'"
     echo "export UBD_VM_ROLES='${roles# }'"
+    echo "export UBD_VM_KERNEL='$UBD_VM_KERNEL' UBD_VM_NO_IOMMU='$UBD_VM_NO_IOMMU'"
     for e in "${envs[@]}"; do
         [[ $e == *=* ]] || vm_die "--env wants NAME=VALUE, got '$e'"
         printf "export %s='%s'\n" "${e%%=*}" "$(printf '%s' "${e#*=}" | sed "s/'/'\\\\''/g")"
@@ -245,13 +255,21 @@ done
 # the kernel panics ("timer doesn't work through Interrupt-remapped IO-APIC"; seen here).
 # tsc=reliable: no clocksource watchdog, so a loaded host cannot demote the TSC to the HPET
 # (every clock read would trap).
-append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
+# --no-iommu: no IOMMU device, and vfio's unsafe no-IOMMU mode on (noiommu-<n> groups and
+# /dev/vfio/devices/vfio<n> cdevs bound through /dev/iommu).
+iommu_dev=(-device intel-iommu,intremap=on,caching-mode=on)
+iommu_arg=intel_iommu=on
+if [[ $UBD_VM_NO_IOMMU == 1 ]]; then
+    iommu_dev=()
+    iommu_arg='intel_iommu=off vfio.enable_unsafe_noiommu_mode=1'
+fi
+append="console=ttyS0 rdinit=/init $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max
     -machine q35,kernel-irqchip=split -m "$UBD_VM_MEM" -smp "$UBD_VM_SMP"
     -display none -vga none -serial stdio -no-reboot
-    -device intel-iommu,intremap=on,caching-mode=on
+    "${iommu_dev[@]}"
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
