@@ -23,6 +23,11 @@
 #   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
+#   --peer listen|connect:PATH:IP/LEN
+#                          one more virtio-net NIC (0000:00:0b.0, on its kernel driver, UBD_NIC_PEER)
+#                          joined to another guest's by a QEMU stream socket at the unix PATH
+#                          (listen: this guest makes it; connect: retried until it exists); /init
+#                          gives it IP/LEN. scripts/vm/pair.sh boots two guests this way. (UBD_VM_PEER)
 #   --qmp SOCKET           also open a QMP monitor on this unix socket (hot-plug, throttling
 #                          and other faults driven from the host, e.g. by scripts/soak.sh) (UBD_VM_QMP)
 #   --run-dir DIR          where backing files and logs go (default: a fresh
@@ -55,6 +60,7 @@ UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 UBD_VM_QMP=${UBD_VM_QMP:-}
 UBD_VM_NO_IOMMU=${UBD_VM_NO_IOMMU:-0}
+UBD_VM_PEER=${UBD_VM_PEER:-}
 files=() bins=() test_bins=() envs=() run_dir=
 
 usage() {
@@ -79,6 +85,7 @@ while (($# > 0)); do
     --run-dir) run_dir=$2 && shift 2 ;;
     --qmp) UBD_VM_QMP=$2 && shift 2 ;;
     --no-iommu) UBD_VM_NO_IOMMU=1 && shift ;;
+    --peer) UBD_VM_PEER=$2 && shift 2 ;;
     -h | --help) usage ;;
     --) shift && break ;;
     *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
@@ -89,6 +96,22 @@ guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 [[ $UBD_VM_NO_IOMMU == 0 || $UBD_VM_KERNEL == ubd ]] ||
     vm_die "--no-iommu needs --kernel ubd: Debian's $UBD_VM_KERNEL kernel has no CONFIG_VFIO_NOIOMMU"
+peer_args=() peer_ip=
+if [[ -n $UBD_VM_PEER ]]; then
+    [[ $UBD_VM_PEER =~ ^(listen|connect):(/[^:,]+):([0-9.]+/[0-9]+)$ ]] ||
+        vm_die "--peer wants listen:PATH:IP/LEN or connect:PATH:IP/LEN (e.g. listen:/tmp/ubd-pair.sock:10.77.0.1/24), got '$UBD_VM_PEER'"
+    peer_ip=${BASH_REMATCH[3]}
+    if [[ ${BASH_REMATCH[1]} == listen ]]; then
+        rm -f "${BASH_REMATCH[2]}"
+        peer_args=(-netdev "stream,id=peer0,server=on,addr.type=unix,addr.path=${BASH_REMATCH[2]}")
+    else
+        peer_args=(-netdev "stream,id=peer0,server=off,reconnect-ms=500,addr.type=unix,addr.path=${BASH_REMATCH[2]}")
+    fi
+    # The MAC's last byte: the IP's last byte (two guests on one link need two MACs).
+    last=${peer_ip%/*}
+    last=${last##*.}
+    peer_args+=(-device "virtio-net-pci,netdev=peer0,mac=52:54:00:00:01:$(printf %02x "$((last & 255))"),romfile=,addr=0b.0")
+fi
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
     case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
@@ -199,10 +222,11 @@ printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
 roles=
 [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
 [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
+[[ -n $UBD_VM_PEER ]] && roles="$roles 0000:00:0b.0=nic_peer"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
     echo "export UBD_VM_ROLES='${roles# }'"
-    echo "export UBD_VM_KERNEL='$UBD_VM_KERNEL' UBD_VM_NO_IOMMU='$UBD_VM_NO_IOMMU'"
+    echo "export UBD_VM_KERNEL='$UBD_VM_KERNEL' UBD_VM_NO_IOMMU='$UBD_VM_NO_IOMMU' UBD_PEER_IP='$peer_ip'"
     for e in "${envs[@]}"; do
         [[ $e == *=* ]] || vm_die "--env wants NAME=VALUE, got '$e'"
         printf "export %s='%s'\n" "${e%%=*}" "$(printf '%s' "${e#*=}" | sed "s/'/'\\\\''/g")"
@@ -271,7 +295,7 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -display none -vga none -serial stdio -no-reboot
     "${iommu_dev[@]}"
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
-    "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
+    "${dev_args[@]}" "${peer_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
 qemu+=(-pidfile "$run_dir/qemu.pid")
 printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"
