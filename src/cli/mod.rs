@@ -20,6 +20,7 @@ mod log;
 mod loopback;
 mod namespace;
 mod nvmf;
+mod nvmf_perf;
 mod perf;
 mod pipeline;
 mod pipeline_json;

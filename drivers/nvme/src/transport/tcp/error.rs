@@ -120,7 +120,7 @@ pub enum TcpError {
         reason: &'static str,
     },
     /// Fabrics Connect failed.
-    #[error("NVMe/TCP Connect to {subnqn:?} (queue {qid}) refused: {status}: {hint}")]
+    #[error("NVMe/TCP Connect to {subnqn:?} (queue {qid}) refused: {} (SCT {:#x} SC {:#x}): {hint}", super::fabrics::connect_status_name(.status.sct, .status.sc), .status.sct, .status.sc)]
     Connect {
         /// Subsystem NQN.
         subnqn: String,

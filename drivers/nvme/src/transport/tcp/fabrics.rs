@@ -50,6 +50,34 @@ pub const SGL_INCAPSULE: u8 = 0x01;
 /// C2HData / R2T + H2CData).
 pub const SGL_TRANSPORT: u8 = 0x5a;
 
+/// The name of a Connect command's status (the command-specific codes are Connect's own).
+pub fn connect_status_name(sct: u8, sc: u8) -> &'static str {
+    match (sct, sc) {
+        (0, 0) => "Successful Completion",
+        (1, 0x80) => "Connect Incompatible Format",
+        (1, 0x81) => "Connect Controller Busy",
+        (1, 0x82) => "Connect Invalid Parameters",
+        (1, 0x83) => "Connect Restart Discovery",
+        (1, 0x84) => "Connect Invalid Host",
+        (0, 0x02) => "Invalid Field in Command",
+        _ => "Connect failed",
+    }
+}
+
+/// A Read (`write` false) or Write of `nlb` blocks from `slba` of namespace `nsid`.
+pub fn rw(write: bool, nsid: u32, slba: u64, nlb: u32) -> Sqe {
+    use crate::spec::command::io_opcode;
+    let mut s = Sqe::new(if write {
+        io_opcode::WRITE
+    } else {
+        io_opcode::READ
+    });
+    s.nsid = nsid;
+    s.set_slba(slba);
+    s.cdw12 = nlb.saturating_sub(1) & 0xffff;
+    s
+}
+
 /// Set the SQE's data pointer to one SGL descriptor.
 pub fn set_sgl(sqe: &mut Sqe, sgl_type: u8, addr: u64, len: u32) {
     sqe.cdw0 |= PSDT_SGL;
