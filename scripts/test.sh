@@ -5,6 +5,8 @@
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
+#      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
+#                                                       indicatif, cudarc, io-uring -> "embedder: ..."
 #   5. scripts/vm/suite.sh                              guest tests in one QEMU boot
 #      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...",
 #         "guest: N passed, N failed, N skipped"; a skip that scripts/vm/expected-skips does not
@@ -98,6 +100,13 @@ if ((host == 1)); then
     grep '^not ok' "$logs/vm-selftest.log"
     line=$(tail -n1 "$logs/vm-selftest.log")
     [[ $line == vm-selftest:* ]] || line="vm-selftest: 0 passed, 1 failed (see $logs/vm-selftest.log)"
+    note "$line" "$rc"
+
+    step "scripts/embedder-check.sh (the facade's nvme feature alone)"
+    scripts/embedder-check.sh 2>&1 | tee "$logs/embedder.log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep '^embedder: ' "$logs/embedder.log" | tail -n1)
+    [[ -n $line ]] || line="embedder: FAILED (see $logs/embedder.log)"
     note "$line" "$rc"
 fi
 
