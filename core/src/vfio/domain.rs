@@ -719,10 +719,15 @@ fn map_file_errno(errno: i32, offset: u64, len: usize, iova: u64) -> CoreError {
     let what =
         format!("IOMMU_IOAS_MAP_FILE of file bytes [{offset:#x}, +{len:#x}) at IOVA {iova:#x}");
     match errno {
-        libc::EBADF | libc::EINVAL | libc::EOPNOTSUPP | libc::ENODEV => CoreError::Backend {
+        libc::ENODEV => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("{what} was refused: the exporter has revoked the dma-buf (its device was reset, unbound, or its memory decoding is off)"),
+            fix: "re-enable the exporting device (rebind it to vfio-pci, reopen it) and export the dma-buf again".into(),
+        },
+        libc::EBADF | libc::EINVAL | libc::EOPNOTSUPP => CoreError::Backend {
             backend: "iommufd",
             reason: format!("{what} was refused ({}): the kernel cannot pin this file for DMA", std::io::Error::from_raw_os_error(errno)),
-            fix: "a dma-buf needs a kernel whose iommufd imports dma-bufs (IOMMU_IOAS_MAP_FILE on a dma-buf: Linux 6.19+ with CONFIG_DMA_SHARED_BUFFER) and an exporter that allows it (vfio-pci with CONFIG_VFIO_PCI_DMABUF; a GPU driver with dma-buf export of device memory); a memfd must be sealed-size and page aligned".into(),
+            fix: "iommufd imports a dma-buf only from an exporter that hands it physical ranges: in Linux 7.3 that is vfio-pci alone (CONFIG_VFIO_PCI_DMABUF, one range per dma-buf); GPU memory exported by CUDA or udmabuf is refused until the kernel and the GPU driver support iommufd import (use the type1 back end with the GPU BAR's mmap, or a GPU copy); a memfd must be page aligned and at least offset+length long".into(),
         },
         _ => CoreError::Io {
             op: what,

@@ -2,6 +2,7 @@
 //! container, an iommufd IOAS with vfio cdevs), chosen at run time ([`choose_backend`]).
 
 mod backend;
+pub(crate) mod dmabuf;
 mod domain;
 mod iommu_info;
 mod iommufd;
