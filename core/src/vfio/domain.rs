@@ -38,7 +38,7 @@ const IOVA_FLOOR: u64 = 1 << 20;
 /// The back end (type1 container, iommufd IOAS) is chosen when the first device opens
 /// ([`select::choose`]: automatic, `UBD_IOMMU_BACKEND`, or [`DomainOptions::backend`]); every
 /// later device must use the same one. An iommufd IOAS outlives its devices: its mappings stay
-/// while no device is open (nothing is replayed).
+/// while no device is open (nothing is replayed); new mappings still wait for a device.
 pub struct DmaDomain {
     backend: OnceLock<Backend>,
     options: DomainOptions,
@@ -343,7 +343,13 @@ impl DmaDomain {
         readonly: bool,
     ) -> Result<DmaMapping> {
         let mut s = self.lock();
-        let Some(info) = s.info.clone().filter(|_| s.live) else {
+        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
+        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
+        let Some(info) = s
+            .info
+            .clone()
+            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
+        else {
             return Err(CoreError::NoDevice);
         };
         let page = info.min_page() as usize;
@@ -435,7 +441,13 @@ impl DmaDomain {
         writeable: bool,
     ) -> Result<DmaMapping> {
         let mut s = self.lock();
-        let Some(info) = s.info.clone().filter(|_| s.live) else {
+        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
+        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
+        let Some(info) = s
+            .info
+            .clone()
+            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
+        else {
             return Err(CoreError::NoDevice);
         };
         let Some(b) = self.backend() else {
