@@ -78,6 +78,19 @@ impl UbRegistry {
         let kind = RegionKind::Host {
             page_size: size.bytes(),
         };
+        // iommufd: map the memfd by file (IOMMU_IOAS_MAP_FILE pins the hugetlb folios without
+        // walking the process's page tables); a kernel that refuses it gets the map by address.
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
+            let align = size.bytes() as usize;
+            match self.domain.map_file(mem.memfd(), 0, len, align, true) {
+                Ok(mapping) => {
+                    return Ok(self.insert_mapped(ptr, len, kind, numa, mapping, Backing::Huge(mem)))
+                }
+                Err(e) => tracing::info!(
+                    "hugepage region of {len:#x} bytes: IOMMU_IOAS_MAP_FILE on its memfd refused ({e}); mapping it by address"
+                ),
+            }
+        }
         // SAFETY: `mem` moves into the region, which unmaps the IOVA range before dropping it.
         unsafe {
             self.insert(

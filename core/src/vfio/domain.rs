@@ -549,6 +549,11 @@ impl DmaDomain {
         Ok(())
     }
 
+    /// Number of live mappings made by file ([`DmaDomain::map_file`]: memfd, dma-buf).
+    pub fn file_mapping_count(&self) -> usize {
+        self.lock().maps.values().filter(|e| e.file).count()
+    }
+
     /// Number of live mappings.
     pub fn mapping_count(&self) -> usize {
         self.lock().maps.len()

@@ -47,6 +47,19 @@ fn the_domain_reports_iommufd_and_its_ioas_ranges() {
         ranges.iter().all(|r| !r.contains(&0xfee0_0000)),
         "{ranges:x?}"
     );
+    // Hugepage regions are mapped by file (their memfd) on iommufd.
+    let before = d.file_mapping_count();
+    let r = bed
+        .registry
+        .register_hugepages(2 << 20, ubdirect_core::PageSize::Size2M, None)
+        .expect("a 2 MiB hugepage region");
+    assert_eq!(
+        d.file_mapping_count(),
+        before + 1,
+        "mapped by IOMMU_IOAS_MAP_FILE"
+    );
+    bed.registry.unregister(r.id).expect("unregister");
+    assert_eq!(d.file_mapping_count(), before);
 }
 
 #[test]
