@@ -93,6 +93,11 @@ impl State {
             .filter(|r| r.start < r.end)
             .collect();
         self.iova = IovaAllocator::new(&ranges);
+        // Mappings that exist (an iommufd IOAS re-queried after another device attached)
+        // keep their IOVAs.
+        for (&iova, e) in &self.maps {
+            let _ = self.iova.reserve(iova, e.len as u64);
+        }
     }
 }
 
