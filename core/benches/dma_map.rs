@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ubdirect_core::testbed;
 use ubdirect_core::vfio::BackendKind;
 use ubdirect_core::{DmaDomain, Mmio, PageSize, PciDevice};
 use ubdirect_hugepages::HugeMem;
+use ubdirect_testbed as testbed;
 
 fn bench(c: &mut Criterion) {
     let Some(tb) = testbed::devices() else {

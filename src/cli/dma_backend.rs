@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use serde::Serialize;
-use ubdirect_core::topology::preflight::{Finding, Severity};
-use ubdirect_core::topology::PciDeviceInfo;
 use ubdirect_core::vfio::{choose_backend_in, BackendKind, BACKEND_ENV};
+use ubdirect_diag::topology::preflight::{Finding, Severity};
+use ubdirect_diag::topology::PciDeviceInfo;
 
 /// The back end of one device, as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,9 +7,9 @@
 mod common;
 
 use common::T;
-use ubdirect_core::testbed::{self, GPUBAR_FILE, NVME0_NS1};
 use ubdirect_core::vfio::BackendKind;
 use ubdirect_core::{PciDevice, PoolConfig, RegionKind, UbPool};
+use ubdirect_testbed::{self as testbed, GPUBAR_FILE, NVME0_NS1};
 
 /// The NVMe test bed, or None (after a skip line) when its domain is not on iommufd.
 fn iommufd_bed() -> Option<common::Bed> {
