@@ -716,6 +716,36 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
         VfioError::ContainerSetIOMMU(err) => CoreError::VfioUnavailable {
             reason: format!("setting the type1v2 IOMMU on the container: {err}"),
         },
+        // The iommufd path: the device's cdev, then bind and attach.
+        VfioError::OpenDeviceCdev(io) => match io.kind() {
+            std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
+                path: super::select::device_cdev(Path::new("/"), addr)
+                    .unwrap_or_else(|| "/dev/vfio/devices/vfioN".into()),
+                user: current_user(),
+            },
+            _ => CoreError::Backend {
+                backend: "iommufd",
+                reason: format!("opening the vfio cdev of {addr}: {io}"),
+                fix: "check that /dev/vfio/devices/ is populated (devtmpfs) and the device is bound to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
+            },
+        },
+        VfioError::InvalidVfioDev => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("{addr} has no vfio cdev (sys/bus/pci/devices/{addr}/vfio-dev)"),
+            fix: "boot a kernel with CONFIG_VFIO_DEVICE_CDEV and bind the device to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+        VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EBUSY => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),
+            fix: "close the other user of the device first".into(),
+        },
+        VfioError::VfioDeviceBindIommufd(err) | VfioError::VfioDeviceAttachIommufdPt(err) => {
+            CoreError::Backend {
+                backend: "iommufd",
+                reason: format!("binding/attaching {addr} to the IOAS: {err}"),
+                fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
+            }
+        }
         VfioError::GroupGetDeviceFD(err) if err.errno() == libc::EBUSY => CoreError::Vfio {
             op: "opening the device (it is already open in this or another process)",
             source: VfioError::GroupGetDeviceFD(err),
@@ -1029,6 +1059,24 @@ mod tests {
         let e = map_file_errno(libc::EINVAL, 0, 4096, 0x10_0000).to_string();
         assert!(e.contains("IOMMU_IOAS_MAP_FILE"), "{e}");
         assert!(e.contains("CONFIG_VFIO_PCI_DMABUF"), "{e}");
+    }
+
+    #[test]
+    fn iommufd_open_failures_name_their_cause() {
+        let addr: PciAddress = "0000:00:04.0".parse().unwrap();
+        let io = |e| std::io::Error::from_raw_os_error(e);
+        let e = open_error(VfioError::OpenDeviceCdev(io(libc::EACCES)), addr, 7);
+        assert!(
+            e.to_string()
+                .starts_with("permission denied opening /dev/vfio/devices/"),
+            "{e}"
+        );
+        let e = open_error(VfioError::InvalidVfioDev, addr, 7).to_string();
+        assert!(e.contains("CONFIG_VFIO_DEVICE_CDEV"), "{e}");
+        let busy = vmm_sys_util::errno::Error::new(libc::EBUSY);
+        let e = open_error(VfioError::VfioDeviceBindIommufd(busy), addr, 7).to_string();
+        assert!(e.contains("already open"), "{e}");
+        assert!(e.contains("/dev/vfio/7"), "{e}");
     }
 
     #[test]
