@@ -214,3 +214,60 @@ fn cmb_errors_name_the_fix() {
     assert!(e.to_string().contains("already carved"), "{e}");
     drop(pool);
 }
+
+fn ubdirect(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new("ubdirect")
+        .args(args)
+        .output()
+        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn perf_sq_in_cmb_verifies_and_a_controller_without_cmb_is_named() {
+    let addr = cmb_addr();
+    let (rc, out, err) = ubdirect(&[
+        "perf",
+        &addr,
+        "--sq-in-cmb",
+        "-q",
+        "32",
+        "-o",
+        "8192",
+        "-w",
+        "rw",
+        "-M",
+        "50",
+        "-t",
+        "1",
+        "--verify",
+        "--span",
+        "4M",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["sq_in_cmb"], true);
+    let t = &v["total"];
+    assert!(t["ios"].as_u64().unwrap() > 0);
+    assert_eq!(t["errors"], 0);
+    assert_eq!(t["verify_errors"], 0);
+    let core = &v["cores"][0];
+    assert!(
+        core["verified_blocks"].as_u64().unwrap() > 0,
+        "reads found stamped blocks: {core}"
+    );
+    // nvme0 has no CMB: exit 1 and the message names the fix.
+    let nvme0 = testbed::require().nvme[0].clone();
+    let (rc, _, err) = ubdirect(&["perf", &nvme0, "--sq-in-cmb", "-t", "0.1"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        err.contains("no Controller Memory Buffer") && err.contains("drop --sq-in-cmb"),
+        "{err}"
+    );
+}
