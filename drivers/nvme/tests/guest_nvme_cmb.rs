@@ -10,9 +10,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{fill_random, T};
-use ubdirect_testbed::{self as testbed, NVME0_NS1};
 use ubdirect_core::{DmaDomain, PoolConfig, RegionKind, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 fn cmb_addr() -> String {
     testbed::require();
