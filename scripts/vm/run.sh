@@ -5,9 +5,10 @@
 #
 # Options (each also settable by the environment variable shown):
 #   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb
 #                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
-#                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
+#                          tap in a private network namespace, needs root; nvmecmb: a controller
+#                          with a 1 MiB Controller Memory Buffer) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
 #   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
@@ -39,7 +40,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -82,8 +83,8 @@ guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | nvmecmb) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -135,6 +136,10 @@ truncate -s 64M "$run_dir/gpubar"
 if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
     rm -f "$run_dir/nvme-mdts0.img"
     truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]]; then
+    rm -f "$run_dir/nvme-cmb.img"
+    truncate -s 64M "$run_dir/nvme-cmb.img"
 fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
@@ -190,6 +195,7 @@ printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
 roles=
 [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
 [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
+[[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]] && roles="$roles 0000:00:0b.0=nvme_cmb"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
     echo "export UBD_VM_ROLES='${roles# }'"
@@ -235,7 +241,10 @@ for d in $UBD_VM_DEVICES; do
     nvmemdts0)
         dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
             -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    nvmecmb)
+        dev_args+=(-drive "file=$run_dir/nvme-cmb.img,if=none,id=nvcmb,format=raw"
+            -device "nvme,id=nvmecmb,serial=ubdcmb,cmb_size_mb=1,drive=nvcmb,addr=0b.0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb)" ;;
     esac
 done
 

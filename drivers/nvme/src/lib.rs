@@ -24,6 +24,7 @@ pub mod admin;
 mod admin_queue;
 mod block_queue;
 mod blocking;
+pub mod cmb;
 pub mod controller;
 mod doorbell;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod spec;
 pub mod status;
 
 pub use block_queue::to_block_error;
+pub use cmb::{Cmb, CmbLayout};
 pub use controller::{Controller, ControllerOptions};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
