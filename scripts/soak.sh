@@ -481,6 +481,14 @@ while ! guest_done; do
     rand 10
     sleep $((5 + R))
     guest_done && break
+    # a job the KILL could not end (the guest's watchdog printed the blocked tasks): stop QEMU
+    # after the kernel's sysrq output had time to reach the console; no summary = a failed soak
+    if grep -q '^SOAK-STUCK' "$CON" 2>/dev/null; then
+        echo "$(date +%T) the guest reports a round stuck in the kernel: stopping QEMU in 30 s (a hang)" >>"$hlog"
+        sleep 30
+        qmp '{"execute":"quit"}' >/dev/null 2>&1
+        break
+    fi
     [ "$(date +%s)" -lt "$stop_at" ] || {
         sleep 2
         continue
