@@ -5,7 +5,7 @@
 #
 # Options (each also settable by the environment variable shown):
 #   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq sata
 #                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
 #                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
@@ -39,7 +39,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq sata}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -82,8 +82,8 @@ guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | sata) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq sata)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -135,6 +135,10 @@ truncate -s 64M "$run_dir/gpubar"
 if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
     rm -f "$run_dir/nvme-mdts0.img"
     truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" sata "* ]]; then
+    rm -f "$run_dir/sata.img"
+    truncate -s 16M "$run_dir/sata.img"
 fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
@@ -235,7 +239,9 @@ for d in $UBD_VM_DEVICES; do
     nvmemdts0)
         dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
             -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    sata) # a disk on q35's built-in AHCI controller (00:1f.2): setup.sh's in-use checks of other classes
+        dev_args+=(-drive "file=$run_dir/sata.img,if=none,id=sata0,format=raw" -device "ide-hd,bus=ide.0,drive=sata0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq sata)" ;;
     esac
 done
 
