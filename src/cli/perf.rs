@@ -14,7 +14,7 @@ use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, Re
 
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
-use super::{parse_bdf, CliResult, Outcome};
+use super::{CliResult, Outcome};
 
 mod floor;
 mod uring;
@@ -22,8 +22,8 @@ mod uring;
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PCI address of the controller (bound to vfio-pci).
-    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    /// PCI address of the controller (bound to vfio-pci), or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID].
+    #[arg(value_name = "PCI-ADDR", value_parser = super::nvmf::parse_ctrl_addr)]
     addr: String,
 
     /// Queue depth per core.
@@ -235,6 +235,20 @@ const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
 
 /// Run it; then fail (exit 1) if the kernel logged an IOMMU fault for the controller.
 pub fn run(args: &Args) -> CliResult {
+    if args.addr.starts_with("nvmf-tcp://") {
+        return super::nvmf_perf::run(&super::nvmf_perf::PerfSpec {
+            addr: &args.addr,
+            queue_depth: args.queue_depth,
+            io_size: args.io_size,
+            write: matches!(args.workload, Workload::Write | Workload::Randwrite),
+            random: matches!(args.workload, Workload::Randread | Workload::Randwrite),
+            seconds: args.time,
+            verify: args.verify,
+            json: args.json,
+            offset: args.offset.unwrap_or(0),
+            span: args.span,
+        });
+    }
     let devices: Vec<PciAddress> = args.addr.parse().into_iter().collect();
     let watch = DmaFaultWatch::start(&devices);
     let r = run_perf(args);

@@ -37,6 +37,7 @@ pub mod prp;
 mod ring;
 pub mod spec;
 pub mod status;
+pub mod transport;
 
 pub use block_queue::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
