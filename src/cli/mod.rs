@@ -11,6 +11,7 @@
 //! Return `Outcome::Findings` for "ran fine but found problems" (exit 1 without an error line).
 
 mod devices;
+mod dma_backend;
 mod doctor;
 pub mod errors;
 mod fault_hook;

@@ -78,6 +78,10 @@ pub struct Args {
     #[arg(long)]
     no_shadow_doorbell: bool,
 
+    /// Place the I/O submission queues in the controller's Controller Memory Buffer (CMB).
+    #[arg(long)]
+    sq_in_cmb: bool,
+
     /// JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -187,6 +191,7 @@ struct PerfReport<'a> {
     io_size: usize,
     queue_depth: usize,
     shadow_doorbells: bool,
+    sq_in_cmb: bool,
     tsc_hz: f64,
     cores: &'a [CoreResult],
     total: Total,
@@ -221,6 +226,7 @@ struct Job {
     duration: Duration,
     verify: bool,
     shadow: bool,
+    sq_in_cmb: bool,
     tsc: Tsc,
     cores: usize,
 }
@@ -258,6 +264,9 @@ fn run_perf(args: &Args) -> CliResult {
     if args.queue_depth == 0 {
         return Err("-q must be at least 1".into());
     }
+    if args.sq_in_cmb && args.engine != Engine::Ubdirect {
+        return Err("--sq-in-cmb places the queues of --engine ubdirect only: drop it or use --engine ubdirect".into());
+    }
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
@@ -266,6 +275,7 @@ fn run_perf(args: &Args) -> CliResult {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.
         shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
+        cmb: args.sq_in_cmb,
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
@@ -346,6 +356,7 @@ fn run_perf(args: &Args) -> CliResult {
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
         shadow: !args.no_shadow_doorbell,
+        sq_in_cmb: args.sq_in_cmb,
         tsc,
         cores: args.cores.0.len(),
     });
@@ -397,6 +408,7 @@ fn finish(
         io_size: args.io_size,
         queue_depth: args.queue_depth,
         shadow_doorbells,
+        sq_in_cmb: args.sq_in_cmb,
         tsc_hz: tsc.hz,
         cores,
         total,
@@ -458,7 +470,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
-        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
+        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}{}",
         serde_json::to_value(r.engine)
             .ok()
             .and_then(|v| v.as_str().map(String::from))
@@ -476,7 +488,8 @@ fn print_report(r: &PerfReport<'_>) {
         } else {
             String::new()
         },
-        if r.shadow_doorbells { "on" } else { "off" }
+        if r.shadow_doorbells { "on" } else { "off" },
+        if r.sq_in_cmb { ", SQs in the CMB" } else { "" }
     );
     println!(
         "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -641,6 +654,7 @@ fn worker(
                 depth: job.depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
+                sq_in_cmb: job.sq_in_cmb,
                 // A command that times out, or a controller reset under the run, resets the
                 // controller and submits what was in flight again: the run goes on.
                 recovery: Recovery::Requeue,
@@ -839,6 +853,20 @@ mod tests {
     }
 
     #[test]
+    fn sq_in_cmb_is_for_the_ubdirect_engine_only() {
+        assert!(parse(&["00:04.0", "--sq-in-cmb"]).sq_in_cmb);
+        assert!(!parse(&["00:04.0"]).sq_in_cmb);
+        for engine in ["floor", "uring-iopoll", "uring-cmd"] {
+            let a = parse(&["00:04.0", "--engine", engine, "--sq-in-cmb"]);
+            let Err(e) = run_perf(&a) else {
+                panic!("{engine}: --sq-in-cmb accepted")
+            };
+            let e = e.to_string();
+            assert!(e.contains("--engine ubdirect"), "{engine}: {e}");
+        }
+    }
+
+    #[test]
     fn one_spelling_for_sizes_offsets_and_namespaces_old_ones_still_work() {
         let a = parse(&[
             "00:04.0",
@@ -933,6 +961,7 @@ mod tests {
                 io_size: args.io_size,
                 queue_depth: args.queue_depth,
                 shadow_doorbells: false,
+                sq_in_cmb: engine == "ubdirect",
                 tsc_hz: tsc.hz,
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),
