@@ -39,7 +39,11 @@ run_dd() {
 run_uring() {
     local r=$1 q=$2 b=$3
     command -v ubdirect >/dev/null || { echo "FAIL $r kernel-tcp-uring $q $b no ubdirect binary in the guest (BIN=...)"; return; }
+    local j0 j1
+    j0=$(busy)
     if ubdirect pipeline --source "file:$dev" --sink null --block-size "$b" -q "$q" --seconds "$SECS" --json >/tmp/p.json 2>/tmp/p.err; then
+        j1=$(busy)
+        cpu_line "$r" kernel-tcp-uring "$q" "$b" "$(awk '/"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 } /"seconds":/ { gsub(/[",]/, ""); s = $2 } END { printf "%.0f", bps * s }' /tmp/p.json)" $((j1 - j0))
         awk -v r="$r" -v q="$q" -v b="$b" '
             /"blocks":/ { gsub(/[",]/, ""); n = $2 }
             /"seconds":/ { gsub(/[",]/, ""); s = $2 }
@@ -64,6 +68,35 @@ run_stream() {
         'BEGIN { s = us / 1e6; printf "R %s kernel-tcp-dd 1 1048576 %d %.3f %.0f %.1f\n", r, n, s, n / s, n / s }'
 }
 
+# busy: the guest's busy CPU time in jiffies (user+nice+system+irq+softirq of all CPUs), so
+# CPU-s/GB counts the initiator, its kernel TCP work and (loop mode) the target alike per engine.
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
+# cpu_line ROUND ENGINE QD BLOCK BYTES JIFFIES: "# C ..." with CPU-s/GB (USER_HZ 100).
+cpu_line() {
+    awk -v r="$1" -v e="$2" -v q="$3" -v b="$4" -v by="$5" -v j="$6" \
+        'BEGIN { if (by > 0) printf "# C %s %s %s %s cpu_s_per_gb %.2f\n", r, e, q, b, j / 100 / (by / 1e9) }'
+}
+
+# run_ubd ROUND QD BLOCK: ubdirect's own NVMe/TCP initiator (`ubdirect perf nvmf-tcp://...`).
+run_ubd() {
+    local r=$1 q=$2 b=$3 j0 j1 w=randread
+    [[ $b == 1048576 ]] && w=read
+    j0=$(busy)
+    if ubdirect perf "nvmf-tcp://$TARGET:4420/$NQN/1" -q "$q" -o "$b" -w "$w" -t "$SECS" --json >/tmp/u.json 2>/tmp/u.err; then
+        j1=$(busy)
+        awk -v r="$r" -v q="$q" -v b="$b" '
+            /"ios":/ { gsub(/[",]/, ""); n = $2 }
+            /"seconds":/ { gsub(/[",]/, ""); s = $2 }
+            /"iops":/ { gsub(/[",]/, ""); iops = $2 }
+            /"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 }
+            /"mean_latency_ns":/ { gsub(/[",]/, ""); mean = $2 }
+            END { printf "R %s ubdirect-tcp %s %s %d %.3f %.0f %.1f %.1f\n", r, q, b, n, s, iops, bps / 1048576, mean / 1e3 }' /tmp/u.json
+        cpu_line "$r" ubdirect-tcp "$q" "$b" "$(awk '/"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 } /"seconds":/ { gsub(/[",]/, ""); s = $2 } END { printf "%.0f", bps * s }' /tmp/u.json)" $((j1 - j0))
+    else
+        echo "FAIL $r ubdirect-tcp $q $b $(head -n1 /tmp/u.err)"
+    fi
+}
+
 for ((round = 1; round <= ROUNDS; round++)); do
     for q in $DEPTHS; do run_uring "$round" "$q" 4096; done
     run_uring "$round" 4 1048576
@@ -75,13 +108,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
     # Print "R <round> ubdirect-tcp <qd> <block> <ios> <seconds> <iops> <MiB/s>" lines like above.
     if [[ ${UBD_NVMF_UBDIRECT:-0} == 1 ]]; then
         /ubd/scripts/vm/nvmet.sh --disconnect --nqn "$NQN" >/dev/null # the target's queues to ubdirect alone
-        for q in $DEPTHS; do
-            if ubdirect perf "nvmf-tcp://$TARGET:4420/$NQN/1" -q "$q" -o 4096 -w randread -t 2 --json >/tmp/u.json 2>/tmp/u.err; then
-                awk -v r="$round" -v q="$q" '/"iops":/ { gsub(/[",]/, ""); iops = $2 }
-                    END { printf "R %s ubdirect-tcp %s 4096 0 2 %.0f %.1f\n", r, q, iops, iops * 4096 / 1048576 }' /tmp/u.json
-            else
-                echo "FAIL $round ubdirect-tcp $q 4096 $(head -n1 /tmp/u.err)"
-            fi
+        for spec in $(for q in $DEPTHS; do echo "$q:4096"; done) 4:1048576; do
+            run_ubd "$round" "${spec%%:*}" "${spec##*:}"
         done
         dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 30) || exit 1
     fi

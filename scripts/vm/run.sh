@@ -10,9 +10,10 @@
 #   --no-iommu             no emulated IOMMU; vfio in unsafe no-IOMMU mode
 #                          (vfio.enable_unsafe_noiommu_mode=1; needs --kernel ubd; the guest
 #                          sees UBD_VM_NO_IOMMU=1)                  (UBD_VM_NO_IOMMU=1)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata
 #                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
-#                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
+#                          tap in a private network namespace, needs root; nvmecmb: a controller
+#                          with a 1 MiB Controller Memory Buffer) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
 #   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
@@ -24,7 +25,7 @@
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
 #   --peer listen|connect:PATH:IP/LEN
-#                          one more virtio-net NIC (0000:00:0b.0, on its kernel driver, UBD_NIC_PEER)
+#                          one more virtio-net NIC (0000:00:0c.0, on its kernel driver, UBD_NIC_PEER)
 #                          joined to another guest's by a QEMU stream socket at the unix PATH
 #                          (listen: this guest makes it; connect: retried until it exists); /init
 #                          gives it IP/LEN. scripts/vm/pair.sh boots two guests this way. (UBD_VM_PEER)
@@ -49,7 +50,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -110,12 +111,12 @@ if [[ -n $UBD_VM_PEER ]]; then
     # The MAC's last byte: the IP's last byte (two guests on one link need two MACs).
     last=${peer_ip%/*}
     last=${last##*.}
-    peer_args+=(-device "virtio-net-pci,netdev=peer0,mac=52:54:00:00:01:$(printf %02x "$((last & 255))"),romfile=,addr=0b.0")
+    peer_args+=(-device "virtio-net-pci,netdev=peer0,mac=52:54:00:00:01:$(printf %02x "$((last & 255))"),romfile=,addr=0c.0")
 fi
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | nvmecmb | sata) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -167,6 +168,14 @@ truncate -s 64M "$run_dir/gpubar"
 if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
     rm -f "$run_dir/nvme-mdts0.img"
     truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]]; then
+    rm -f "$run_dir/nvme-cmb.img"
+    truncate -s 64M "$run_dir/nvme-cmb.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" sata "* ]]; then
+    rm -f "$run_dir/sata.img"
+    truncate -s 16M "$run_dir/sata.img"
 fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
@@ -222,7 +231,8 @@ printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
 roles=
 [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
 [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
-[[ -n $UBD_VM_PEER ]] && roles="$roles 0000:00:0b.0=nic_peer"
+[[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]] && roles="$roles 0000:00:0b.0=nvme_cmb"
+[[ -n $UBD_VM_PEER ]] && roles="$roles 0000:00:0c.0=nic_peer"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
     echo "export UBD_VM_ROLES='${roles# }'"
@@ -269,7 +279,12 @@ for d in $UBD_VM_DEVICES; do
     nvmemdts0)
         dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
             -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    nvmecmb)
+        dev_args+=(-drive "file=$run_dir/nvme-cmb.img,if=none,id=nvcmb,format=raw"
+            -device "nvme,id=nvmecmb,serial=ubdcmb,cmb_size_mb=1,drive=nvcmb,addr=0b.0") ;;
+    sata) # a disk on q35's built-in AHCI controller (00:1f.2): setup.sh's in-use checks of other classes
+        dev_args+=(-drive "file=$run_dir/sata.img,if=none,id=sata0,format=raw" -device "ide-hd,bus=ide.0,drive=sata0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
     esac
 done
 

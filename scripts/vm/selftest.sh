@@ -142,7 +142,7 @@ expect "nvmet.sh: ... and created no file" "no" "$([[ -e $tmp/f ]] && echo yes |
 expect "pair.sh: no initiator command" "2 vm: error: no initiator command: scripts/vm/pair.sh [options] -- <command> (see --help)" \
     "$(out_of "$here/pair.sh")"
 
-# The NVMe image pattern (images.sh) matches ubdirect_core::testbed::pattern_word.
+# The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.
 img="${UBD_VM_CACHE:-$here/../../.vm-cache}/images/nvme1-ns2.img"
 if [[ -f $img ]]; then
     expect "pattern: nvme1-ns2.img word at 0x1000 is (3 << 56) | 0x1000" " 0300000000001000" \
