@@ -28,6 +28,16 @@ pub enum RegionKind {
         /// The BAR index.
         bar: u8,
     },
+    /// A window of a device BAR that is the device's own memory for DMA, e.g. an NVMe
+    /// Controller Memory Buffer ([`super::UbRegistry::register_bar_window`]).
+    BarWindow {
+        /// The device exposing the BAR.
+        device: PciAddress,
+        /// The BAR index.
+        bar: u8,
+        /// Byte offset of the window in the BAR.
+        offset: u64,
+    },
     /// Memory the caller allocated and keeps alive.
     External,
     /// A dma-buf from another driver (e.g. GPU memory exported by CUDA), mapped by file on the
@@ -207,8 +217,9 @@ impl UbRegion {
     }
 
     /// Record `owner` as the region's single owner, or [`CoreError::RegionTaken`] when it
-    /// already has one (nothing changes then).
-    pub(crate) fn claim(&self, owner: RegionOwner) -> Result<()> {
+    /// already has one (nothing changes then). A driver that carves a region itself (e.g. NVMe
+    /// submission queues in a Controller Memory Buffer) claims it as [`RegionOwner::DmaSlab`].
+    pub fn claim(&self, owner: RegionOwner) -> Result<()> {
         if self.vaddr.is_null() {
             return Err(CoreError::InvalidArgument(format!(
                 "UB region {} ({:?}) has no CPU mapping: it cannot back a {owner}; use its IOVA (region.iova) as a DMA target directly",
@@ -230,8 +241,8 @@ impl UbRegion {
             })
     }
 
-    /// Release the claim of `owner` (its pool is gone).
-    pub(crate) fn release(&self, owner: RegionOwner) {
+    /// Release the claim of `owner` (its pool or driver carving is gone).
+    pub fn release(&self, owner: RegionOwner) {
         let _ = self.owner.compare_exchange(
             owner.code(),
             OWNER_NONE,

@@ -207,6 +207,71 @@ impl UbRegistry {
         ))
     }
 
+    /// mmap BAR `bar` of `dev` through VFIO and register only `[offset, offset+len)` of it
+    /// (both 4 KiB multiples, inside the BAR) as a [`RegionKind::BarWindow`]: device memory such
+    /// as an NVMe Controller Memory Buffer, a DMA target for the other devices of the domain.
+    /// Bad arguments change nothing.
+    pub fn register_bar_window(
+        &self,
+        dev: &Arc<PciDevice>,
+        bar: u8,
+        offset: u64,
+        len: u64,
+    ) -> Result<Arc<UbRegion>> {
+        let bar_len = dev.bar_len(bar)?;
+        let end = offset.checked_add(len);
+        if len == 0 || offset % 4096 != 0 || len % 4096 != 0 || end.is_none_or(|e| e > bar_len) {
+            return Err(CoreError::InvalidArgument(format!(
+                "BAR window [{offset:#x}, +{len:#x}) of BAR{bar} ({bar_len:#x} bytes) of {}: it must be non-empty, 4 KiB aligned and inside the BAR",
+                dev.address()
+            )));
+        }
+        let m = dev.map_bar(bar)?;
+        if m.is_model() {
+            return Err(CoreError::Unsupported {
+                addr: dev.address(),
+                what: "registering a BAR window of a device model (no memory behind it)",
+            });
+        }
+        // Checked above: the window lies inside the mapping of the whole BAR.
+        let ptr = m.as_ptr().wrapping_add(offset as usize);
+        let len = len as usize;
+        let align = if len >= MIB2 && len % MIB2 == 0 && offset % MIB2 as u64 == 0 {
+            MIB2
+        } else {
+            4096
+        };
+        let kind = RegionKind::BarWindow {
+            device: dev.address(),
+            bar,
+            offset,
+        };
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
+            // As register_bar: the BAR travels as a dma-buf; only the window is mapped.
+            let fd = dev.export_bar_dmabuf(bar)?;
+            let mapping = self.domain.map_file(fd.as_fd(), offset, len, align, true)?;
+            return Ok(self.insert_mapped(
+                ptr,
+                len,
+                kind,
+                dev.numa_node(),
+                mapping,
+                Backing::BarDmaBuf(m, dev.clone(), fd),
+            ));
+        }
+        // SAFETY: the BAR mapping (and the device) move into the region; the window lies in it.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                align,
+                kind,
+                dev.numa_node(),
+                Backing::Bar(m, dev.clone()),
+            )
+        }
+    }
+
     /// Map and register memory the caller allocated.
     ///
     /// # Safety
