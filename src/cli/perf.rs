@@ -150,6 +150,9 @@ fn parse_cores(s: &str) -> Result<CoreList, String> {
 struct CoreResult {
     core: usize,
     qid: u16,
+    /// Requests this core kept in flight: `-q`, or less where the controller's queue size
+    /// (MQES) capped it.
+    queue_depth: usize,
     ios: u64,
     reads: u64,
     writes: u64,
@@ -186,6 +189,9 @@ struct PerfReport<'a> {
     rwmixread: u8,
     io_size: usize,
     queue_depth: usize,
+    /// The depth actually run (the smallest of the cores'): below `queue_depth` when the
+    /// controller's queue size (MQES) capped it.
+    effective_queue_depth: usize,
     shadow_doorbells: bool,
     tsc_hz: f64,
     cores: &'a [CoreResult],
@@ -212,7 +218,10 @@ struct Total {
 struct Job {
     nsid: u32,
     io_size: usize,
+    /// Requests in flight.
     depth: usize,
+    /// Command slots of each queue pair.
+    cmd_depth: usize,
     workload: Workload,
     rwmixread: u8,
     lba_size: u64,
@@ -309,13 +318,27 @@ fn run_perf(args: &Args) -> CliResult {
     if args.engine == Engine::Floor {
         return floor::run(args, &ctrl, nsid, first_block, span_blocks);
     }
+    // Requests in flight per core: -q, capped by the controller's queue size (MQES). Each
+    // queue pair gets command slots for all their commands where MQES allows; the commands of
+    // requests that do not fit wait in the queue pair (queued requests) and go out as slots
+    // free up.
+    let max_depth = (ctrl.max_queue_entries() as usize).clamp(2, 65536) - 1;
+    let depth = args.queue_depth.min(max_depth);
+    let cmds_per_io = args
+        .io_size
+        .div_ceil(ctrl.max_command_bytes().max(1))
+        .max(1);
+    let cmd_depth = depth.saturating_mul(cmds_per_io).min(max_depth);
+    if let Some(l) = capped_depth_line(args.queue_depth, depth) {
+        eprintln!("ubdirect perf: {l}");
+    }
     // Pool blocks are powers of two of at least 4 KiB.
     let block = args.io_size.next_power_of_two().max(4096);
     let pool = UbPool::with_hugepages(
         &registry,
         PoolConfig {
             block_size: block,
-            block_count: args.queue_depth * args.cores.0.len(),
+            block_count: depth * args.cores.0.len(),
         },
         ctrl.device().numa_node(),
     )?;
@@ -323,7 +346,8 @@ fn run_perf(args: &Args) -> CliResult {
     let job = Arc::new(Job {
         nsid,
         io_size: args.io_size,
-        depth: args.queue_depth,
+        depth,
+        cmd_depth,
         workload: args.workload,
         rwmixread: args.rwmixread,
         lba_size: lba,
@@ -382,6 +406,7 @@ fn finish(
         rwmixread: args.rwmixread,
         io_size: args.io_size,
         queue_depth: args.queue_depth,
+        effective_queue_depth: effective_depth(cores, args.queue_depth),
         shadow_doorbells,
         tsc_hz: tsc.hz,
         cores,
@@ -396,6 +421,20 @@ fn finish(
         return Ok(Outcome::Findings);
     }
     Ok(Outcome::Success)
+}
+
+/// The depth the run kept in flight: the smallest of the cores' (`asked` when none ran).
+fn effective_depth(cores: &[CoreResult], asked: usize) -> usize {
+    cores.iter().map(|c| c.queue_depth).min().unwrap_or(asked)
+}
+
+/// The line saying the controller capped `-q`, when it did.
+fn capped_depth_line(asked: usize, effective: usize) -> Option<String> {
+    (effective < asked).then(|| {
+        format!(
+            "queue depth capped: -q {asked} asked for, the controller's queues hold {effective} (MQES): running at depth {effective}"
+        )
+    })
 }
 
 fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
@@ -464,6 +503,9 @@ fn print_report(r: &PerfReport<'_>) {
         },
         if r.shadow_doorbells { "on" } else { "off" }
     );
+    if let Some(l) = capped_depth_line(r.queue_depth, r.effective_queue_depth) {
+        println!("{l}");
+    }
     println!(
         "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
         "Latency(us)", "IOPS", "MiB/s", "Average", "min", "max"
@@ -550,6 +592,7 @@ fn plain_core(
     CoreResult {
         core,
         qid,
+        queue_depth: 0,
         ios,
         reads: ios,
         writes: 0,
@@ -624,7 +667,7 @@ fn worker(
         IoQueuePair::new(
             ctrl,
             QueueOptions {
-                depth: job.depth,
+                depth: job.cmd_depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
                 // A command that times out, or a controller reset under the run, resets the
@@ -761,6 +804,7 @@ fn worker(
     Ok(CoreResult {
         core,
         qid: qp.qid(),
+        queue_depth: depth,
         ios,
         reads,
         writes,
@@ -918,6 +962,7 @@ mod tests {
                 rwmixread: args.rwmixread,
                 io_size: args.io_size,
                 queue_depth: args.queue_depth,
+                effective_queue_depth: args.queue_depth,
                 shadow_doorbells: false,
                 tsc_hz: tsc.hz,
                 cores: &cores,

@@ -54,7 +54,7 @@ pub(super) fn run(
     let t0 = Instant::now();
     let r = q.run(&job, &mut hist)?;
     let secs = t0.elapsed().as_secs_f64();
-    let cores = [plain_core(
+    let mut cores = [plain_core(
         core,
         q.qid(),
         (r.ios, r.errors),
@@ -64,6 +64,7 @@ pub(super) fn run(
         &tsc,
         (r.sq_doorbell_writes, r.cq_doorbell_writes),
     )];
+    cores[0].queue_depth = q.depth();
     drop(q);
     finish(args, nsid, false, &tsc, &cores, ctrl.resets())
 }

@@ -225,7 +225,7 @@ pub(super) fn run(args: &Args) -> CliResult {
         )?
     };
     let secs = t0.elapsed().as_secs_f64();
-    let cores = [plain_core(
+    let mut cores = [plain_core(
         core,
         0,
         (ios, errors),
@@ -235,6 +235,7 @@ pub(super) fn run(args: &Args) -> CliResult {
         &tsc,
         (0, 0),
     )];
+    cores[0].queue_depth = depth;
     finish(args, nsid, false, &tsc, &cores, 0)
 }
 
