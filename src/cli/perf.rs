@@ -10,7 +10,9 @@ use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, Recovery};
+use ubdirect_nvme::{
+    Controller, ControllerOptions, IoQueuePair, QueueOptions, Recovery, ShadowDoorbells,
+};
 
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
@@ -74,8 +76,13 @@ pub struct Args {
     #[arg(long)]
     verify: bool,
 
-    /// Do not use shadow doorbells (Doorbell Buffer Config) even when the controller has them.
-    #[arg(long)]
+    /// Shadow doorbells (Doorbell Buffer Config) where the controller has them: auto (on only
+    /// where a short probe at open sees them save MMIO doorbell writes), on, or off.
+    #[arg(long = "shadow-doorbells", value_enum, default_value = "auto")]
+    shadow_doorbells: ShadowArg,
+
+    /// Old spelling of --shadow-doorbells off (hidden; still accepted).
+    #[arg(long, hide = true)]
     no_shadow_doorbell: bool,
 
     /// JSON on stdout instead of a table.
@@ -103,6 +110,61 @@ enum Engine {
     /// io_uring NVMe passthrough (IORING_OP_URING_CMD, polled) on the namespace's char device
     /// (/dev/ngXnY).
     UringCmd,
+}
+
+/// --shadow-doorbells values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ShadowArg {
+    /// On only where a probe at open sees them save MMIO doorbell writes.
+    Auto,
+    /// On whenever the controller has them.
+    On,
+    /// Never.
+    Off,
+}
+
+impl Args {
+    /// The shadow doorbell mode asked for (`--no-shadow-doorbell` is `off`).
+    fn shadow_mode(&self) -> ShadowDoorbells {
+        match (self.no_shadow_doorbell, self.shadow_doorbells) {
+            (true, _) | (_, ShadowArg::Off) => ShadowDoorbells::Off,
+            (_, ShadowArg::On) => ShadowDoorbells::On,
+            (_, ShadowArg::Auto) => ShadowDoorbells::Auto,
+        }
+    }
+}
+
+/// Shadow doorbells of a run: on or off, what was asked for, and why.
+#[derive(Debug, Clone)]
+struct ShadowInfo {
+    on: bool,
+    mode: &'static str,
+    why: String,
+}
+
+impl ShadowInfo {
+    /// Off for an engine that does not use the driver's doorbells.
+    fn not_used(why: &str) -> ShadowInfo {
+        ShadowInfo {
+            on: false,
+            mode: "off",
+            why: why.into(),
+        }
+    }
+
+    /// What the controller decided.
+    fn of(ctrl: &Controller) -> ShadowInfo {
+        let d = ctrl.shadow_decision();
+        ShadowInfo {
+            on: d.on,
+            mode: match d.mode {
+                ShadowDoorbells::Auto => "auto",
+                ShadowDoorbells::On => "on",
+                ShadowDoorbells::Off => "off",
+            },
+            why: d.why.clone(),
+        }
+    }
 }
 
 /// -w values.
@@ -193,6 +255,10 @@ struct PerfReport<'a> {
     /// controller's queue size (MQES) capped it.
     effective_queue_depth: usize,
     shadow_doorbells: bool,
+    /// `auto`, `on` or `off` (what was asked for).
+    shadow_doorbells_mode: &'static str,
+    /// Why they are on or off (the `auto` probe's counts).
+    shadow_doorbells_why: String,
     tsc_hz: f64,
     cores: &'a [CoreResult],
     total: Total,
@@ -260,7 +326,11 @@ fn run_perf(args: &Args) -> CliResult {
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.
-        shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
+        shadow_doorbells: if args.engine == Engine::Floor {
+            ShadowDoorbells::Off
+        } else {
+            args.shadow_mode()
+        },
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
@@ -355,7 +425,7 @@ fn run_perf(args: &Args) -> CliResult {
         span_blocks,
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
-        shadow: !args.no_shadow_doorbell,
+        shadow: ctrl.shadow_doorbells(),
         tsc,
         cores: args.cores.0.len(),
     });
@@ -383,15 +453,21 @@ fn run_perf(args: &Args) -> CliResult {
         cores.push(r?);
     }
     drop(reset_hook);
-    let shadow = ctrl.shadow_doorbells() && !args.no_shadow_doorbell;
-    finish(args, nsid, shadow, &tsc, &cores, ctrl.resets())
+    finish(
+        args,
+        nsid,
+        ShadowInfo::of(&ctrl),
+        &tsc,
+        &cores,
+        ctrl.resets(),
+    )
 }
 
 /// Print the report of a run (table or `--json`) and say whether it found errors.
 fn finish(
     args: &Args,
     nsid: u32,
-    shadow_doorbells: bool,
+    shadow: ShadowInfo,
     tsc: &Tsc,
     cores: &[CoreResult],
     resets: u64,
@@ -407,7 +483,9 @@ fn finish(
         io_size: args.io_size,
         queue_depth: args.queue_depth,
         effective_queue_depth: effective_depth(cores, args.queue_depth),
-        shadow_doorbells,
+        shadow_doorbells: shadow.on,
+        shadow_doorbells_mode: shadow.mode,
+        shadow_doorbells_why: shadow.why,
         tsc_hz: tsc.hz,
         cores,
         total,
@@ -502,6 +580,12 @@ fn print_report(r: &PerfReport<'_>) {
             String::new()
         },
         if r.shadow_doorbells { "on" } else { "off" }
+    );
+    println!(
+        "shadow doorbells {} (--shadow-doorbells {}): {}",
+        if r.shadow_doorbells { "on" } else { "off" },
+        r.shadow_doorbells_mode,
+        r.shadow_doorbells_why
     );
     if let Some(l) = capped_depth_line(r.queue_depth, r.effective_queue_depth) {
         println!("{l}");
@@ -964,6 +1048,8 @@ mod tests {
                 queue_depth: args.queue_depth,
                 effective_queue_depth: args.queue_depth,
                 shadow_doorbells: false,
+                shadow_doorbells_mode: "auto",
+                shadow_doorbells_why: "auto: EventIdx saved 0 of 300 doorbell MMIO writes".into(),
                 tsc_hz: tsc.hz,
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),

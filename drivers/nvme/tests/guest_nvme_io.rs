@@ -10,7 +10,9 @@ mod common;
 use common::{fill_random, T};
 use ubdirect_core::testbed::{self, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 use ubdirect_core::UbBuf;
-use ubdirect_nvme::{ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList};
+use ubdirect_nvme::{
+    ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList, ShadowDoorbells,
+};
 
 const GUARD: u8 = 0xa5;
 const SIZES: &[usize] = &[
@@ -406,7 +408,11 @@ fn shadow_doorbells_on_and_off() {
             1 << 20,
             64,
             ControllerOptions {
-                shadow_doorbells: shadow,
+                shadow_doorbells: if shadow {
+                    ShadowDoorbells::On
+                } else {
+                    ShadowDoorbells::Off
+                },
                 ..Default::default()
             },
         );
@@ -427,6 +433,18 @@ fn shadow_doorbells_on_and_off() {
             );
         }
     }
+    // Auto (the default): QEMU's controller sets EventIdx to the value it has just seen, so
+    // the probe at open sees no MMIO write saved and turns shadow doorbells off (issue 11).
+    let bed = common::open_with(0, 1 << 20, 64, ControllerOptions::default());
+    let d = bed.ctrl.shadow_decision().clone();
+    println!("auto: {d:?}");
+    assert!(!d.on && !bed.ctrl.shadow_doorbells(), "{d:?}");
+    assert!(d.probe_updates > 0 && d.probe_saved == 0, "{d:?}");
+    assert!(d.why.contains("turned off"), "{}", d.why);
+    let mut qp = bed.qp(64, 1);
+    assert!(!qp.uses_shadow_doorbells());
+    let mut bufs: Vec<UbBuf> = (0..64).map(|_| bed.pool.get().unwrap()).collect();
+    roundtrip_many(&mut qp, &mut bufs, 100_000);
 }
 
 #[test]

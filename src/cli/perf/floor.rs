@@ -9,7 +9,7 @@ use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
 use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
-use super::{finish, plain_core, single_core_randread, Args};
+use super::{finish, plain_core, single_core_randread, Args, ShadowInfo};
 use crate::cli::CliResult;
 
 /// A read not completed within this long fails the run.
@@ -66,5 +66,12 @@ pub(super) fn run(
     )];
     cores[0].queue_depth = q.depth();
     drop(q);
-    finish(args, nsid, false, &tsc, &cores, ctrl.resets())
+    finish(
+        args,
+        nsid,
+        ShadowInfo::not_used("the floor loop writes the doorbell registers"),
+        &tsc,
+        &cores,
+        ctrl.resets(),
+    )
 }

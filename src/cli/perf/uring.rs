@@ -17,7 +17,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 
-use super::{finish, plain_core, single_core_randread, Args, Engine};
+use super::{finish, plain_core, single_core_randread, Args, Engine, ShadowInfo};
 use crate::cli::CliResult;
 
 /// Nothing completing for this long fails the run.
@@ -236,7 +236,14 @@ pub(super) fn run(args: &Args) -> CliResult {
         (0, 0),
     )];
     cores[0].queue_depth = depth;
-    finish(args, nsid, false, &tsc, &cores, 0)
+    finish(
+        args,
+        nsid,
+        ShadowInfo::not_used("the kernel's nvme driver rings the doorbells"),
+        &tsc,
+        &cores,
+        0,
+    )
 }
 
 /// The shape of a kernel run.

@@ -13,8 +13,11 @@ mod clock;
 mod pending;
 mod poll;
 mod recover;
+mod shadow_probe;
 mod sub_range;
 mod submit;
+
+pub(crate) use shadow_probe::probe_shadow;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
