@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use ubdirect::core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect::dma::{DmaDomain, PoolConfig, UbPool, UbRegistry};
 use ubdirect::nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 
 fn main() -> std::process::ExitCode {

@@ -1,8 +1,8 @@
-//! `ubdirect doctor`: the pre-flight check (rules in `ubdirect_core::topology::preflight`).
+//! `ubdirect doctor`: the pre-flight check (rules in `ubdirect_diag::topology::preflight`).
 
 use serde::Serialize;
-use ubdirect_core::topology::preflight::{preflight, worst, Finding, PreflightInput, Severity};
-use ubdirect_core::topology::{self, DeviceRole, PciDeviceInfo};
+use ubdirect_diag::topology::preflight::{preflight, worst, Finding, PreflightInput, Severity};
+use ubdirect_diag::topology::{self, DeviceRole, PciDeviceInfo};
 
 use super::{parse_bdf, sysfs_root, CliResult, Outcome};
 
@@ -115,13 +115,14 @@ pub fn run(args: &Args) -> CliResult {
         gpu = ?gpu.map(|g| g.address.as_str()),
         "doctor: selection"
     );
-    let findings = preflight(&PreflightInput {
+    let mut findings = preflight(&PreflightInput {
         system: &system,
         selected: &selected,
         gpu,
         pool_bytes: args.pool_mib.saturating_mul(1 << 20),
         small_bar: args.small_bar_mib.saturating_mul(1 << 20),
     });
+    findings.extend(super::dma_backend::findings(root.root(), &selected));
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (ok, warnings, errors) = (
         count(Severity::Ok),

@@ -11,6 +11,7 @@
 //! Return `Outcome::Findings` for "ran fine but found problems" (exit 1 without an error line).
 
 mod devices;
+mod dma_backend;
 mod doctor;
 pub mod errors;
 mod fault_hook;
@@ -19,6 +20,8 @@ pub mod json;
 mod log;
 mod loopback;
 mod namespace;
+mod nvmf;
+mod nvmf_perf;
 mod perf;
 mod pipeline;
 mod pipeline_json;
@@ -49,8 +52,10 @@ pub enum Command {
     Devices(devices::Args),
     /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
     Doctor(doctor::Args),
-    /// Identify an NVMe controller through vfio: controller fields and every namespace (nvme-cli names).
+    /// Identify an NVMe controller (vfio PCI address or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID]): controller fields and namespaces.
     Identify(identify::Args),
+    /// List the subsystems of an NVMe/TCP discovery controller: `discover ADDR[:PORT]` (port 8009).
+    Discover(nvmf::DiscoverArgs),
     /// Measure NVMe I/O like spdk_nvme_perf: -q depth, -o size, -w pattern, -t seconds, -c cores.
     Perf(perf::Args),
     /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: AF_PACKET baseline).
@@ -68,6 +73,7 @@ impl Command {
             Command::Devices(a) => devices::run(a),
             Command::Doctor(a) => doctor::run(a),
             Command::Identify(a) => identify::run(a),
+            Command::Discover(a) => nvmf::run_discover(a),
             Command::Perf(a) => perf::run(a),
             Command::Loopback(a) => loopback::run(a),
             Command::Pipeline(a) => pipeline::run(a),
@@ -99,17 +105,17 @@ impl Outcome {
 }
 
 /// The sysfs root the subcommands read: `/`, or `UBD_SYSFS_ROOT` (a fake tree, for tests).
-pub fn sysfs_root() -> ubdirect_core::topology::SysfsRoot {
+pub fn sysfs_root() -> ubdirect_diag::topology::SysfsRoot {
     match std::env::var_os("UBD_SYSFS_ROOT") {
-        Some(p) if !p.is_empty() => ubdirect_core::topology::SysfsRoot::new(p),
-        _ => ubdirect_core::topology::SysfsRoot::system(),
+        Some(p) if !p.is_empty() => ubdirect_diag::topology::SysfsRoot::new(p),
+        _ => ubdirect_diag::topology::SysfsRoot::system(),
     }
 }
 
 /// clap value parser for PCI addresses: accepts `00:04.0` and `0000:00:04.0`, yields the
 /// canonical form; a malformed one is a usage error (exit 2).
 pub fn parse_bdf(s: &str) -> Result<String, String> {
-    ubdirect_core::topology::normalize_address(s).map_err(|e| e.to_string())
+    ubdirect_diag::topology::normalize_address(s).map_err(|e| e.to_string())
 }
 
 /// Print a table: a header row and rows, columns padded to the widest cell.
@@ -143,8 +149,8 @@ pub(crate) fn fake_device(
     addr: &str,
     class: u32,
     driver: Option<&str>,
-) -> ubdirect_core::topology::PciDeviceInfo {
-    use ubdirect_core::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
+) -> ubdirect_diag::topology::PciDeviceInfo {
+    use ubdirect_diag::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
     PciDeviceInfo {
         address: addr.into(),
         vendor: 0x1af4,

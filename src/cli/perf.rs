@@ -16,7 +16,7 @@ use ubdirect_nvme::{
 
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
-use super::{parse_bdf, CliResult, Outcome};
+use super::{CliResult, Outcome};
 
 mod floor;
 mod uring;
@@ -24,8 +24,8 @@ mod uring;
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PCI address of the controller (bound to vfio-pci).
-    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    /// PCI address of the controller (bound to vfio-pci), or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID].
+    #[arg(value_name = "PCI-ADDR", value_parser = super::nvmf::parse_ctrl_addr)]
     addr: String,
 
     /// Queue depth per core.
@@ -84,6 +84,10 @@ pub struct Args {
     /// Old spelling of --shadow-doorbells off (hidden; still accepted).
     #[arg(long, hide = true)]
     no_shadow_doorbell: bool,
+
+    /// Place the I/O submission queues in the controller's Controller Memory Buffer (CMB).
+    #[arg(long)]
+    sq_in_cmb: bool,
 
     /// JSON on stdout instead of a table.
     #[arg(long)]
@@ -259,6 +263,7 @@ struct PerfReport<'a> {
     shadow_doorbells_mode: &'static str,
     /// Why they are on or off (the `auto` probe's counts).
     shadow_doorbells_why: String,
+    sq_in_cmb: bool,
     tsc_hz: f64,
     cores: &'a [CoreResult],
     total: Total,
@@ -296,6 +301,7 @@ struct Job {
     duration: Duration,
     verify: bool,
     shadow: bool,
+    sq_in_cmb: bool,
     tsc: Tsc,
     cores: usize,
 }
@@ -304,6 +310,20 @@ const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
 
 /// Run it; then fail (exit 1) if the kernel logged an IOMMU fault for the controller.
 pub fn run(args: &Args) -> CliResult {
+    if args.addr.starts_with("nvmf-tcp://") {
+        return super::nvmf_perf::run(&super::nvmf_perf::PerfSpec {
+            addr: &args.addr,
+            queue_depth: args.queue_depth,
+            io_size: args.io_size,
+            write: matches!(args.workload, Workload::Write | Workload::Randwrite),
+            random: matches!(args.workload, Workload::Randread | Workload::Randwrite),
+            seconds: args.time,
+            verify: args.verify,
+            json: args.json,
+            offset: args.offset.unwrap_or(0),
+            span: args.span,
+        });
+    }
     let devices: Vec<PciAddress> = args.addr.parse().into_iter().collect();
     let watch = DmaFaultWatch::start(&devices);
     let r = run_perf(args);
@@ -319,6 +339,9 @@ fn run_perf(args: &Args) -> CliResult {
     if args.queue_depth == 0 {
         return Err("-q must be at least 1".into());
     }
+    if args.sq_in_cmb && args.engine != Engine::Ubdirect {
+        return Err("--sq-in-cmb places the queues of --engine ubdirect only: drop it or use --engine ubdirect".into());
+    }
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
@@ -331,6 +354,7 @@ fn run_perf(args: &Args) -> CliResult {
         } else {
             args.shadow_mode()
         },
+        cmb: args.sq_in_cmb,
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
@@ -426,6 +450,7 @@ fn run_perf(args: &Args) -> CliResult {
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
         shadow: ctrl.shadow_doorbells(),
+        sq_in_cmb: args.sq_in_cmb,
         tsc,
         cores: args.cores.0.len(),
     });
@@ -486,6 +511,7 @@ fn finish(
         shadow_doorbells: shadow.on,
         shadow_doorbells_mode: shadow.mode,
         shadow_doorbells_why: shadow.why,
+        sq_in_cmb: args.sq_in_cmb,
         tsc_hz: tsc.hz,
         cores,
         total,
@@ -561,7 +587,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
-        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
+        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}{}",
         serde_json::to_value(r.engine)
             .ok()
             .and_then(|v| v.as_str().map(String::from))
@@ -579,7 +605,8 @@ fn print_report(r: &PerfReport<'_>) {
         } else {
             String::new()
         },
-        if r.shadow_doorbells { "on" } else { "off" }
+        if r.shadow_doorbells { "on" } else { "off" },
+        if r.sq_in_cmb { ", SQs in the CMB" } else { "" }
     );
     println!(
         "shadow doorbells {} (--shadow-doorbells {}): {}",
@@ -754,6 +781,7 @@ fn worker(
                 depth: job.cmd_depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
+                sq_in_cmb: job.sq_in_cmb,
                 // A command that times out, or a controller reset under the run, resets the
                 // controller and submits what was in flight again: the run goes on.
                 recovery: Recovery::Requeue,
@@ -953,6 +981,20 @@ mod tests {
     }
 
     #[test]
+    fn sq_in_cmb_is_for_the_ubdirect_engine_only() {
+        assert!(parse(&["00:04.0", "--sq-in-cmb"]).sq_in_cmb);
+        assert!(!parse(&["00:04.0"]).sq_in_cmb);
+        for engine in ["floor", "uring-iopoll", "uring-cmd"] {
+            let a = parse(&["00:04.0", "--engine", engine, "--sq-in-cmb"]);
+            let Err(e) = run_perf(&a) else {
+                panic!("{engine}: --sq-in-cmb accepted")
+            };
+            let e = e.to_string();
+            assert!(e.contains("--engine ubdirect"), "{engine}: {e}");
+        }
+    }
+
+    #[test]
     fn one_spelling_for_sizes_offsets_and_namespaces_old_ones_still_work() {
         let a = parse(&[
             "00:04.0",
@@ -1050,6 +1092,7 @@ mod tests {
                 shadow_doorbells: false,
                 shadow_doorbells_mode: "auto",
                 shadow_doorbells_why: "auto: EventIdx saved 0 of 300 doorbell MMIO writes".into(),
+                sq_in_cmb: engine == "ubdirect",
                 tsc_hz: tsc.hz,
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),

@@ -1,0 +1,44 @@
+//! The pipeline as a library type: a block source (an NVMe queue pair or io_uring) streams into
+//! unified-buffer pool blocks, and a sink (CUDA copy, BAR, null) consumes them, all on one
+//! pinned polling thread. `--mode copy` runs the classic read()+pageable-copy path for A/B;
+//! segment runs measure the source alone, the sink alone and the completion-handling cost.
+
+mod bar_sink;
+mod classic;
+mod config;
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda_sinks;
+mod dma_faults;
+mod done_queue;
+mod engine;
+#[cfg(test)]
+mod engine_tests;
+mod error;
+#[cfg(feature = "cuda")]
+mod mapped;
+mod null_sink;
+mod progress;
+mod report;
+mod segments;
+mod sink_ext;
+mod verify;
+
+pub use bar_sink::{BarSink, Landed};
+pub use classic::run_copy;
+pub use config::{Limit, Mode, PipelineConfig};
+pub use cpu::{numa_node_of_cpu, process_cpu_time};
+#[cfg(feature = "cuda")]
+pub use cuda_sinks::CudaSinks;
+pub use dma_faults::{DmaFaultWatch, DmaFaults};
+pub use engine::{block_range, run_direct, run_direct_watching};
+pub use error::PipelineError;
+#[cfg(feature = "cuda")]
+pub use mapped::{run_mapped, window_len, MappedFile};
+pub use null_sink::NullSink;
+pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, VerifyResult};
+pub use segments::run_sink_only;
+pub use sink_ext::PipelineSink;
+pub use ubdirect_core::util::pin_to_core;
+pub use ubdirect_core::util::LatencyHistogram;
+pub use verify::{compare, file_checksum, queue_checksum};
