@@ -143,6 +143,10 @@ pub struct QueueOptions {
     /// What to do when an aborted command times out again, an Abort is not answered, or the
     /// controller reports a fatal status or stops being ready.
     pub recovery: Recovery,
+    /// Place the I/O submission queue in the controller's Controller Memory Buffer (the
+    /// controller then fetches commands from its own memory). Needs a controller opened with
+    /// [`crate::ControllerOptions::cmb`] whose CMB supports SQs (CMBSZ.SQS) and has room.
+    pub sq_in_cmb: bool,
 }
 
 /// What an I/O queue pair does when a command still does not complete after its Abort, an
@@ -173,6 +177,7 @@ impl Default for QueueOptions {
             auto_ring: false,
             io_timeout: Duration::from_secs(10),
             recovery: Recovery::Report,
+            sq_in_cmb: false,
         }
     }
 }
@@ -204,4 +209,7 @@ pub struct QueueStats {
     pub failed_back: u64,
     /// Completion entries skipped as malformed (bad command id or SQ id).
     pub malformed_completions: u64,
+    /// Requests that did not fit in the free command slots and waited in the queue pair's
+    /// pending list (queued requests: above MDTS, or deeper than the queue).
+    pub queued_requests: u64,
 }

@@ -78,6 +78,7 @@ impl Controller {
     /// controller deletes every queue on the device side, so their ids are free again
     /// afterwards (their memory stays leaked).
     pub fn reset(&self) -> Result<()> {
+        let _entered = self.span.enter();
         let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if qids.contains(&QidUse::Live) {
             return Err(NvmeError::InvalidArgument(
@@ -91,6 +92,7 @@ impl Controller {
     /// since generation `seen` (the queue pairs that notice a fault together reset it once);
     /// live queue pairs stay and re-create their queues when they see the new generation.
     pub(crate) fn recover(&self, seen: u64) -> Result<()> {
+        let _entered = self.span.enter();
         let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if self.generation() != seen {
             return Ok(());
@@ -109,6 +111,9 @@ impl Controller {
         }
         // Also clears the wedged flag: the timed-out admin command died with the disable.
         a.reset();
+        if let Some(c) = &self.cmb {
+            c.reprogram(&self.mmio);
+        }
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
         // A BAR that no longer decodes drops the write (QEMU then reads 0, real hardware
@@ -208,6 +213,7 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        let _entered = self.span.clone().entered();
         let mut leak = false;
         if let Err(e) = self.shutdown() {
             tracing::warn!(error = %e, "NVMe controller shutdown failed");
