@@ -132,15 +132,15 @@ impl BlockQueue for TcpBlockQueue {
         // Sending happens in poll (a partial send is resumed there); nothing to ring.
         Ok(())
     }
-    /// Reaps everything one receive pass finished (up to 64 socket reads), which may be more
-    /// than `max`.
+    /// Reaps at most `max` completions (what else arrived waits in the socket for the next
+    /// poll); on a connection failure every command in flight comes back failed.
     fn poll(
         &mut self,
-        _max: usize,
+        max: usize,
         f: &mut dyn FnMut(BlockCompletion),
     ) -> Result<usize, BlockError> {
         let mut n = 0;
-        let r = self.q.poll(&mut |c| {
+        let r = self.q.poll_max(max, &mut |c| {
             n += 1;
             let Some(buf) = c.buf else { return };
             f(BlockCompletion {

@@ -5,6 +5,8 @@
 
 pub mod addr;
 pub mod block;
+#[cfg(test)]
+mod block_tests;
 pub mod buf;
 pub mod ctrl;
 pub mod digest;

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
@@ -165,6 +166,33 @@ impl<B: DataBuf> TcpQueue<B> {
         self.dead.is_some()
     }
 
+    /// Block in poll(2) until the socket has something to read (or room to send what is
+    /// queued) or `timeout` passes. For callers that found nothing to do: instead of spinning,
+    /// they give the CPU to the kernel's network and target work (on a 1-vCPU machine a
+    /// spinning initiator starves them). Returns whether the socket is ready.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<bool, TcpError> {
+        let mut events = libc::POLLIN;
+        if self.cur.is_some() || !self.tx.is_empty() {
+            events |= libc::POLLOUT;
+        }
+        let mut fd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, for the duration of the call; the fd is our open socket.
+        let r = unsafe { libc::poll(&mut fd, 1, ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(TcpError::io("waiting on the socket", e));
+        }
+        Ok(r > 0)
+    }
+
     /// Submit `sqe` (its CID is set here). `data` is `buf[off..off+len]` moved in or out per
     /// `dir`; the buffer comes back in the completion. On refusal the buffer comes back in
     /// the error tuple and nothing was sent.
@@ -253,13 +281,24 @@ impl<B: DataBuf> TcpQueue<B> {
     /// Returns how many finished. A connection failure fails every command in flight (their
     /// buffers come back through `done`) and is returned.
     pub fn poll(&mut self, done: &mut impl FnMut(TcpCompletion<B>)) -> Result<usize, TcpError> {
+        self.poll_max(usize::MAX, done)
+    }
+
+    /// [`TcpQueue::poll`], handing at most `max` finished commands to `done`: receiving stops
+    /// after the `max`-th; what else arrived stays in the socket for the next poll. A
+    /// connection failure still fails (and hands back) every command in flight.
+    pub fn poll_max(
+        &mut self,
+        max: usize,
+        done: &mut impl FnMut(TcpCompletion<B>),
+    ) -> Result<usize, TcpError> {
         if let Some(during) = self.dead {
             return Err(TcpError::Closed { during });
         }
         let mut n = 0;
         let r = self
             .flush()
-            .and_then(|_| self.receive(done, &mut n))
+            .and_then(|_| self.receive(done, &mut n, max))
             .and_then(|_| self.flush())
             .and_then(|_| self.check_deadlines());
         if let Err(e) = r {
@@ -526,10 +565,14 @@ impl<B: DataBuf> TcpQueue<B> {
         &mut self,
         done: &mut impl FnMut(TcpCompletion<B>),
         n: &mut usize,
+        max: usize,
     ) -> Result<(), TcpError> {
         // Bounded: at most this many reads per poll, so one busy connection cannot starve
         // the caller.
         for _ in 0..64 {
+            if *n >= max {
+                return Ok(());
+            }
             let ev = match self.rx.want() {
                 Want::Internal(dst) => {
                     let (p, l) = (dst.as_mut_ptr(), dst.len());
