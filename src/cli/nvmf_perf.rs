@@ -80,9 +80,16 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     let target: TcpTarget = p.addr.parse()?;
     let host = super::nvmf::host_identity();
     let digests = std::env::var("UBD_NVMF_DIGESTS").is_ok_and(|v| v == "1");
+    let kato_ms = match std::env::var("UBD_NVMF_KATO_MS") {
+        Ok(v) => v.parse::<u32>().map_err(|_| {
+            format!("UBD_NVMF_KATO_MS={v}: give the keep-alive timeout in milliseconds (0: off)")
+        })?,
+        Err(_) => 0,
+    };
     let opts = TcpOptions {
         hdgst: digests,
         ddgst: digests,
+        kato_ms,
         ..TcpOptions::default()
     };
     let ctrl = TcpController::connect(&target, &host, &opts)?;
@@ -169,8 +176,20 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     }
     let mut done: Vec<TcpCompletion<UbBuf>> = Vec::with_capacity(p.queue_depth);
     let mut inflight = p.queue_depth;
+    let mut next_admin = Instant::now();
     while inflight > 0 {
-        q.poll(&mut |c| done.push(c))?;
+        if kato_ms > 0 && Instant::now() >= next_admin {
+            // Keep Alive on the admin connection, sent from this loop when due.
+            ctrl.poll_admin()?;
+            next_admin = Instant::now() + Duration::from_millis(kato_ms as u64 / 8);
+        }
+        if q.poll(&mut |c| done.push(c))? == 0 {
+            // Nothing arrived: sleep in poll(2) until the socket is ready rather than spin,
+            // so the kernel's TCP and (on one machine) nvmet work get the CPU. 1 ms bounds it
+            // so command deadlines are still checked.
+            q.wait_ready(Duration::from_millis(1))?;
+            continue;
+        }
         let now = Instant::now();
         for c in done.drain(..) {
             inflight -= 1;

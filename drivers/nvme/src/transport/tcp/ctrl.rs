@@ -203,6 +203,9 @@ impl TcpController {
         let info = ControllerInfo::from_identify(id);
         let ioccsz = u32::from_le_bytes(page[1792..1796].try_into().unwrap());
         let ioccsz = ioccsz.saturating_mul(16).saturating_sub(64).min(1 << 20);
+        if opts.kato_ms > 0 {
+            q.set_keep_alive(Some(Duration::from_millis(opts.kato_ms as u64 / 2)));
+        }
         Ok(TcpController {
             admin: Mutex::new(q),
             target: target.clone(),
@@ -266,7 +269,21 @@ impl TcpController {
         })
     }
 
-    /// Send a Keep Alive if half the keep-alive timeout passed since the last one.
+    /// Service the admin queue without blocking: sends the Keep Alive when due (every half
+    /// of `kato_ms`) and reaps its completion. Call it from the I/O loop now and then (at
+    /// least every quarter KATO); it does nothing when `kato_ms` is 0 or another thread holds
+    /// the admin queue.
+    pub fn poll_admin(&self) -> TcpResult<()> {
+        if self.opts.kato_ms == 0 {
+            return Ok(());
+        }
+        let Ok(mut q) = self.admin.try_lock() else {
+            return Ok(());
+        };
+        q.poll(&mut |_| {}).map(|_| ())
+    }
+
+    /// Send a Keep Alive if half the keep-alive timeout passed since the last one (blocking).
     pub fn keep_alive(&self) -> TcpResult<()> {
         if self.opts.kato_ms == 0 {
             return Ok(());

@@ -16,6 +16,8 @@ pub mod host;
 pub mod ic;
 pub mod pdu;
 pub mod queue;
+#[cfg(test)]
+mod queue_tests;
 pub mod rx;
 #[cfg(test)]
 mod rx_tests;

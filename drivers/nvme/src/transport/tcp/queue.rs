@@ -80,6 +80,17 @@ struct TxPdu {
     h2c_rest: Option<(u16, u32, u32)>,
 }
 
+/// The tag of the queue's own Keep Alive commands (never handed to the caller).
+pub const KEEP_ALIVE_TAG: u64 = u64::MAX - 1;
+
+/// Keep Alive sent from [`TcpQueue::poll`] when due: no timer thread.
+#[derive(Debug, Clone, Copy)]
+struct KeepAlive {
+    every: Duration,
+    next: Instant,
+    in_flight: bool,
+}
+
 /// One NVMe/TCP queue pair over its own connection.
 pub struct TcpQueue<B: DataBuf> {
     sock: TcpStream,
@@ -96,6 +107,7 @@ pub struct TcpQueue<B: DataBuf> {
     dead: Option<&'static str>,
     /// Control-path data sent in the capsule (the 1 KiB of Connect data).
     ctl: Vec<u8>,
+    ka: Option<KeepAlive>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for TcpQueue<B> {
@@ -133,6 +145,7 @@ impl<B: DataBuf> TcpQueue<B> {
             next_check: Instant::now(),
             dead: None,
             ctl: Vec::with_capacity(1024),
+            ka: None,
         }
     }
 
@@ -159,6 +172,47 @@ impl<B: DataBuf> TcpQueue<B> {
     /// Set the in-capsule data limit (from the controller's IOCCSZ).
     pub fn set_incapsule(&mut self, bytes: u32) {
         self.incapsule = bytes;
+    }
+
+    /// Send a Keep Alive from [`TcpQueue::poll`] every `every` (half the KATO given in the
+    /// admin Connect, as Linux does), one at a time; `None` stops them. Admin queue only.
+    /// Its completions are the queue's own: never handed to the caller
+    /// ([`KEEP_ALIVE_TAG`] is reserved).
+    pub fn set_keep_alive(&mut self, every: Option<Duration>) {
+        self.ka = every.map(|every| KeepAlive {
+            every,
+            next: Instant::now() + every,
+            in_flight: false,
+        });
+    }
+
+    /// Submit a Keep Alive if one is due, none is in flight, and a slot is free.
+    fn keep_alive_due(&mut self) {
+        let Some(ka) = self.ka else { return };
+        if ka.in_flight || self.free.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if now < ka.next {
+            return;
+        }
+        let sent = self
+            .submit_inner(
+                fabrics::keep_alive(),
+                "Keep Alive",
+                None,
+                None,
+                0,
+                0,
+                KEEP_ALIVE_TAG,
+                false,
+            )
+            .is_ok();
+        self.ka = Some(KeepAlive {
+            every: ka.every,
+            next: now + ka.every,
+            in_flight: sent,
+        });
     }
 
     /// Whether the connection failed (every later submit is refused: connect again).
@@ -296,6 +350,7 @@ impl<B: DataBuf> TcpQueue<B> {
             return Err(TcpError::Closed { during });
         }
         let mut n = 0;
+        self.keep_alive_due();
         let r = self
             .flush()
             .and_then(|_| self.receive(done, &mut n, max))
@@ -616,12 +671,14 @@ impl<B: DataBuf> TcpQueue<B> {
                             reason: "completes a command whose PDU the host is still sending",
                         });
                     }
-                    self.complete(cid, Some(cqe), done);
-                    *n += 1;
+                    if self.complete(cid, Some(cqe), done) {
+                        *n += 1;
+                    }
                 }
                 Event::DataSuccess { cid } => {
-                    self.complete(cid, None, done);
-                    *n += 1;
+                    if self.complete(cid, None, done) {
+                        *n += 1;
+                    }
                 }
                 Event::R2t {
                     cid,
@@ -641,11 +698,25 @@ impl<B: DataBuf> TcpQueue<B> {
         Ok(())
     }
 
-    fn complete(&mut self, cid: u16, cqe: Option<Cqe>, done: &mut impl FnMut(TcpCompletion<B>)) {
+    /// Finish command `cid`; false when it was the queue's own Keep Alive (not handed on).
+    fn complete(
+        &mut self,
+        cid: u16,
+        cqe: Option<Cqe>,
+        done: &mut impl FnMut(TcpCompletion<B>),
+    ) -> bool {
         let Some(r) = self.reqs[cid as usize].take() else {
-            return;
+            return false;
         };
         self.free.push(cid);
+        if r.tag == KEEP_ALIVE_TAG {
+            // A failed Keep Alive needs no action here: a controller that gave up on this
+            // host closes the connection, and the next poll reports that.
+            if let Some(ka) = self.ka.as_mut() {
+                ka.in_flight = false;
+            }
+            return false;
+        }
         let result = match cqe {
             None => Ok(Cqe {
                 cid,
@@ -663,6 +734,7 @@ impl<B: DataBuf> TcpQueue<B> {
             len: r.len,
             result,
         });
+        true
     }
 
     fn check_deadlines(&mut self) -> Result<(), TcpError> {
@@ -693,6 +765,9 @@ impl<B: DataBuf> TcpQueue<B> {
         for cid in 0..self.reqs.len() {
             if let Some(r) = self.reqs[cid].take() {
                 self.free.push(cid as u16);
+                if r.tag == KEEP_ALIVE_TAG {
+                    continue;
+                }
                 n += 1;
                 done(TcpCompletion {
                     tag: r.tag,
