@@ -80,6 +80,9 @@ struct TxPdu {
     h2c_rest: Option<(u16, u32, u32)>,
 }
 
+/// PDUs gathered into one `sendmsg`.
+const TX_BATCH: usize = 16;
+
 /// The tag of the queue's own Keep Alive commands (never handed to the caller).
 pub const KEEP_ALIVE_TAG: u64 = u64::MAX - 1;
 
@@ -100,7 +103,8 @@ pub struct TcpQueue<B: DataBuf> {
     reqs: Vec<Option<Req<B>>>,
     free: Vec<u16>,
     tx: VecDeque<TxItem>,
-    cur: Option<TxPdu>,
+    /// PDUs being sent, in order, in one `sendmsg` (only the first may be partly sent).
+    batch: Vec<TxPdu>,
     incapsule: u32,
     timeout: Duration,
     next_check: Instant,
@@ -139,7 +143,7 @@ impl<B: DataBuf> TcpQueue<B> {
             reqs: (0..depth).map(|_| None).collect(),
             free: (0..depth).rev().collect(),
             tx: VecDeque::with_capacity(2 * depth as usize),
-            cur: None,
+            batch: Vec::with_capacity(TX_BATCH),
             incapsule,
             timeout,
             next_check: Instant::now(),
@@ -226,7 +230,7 @@ impl<B: DataBuf> TcpQueue<B> {
     /// spinning initiator starves them). Returns whether the socket is ready.
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool, TcpError> {
         let mut events = libc::POLLIN;
-        if self.cur.is_some() || !self.tx.is_empty() {
+        if !self.batch.is_empty() || !self.tx.is_empty() {
             events |= libc::POLLOUT;
         }
         let mut fd = libc::pollfd {
@@ -463,63 +467,81 @@ impl<B: DataBuf> TcpQueue<B> {
         }
     }
 
+    /// Send what is queued: up to [`TX_BATCH`] PDUs per `sendmsg` (one system call and, with
+    /// TCP_NODELAY, as few segments as the bytes need, rather than one per command).
     fn flush(&mut self) -> Result<(), TcpError> {
         loop {
-            if self.cur.is_none() {
+            while self.batch.len() < TX_BATCH {
                 let Some(item) = self.tx.pop_front() else {
-                    return Ok(());
+                    break;
                 };
-                self.cur = self.build(item);
-                if self.cur.is_none() {
-                    continue;
+                if let Some(p) = self.build(item) {
+                    self.batch.push(p);
                 }
             }
-            let (cid, doff, dlen) = {
-                let p = self.cur.as_ref().unwrap();
-                (p.cid, p.data_off, p.data_len)
-            };
-            let data: &[u8] = if dlen == 0 {
-                &[]
-            } else {
-                let ptr = self.data_at(cid, doff);
-                // SAFETY: doff..doff+dlen lies inside the command's data (checked at submit
-                // and by the receive machine for R2Ts); the command owns it while in flight
-                // and it is only read here.
-                unsafe { std::slice::from_raw_parts(ptr, dlen) }
-            };
-            let p = self.cur.as_mut().unwrap();
-            let total = p.hlen + p.data_len + p.dlen;
-            let mut skip = p.sent;
-            let mut parts: [&[u8]; 3] = [&p.hdr[..p.hlen], data, &p.ddgst[..p.dlen]];
-            for part in parts.iter_mut() {
-                let k = skip.min(part.len());
-                *part = &part[k..];
-                skip -= k;
+            if self.batch.is_empty() {
+                return Ok(());
             }
-            let iov = [
-                IoSlice::new(parts[0]),
-                IoSlice::new(parts[1]),
-                IoSlice::new(parts[2]),
-            ];
-            let n = sock::send_iov(&self.sock, &iov).map_err(|e| TcpError::io("sending", e))?;
+            let mut dptr = [std::ptr::null_mut::<u8>(); TX_BATCH];
+            for (i, d) in dptr.iter_mut().enumerate().take(self.batch.len()) {
+                let (cid, off, len) = {
+                    let p = &self.batch[i];
+                    (p.cid, p.data_off, p.data_len)
+                };
+                if len > 0 {
+                    *d = self.data_at(cid, off);
+                }
+            }
+            let mut iov = [IoSlice::new(&[]); 3 * TX_BATCH];
+            let mut k = 0;
+            for (i, p) in self.batch.iter().enumerate() {
+                let data: &[u8] = if p.data_len == 0 {
+                    &[]
+                } else {
+                    // SAFETY: data_off..+data_len lies inside the command's data (checked at
+                    // submit and by the receive machine for R2Ts); the command owns it while
+                    // in flight and it is only read here.
+                    unsafe { std::slice::from_raw_parts(dptr[i], p.data_len) }
+                };
+                let mut skip = p.sent;
+                for part in [&p.hdr[..p.hlen], data, &p.ddgst[..p.dlen]] {
+                    let c = skip.min(part.len());
+                    skip -= c;
+                    if c < part.len() {
+                        iov[k] = IoSlice::new(&part[c..]);
+                        k += 1;
+                    }
+                }
+            }
+            let mut n =
+                sock::send_iov(&self.sock, &iov[..k]).map_err(|e| TcpError::io("sending", e))?;
             if n == 0 {
                 return Ok(());
             }
-            p.sent += n;
-            if p.sent < total {
-                continue;
+            let mut finished = 0;
+            for p in self.batch.iter_mut() {
+                let rest = p.hlen + p.data_len + p.dlen - p.sent;
+                if n < rest {
+                    p.sent += n;
+                    break;
+                }
+                n -= rest;
+                p.sent += rest;
+                finished += 1;
             }
-            let p = self.cur.take().unwrap();
-            if let Some((ttag, off, left)) = p.h2c_rest {
-                if left > 0 {
-                    self.cur = self.build(TxItem::H2c {
-                        cid: p.cid,
-                        ttag,
-                        off,
-                        len: left,
-                    });
-                } else {
-                    self.rx.r2t_answered(p.cid);
+            for p in self.batch.drain(..finished) {
+                if let Some((ttag, off, left)) = p.h2c_rest {
+                    if left > 0 {
+                        // The next chunk of this R2T goes out next.
+                        self.tx.push_front(TxItem::H2c {
+                            cid: p.cid,
+                            ttag,
+                            off,
+                            len: left,
+                        });
+                    } else {
+                        self.rx.r2t_answered(p.cid);
+                    }
                 }
             }
         }
@@ -663,7 +685,7 @@ impl<B: DataBuf> TcpQueue<B> {
             match ev {
                 Event::None => {}
                 Event::Response { cid, cqe } => {
-                    if self.cur.as_ref().is_some_and(|p| p.cid == cid) {
+                    if self.batch.iter().any(|p| p.cid == cid) {
                         return Err(TcpError::Protocol {
                             pdu: "CapsuleResp",
                             field: "CCCID",
@@ -760,7 +782,7 @@ impl<B: DataBuf> TcpQueue<B> {
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
         self.rx.reset_all();
         self.tx.clear();
-        self.cur = None;
+        self.batch.clear();
         let mut n = 0;
         for cid in 0..self.reqs.len() {
             if let Some(r) = self.reqs[cid].take() {
