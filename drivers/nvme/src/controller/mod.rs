@@ -116,6 +116,8 @@ pub struct Controller {
     admin_wedged: Arc<AtomicBool>,
     /// Resets since open (the generation I/O queues compare against to notice one).
     generation: AtomicU64,
+    /// `nvme{addr=...}`: entered around this controller's slow paths so their events name it.
+    span: tracing::Span,
     shadow: Option<ShadowPages>,
     /// Whether shadow doorbells are on and why (the `Auto` probe's counts).
     shadow_decision: ShadowDecision,
@@ -145,6 +147,10 @@ impl Controller {
         dev: Arc<PciDevice>,
         opts: ControllerOptions,
     ) -> Result<Arc<Controller>> {
+        // ERROR level: the span is enabled whenever any event is, so a warn-only filter still
+        // shows which controller a warning is about.
+        let span = tracing::error_span!("nvme", addr = %dev.address());
+        let _entered = span.enter();
         let class = dev.class_code() & 0xff_ffff;
         if class != NVME_CLASS_CODE {
             return Err(NvmeError::NotNvme {
@@ -189,6 +195,7 @@ impl Controller {
             qids: Mutex::new(Vec::new()),
             admin_wedged: admin.wedged_flag(),
             generation: AtomicU64::new(0),
+            span: span.clone(),
             shadow: None,
             shadow_decision: ShadowDecision::default(),
             cmb: None,
@@ -231,6 +238,13 @@ impl Controller {
             "NVMe controller ready"
         );
         shadow_auto::decide(Arc::new(ctrl))
+    }
+
+    /// The tracing span of this controller (`nvme{addr=0000:00:04.0}`): the driver enters it
+    /// around its slow paths (bring-up, resets, recovery, timeouts, shutdown) so every event
+    /// there names the device; enter it around your own events about this controller.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The PCI device.

@@ -419,6 +419,8 @@ pub(super) fn doorbells(ctrl: &Controller, qid: u16, shadow: bool) -> (Doorbell,
 
 impl Drop for IoQueuePair {
     fn drop(&mut self) {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         let reset_since = self.ctrl.generation() != self.generation;
         if matches!(self.dead, Some((Dead::ResetUnder, _))) || (self.dead.is_none() && reset_since)
         {

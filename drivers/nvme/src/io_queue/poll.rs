@@ -229,6 +229,8 @@ impl IoQueuePair {
     /// die) instead of waiting `admin_timeout` per command.
     #[cold]
     fn abort_expired(&mut self, f: &mut dyn FnMut(IoCompletion), now: u64) -> Result<usize> {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         let mut first = None;
         for cid in 0..self.depth {
             let c = self.cmds[cid];

@@ -20,6 +20,8 @@ impl IoQueuePair {
         f: &mut dyn FnMut(IoCompletion),
         why: NvmeError,
     ) -> Result<usize> {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         tracing::warn!(qid = self.qid, error = %why, "NVMe I/O queue recovering: resetting the controller");
         if let Err(e) = self.ctrl.recover(self.generation) {
             tracing::warn!(qid = self.qid, error = %e, "NVMe controller reset failed; the queue is dead");
