@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
-use ubdirect_testbed as testbed;
 use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics;
 use ubdirect_nvme::transport::tcp::host::HostIdentity;
 use ubdirect_nvme::transport::tcp::queue::{TcpCompletion, TcpQueue};
 use ubdirect_nvme::transport::tcp::{addr::TcpTarget, TcpError};
+use ubdirect_testbed as testbed;
 
 const NQN: &str = "nqn.2026-11.io.ubdirect:test";
 const ADDR: &str = "127.0.0.1:4420";
