@@ -3,6 +3,9 @@
 mod admin_cmds;
 mod checks;
 mod lifecycle;
+mod shadow_auto;
+
+pub use shadow_auto::{ShadowDecision, ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
 
 use lifecycle::program_admin;
 
@@ -33,8 +36,9 @@ pub const PAGE_SIZE: usize = 4096;
 pub struct ControllerOptions {
     /// I/O queue pairs to ask for (Set Features, Number of Queues); the controller may grant fewer.
     pub io_queues: u16,
-    /// Use shadow doorbells (Doorbell Buffer Config) when the controller supports them.
-    pub shadow_doorbells: bool,
+    /// Shadow doorbells (Doorbell Buffer Config) when the controller supports them: `Auto`
+    /// (default) keeps them only where a short probe at open sees them save MMIO writes.
+    pub shadow_doorbells: ShadowDoorbells,
     /// Admin queue entries (capped by CAP.MQES + 1).
     pub admin_entries: u16,
     /// Deadline of each admin command.
@@ -59,7 +63,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
             io_queues: 16,
-            shadow_doorbells: true,
+            shadow_doorbells: ShadowDoorbells::Auto,
             admin_entries: 32,
             admin_timeout: Duration::from_secs(10),
             max_command_bytes: 2 << 20,
@@ -115,6 +119,8 @@ pub struct Controller {
     /// `nvme{addr=...}`: entered around this controller's slow paths so their events name it.
     span: tracing::Span,
     shadow: Option<ShadowPages>,
+    /// Whether shadow doorbells are on and why (the `Auto` probe's counts).
+    shadow_decision: ShadowDecision,
     /// The Controller Memory Buffer, when opened with [`ControllerOptions::cmb`].
     cmb: Option<Arc<crate::cmb::Cmb>>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
@@ -191,6 +197,7 @@ impl Controller {
             generation: AtomicU64::new(0),
             span: span.clone(),
             shadow: None,
+            shadow_decision: ShadowDecision::default(),
             cmb: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
@@ -217,7 +224,9 @@ impl Controller {
         ctrl.info = Some(info);
         ctrl.negotiate_queues()?;
         ctrl.load_namespaces()?;
-        if ctrl.opts.shadow_doorbells && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0 {
+        if ctrl.opts.shadow_doorbells != ShadowDoorbells::Off
+            && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0
+        {
             ctrl.enable_shadow_doorbells()?;
         }
         tracing::debug!(
@@ -228,7 +237,7 @@ impl Controller {
             shadow = ctrl.shadow.is_some(),
             "NVMe controller ready"
         );
-        Ok(Arc::new(ctrl))
+        shadow_auto::decide(Arc::new(ctrl))
     }
 
     /// The tracing span of this controller (`nvme{addr=0000:00:04.0}`): the driver enters it
@@ -286,6 +295,10 @@ impl Controller {
         self.info()
             .max_transfer(PAGE_SIZE)
             .map_or(cap, |m| m.min(cap))
+    }
+    /// Whether shadow doorbells are on, and why (see [`ShadowDoorbells::Auto`]).
+    pub fn shadow_decision(&self) -> &ShadowDecision {
+        &self.shadow_decision
     }
     /// Whether I/O queues use shadow doorbells.
     pub fn shadow_doorbells(&self) -> bool {

@@ -86,6 +86,9 @@ impl IoQueuePair {
         if reaped > 0 {
             self.cq_db.write(self.cq.head());
             self.stats.completions += reaped as u64;
+            if self.pending_len > 0 && self.free_cid_top > 0 {
+                self.send_pending();
+            }
         }
         if self.in_flight > 0 {
             self.polls = self.polls.wrapping_add(1);

@@ -78,7 +78,8 @@ impl IoQueuePair {
         self.cq_db = cq_db;
         self.last_check = ubdirect_core::util::rdtsc();
         if self.recovery == Recovery::FailBack {
-            return Ok(self.fail_back_all(f));
+            let n = self.fail_back_pending(f);
+            return Ok(n + self.fail_back_all(f));
         }
         // Requeue: the same entries (same command ids, same PRP list pages) again.
         let now = ubdirect_core::util::rdtsc();
