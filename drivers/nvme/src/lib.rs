@@ -41,7 +41,7 @@ pub mod transport;
 
 pub use block_queue::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
-pub use controller::{Controller, ControllerOptions};
+pub use controller::{Controller, ControllerOptions, ShadowDecision, ShadowDoorbells};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
 pub use io_queue::IoQueuePair;
