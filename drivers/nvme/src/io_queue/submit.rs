@@ -26,7 +26,6 @@ impl IoQueuePair {
         max_blocks: u64,
         cdw12_flags: u32,
         bufs: IoBufs,
-        data_offset: usize,
         tag: u64,
     ) -> std::result::Result<(), Rejected> {
         let ncmds = nblocks.div_ceil(max_blocks.max(1)).max(1) as usize;
@@ -72,9 +71,7 @@ impl IoQueuePair {
                 let bytes = (nlb << lba_shift) as usize;
                 let r = {
                     let data = match &bufs {
-                        IoBufs::One(b) => DataRef::One {
-                            iova: b.iova() + data_offset as u64,
-                        },
+                        IoBufs::One(b) => DataRef::One { iova: b.iova() },
                         IoBufs::Sg(s) => DataRef::Sg(s),
                         IoBufs::None => DataRef::None,
                     };
