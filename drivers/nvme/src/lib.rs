@@ -27,6 +27,7 @@ mod block_queue;
 mod blocking;
 pub mod controller;
 mod doorbell;
+pub mod env;
 pub mod error;
 pub mod info;
 mod io_commands;
@@ -42,6 +43,7 @@ pub mod status;
 
 pub use block_queue::to_block_error;
 pub use controller::{Controller, ControllerOptions};
+pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};
 pub use io_flags::IoFlags;
