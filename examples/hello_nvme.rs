@@ -10,10 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use ubdirect::core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
-use ubdirect::nvme::{
-    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions,
-};
+use ubdirect::core::PoolConfig;
+use ubdirect::nvme::{Env, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -53,10 +51,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().ok_or("usage: hello_nvme <pci-address> [lba]")?;
 
-    // One DMA domain and registry for the process; the pool's hugepages are mapped into it
-    // once a device is open.
-    let registry = UbRegistry::new(DmaDomain::new()?);
-    let ctrl = Controller::open(&registry, addr.parse()?, ControllerOptions::default())?;
+    // One call opens the DMA domain, the controller, then the buffer pool (its hugepages are
+    // mapped for the device's DMA, so it comes after the device).
+    let env = Env::builder()
+        .nvme(addr.as_str())
+        .pool(PoolConfig {
+            block_size: 2 << 20,
+            block_count: 2,
+        })
+        .open()?;
+    let (ctrl, pool) = (env.controller(0), env.pool());
     let info = ctrl.info();
     println!("{addr}: {} (sn {}, fw {})", info.mn, info.sn, info.fr);
     // The namespace handle carries what a request is checked against: LBA size, size, MDTS.
@@ -77,16 +81,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .last_blocks(blocks)
             .ok_or("the namespace is smaller than 4 KiB")?,
     };
-    let pool = UbPool::with_hugepages(
-        &registry,
-        PoolConfig {
-            block_size: 2 << 20,
-            block_count: 2,
-        },
-        None,
-    )?;
     // One queue pair per thread: this one is ours.
-    let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default())?;
+    let mut qp = IoQueuePair::new(ctrl, QueueOptions::default())?;
 
     // The buffer window moves into the request and comes back with the completion.
     let mut out = IoBuf::prefix(pool.get()?, len)?;
