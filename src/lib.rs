@@ -14,6 +14,8 @@
 //! # Ok::<(), ubdirect::core::CoreError>(())
 //! ```
 
+#![deny(missing_docs)]
+
 /// Hugepage reservation, inspection and allocation.
 pub use ubdirect_hugepages as hugepages;
 

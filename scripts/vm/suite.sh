@@ -73,7 +73,7 @@ if ((${#explicit_bins[@]} == 0)); then
         args=(--list --ignored --format terse)
         [[ -n $filter && $name != *"$filter"* ]] && args+=("$filter")
         count=$("$b" "${args[@]}" 2>/dev/null | grep -c ': test$' || true)
-        # docs/CONTRACTS.md: guest tests live in <crate>/tests/guest_*.rs. Ignored tests of other
+        # scripts/vm/README.md: guest tests live in <crate>/tests/guest_*.rs. Ignored tests of other
         # binaries belong to other runners (e.g. "gpu:" tests for a CUDA machine).
         if [[ $name != guest_* ]]; then
             ((count == 0)) || vm_log "not a guest test binary (not tests/guest_*.rs), left out: $name ($count ignored)"
