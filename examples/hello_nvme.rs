@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use ubdirect::core::PoolConfig;
+use ubdirect::dma::PoolConfig;
 use ubdirect::nvme::{Env, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
 
 fn main() -> std::process::ExitCode {

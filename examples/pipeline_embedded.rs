@@ -5,7 +5,7 @@
 //! cargo run --release --example pipeline_embedded -- 0000:00:04.0 [MiB]
 //! ```
 
-use ubdirect::core::PoolConfig;
+use ubdirect::dma::PoolConfig;
 use ubdirect::nvme::{Env, IoQueuePair, QueueOptions};
 use ubdirect::pipeline::{
     compare, queue_checksum, run_direct, Limit, NullSink, PipelineConfig, PipelineSink,
@@ -46,7 +46,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .delivered_checksum()
         .ok_or("the sink keeps no checksum")??;
     match compare("sink checksum vs a re-read", delivered, expected) {
-        v if v.ok => Ok(println!("verify OK")),
+        v if v.ok => {
+            println!("verify OK");
+            Ok(())
+        }
         v => Err(format!(
             "verify failed: delivered {} expected {}",
             v.delivered, v.expected

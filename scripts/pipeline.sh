@@ -45,7 +45,7 @@ if ((deps == 1)); then
 fi
 
 say "building ubdirect (cargo build --release)"
-cargo build --release -p ubdirect --quiet
+cargo build --release -p ubdirect-cli --quiet
 bin=target/release/ubdirect
 
 vfio_nvme() {

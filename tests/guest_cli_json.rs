@@ -6,7 +6,7 @@
 #[path = "support/schema.rs"]
 mod schema;
 
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 const BIN: &str = "ubdirect";
 

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 /// Run example `name` with `args`; its stdout, or a failure with both streams.
 fn run(name: &str, args: &[&str]) -> String {

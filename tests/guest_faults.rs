@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::kmsg::{parse_iommu_fault, IommuFault};
-use ubdirect_core::testbed::{self, NVME0_NS1};
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
+use ubdirect_diag::kmsg::{parse_iommu_fault, IommuFault};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
 use ubdirect_virtio_net::pattern;
 use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
@@ -231,14 +231,14 @@ impl CommandRegister {
     }
 }
 
-/// The kernel log reader of core ([`ubdirect_core::kmsg`]); the tests run as root, so an
+/// The kernel log reader of core ([`ubdirect_diag::kmsg`]); the tests run as root, so an
 /// unreadable /dev/kmsg fails the test.
-struct Kmsg(ubdirect_core::kmsg::Kmsg);
+struct Kmsg(ubdirect_diag::kmsg::Kmsg);
 
 impl Kmsg {
     /// Start reading at the end of the kernel log.
     fn from_now() -> Kmsg {
-        Kmsg(ubdirect_core::kmsg::Kmsg::from_now().expect("open /dev/kmsg"))
+        Kmsg(ubdirect_diag::kmsg::Kmsg::from_now().expect("open /dev/kmsg"))
     }
 
     /// The message text of every record since the last call.

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 /// The record the guest kernel logs for an NVMe read into an unmapped IOVA, for `bdf`.
 fn dmar_record(bdf: &str) -> String {

@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 /// Run `ubdirect <args>`, with the reset hook armed for `reset_after` (None: no reset). Returns
 /// the output and the run's duration.

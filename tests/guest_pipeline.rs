@@ -16,11 +16,13 @@ use ubdirect::pipeline::{
     file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineError,
     PipelineSink,
 };
-use ubdirect_core::testbed::{self, BackingImage, GPUBAR_FILE, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
 use ubdirect_cuda::checksum_at;
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::{
+    self as testbed, BackingImage, GPUBAR_FILE, NVME0_NS1, NVME1_NS1, NVME1_NS2,
+};
 
 const T: Duration = Duration::from_secs(30);
 

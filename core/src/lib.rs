@@ -17,12 +17,9 @@
 pub mod barrier;
 mod error;
 pub mod iova;
-pub mod kmsg;
 pub mod mmio;
 pub mod pci;
 pub mod seams;
-pub mod testbed;
-pub mod topology;
 pub mod ub;
 pub mod util;
 pub mod vfio;

@@ -7,8 +7,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::testbed;
 use ubdirect_core::{DmaDomain, PageSize, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_testbed as testbed;
 
 const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
 const BUDGET: Duration = Duration::from_millis(300);

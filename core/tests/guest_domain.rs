@@ -6,11 +6,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use ubdirect_core::testbed;
 use ubdirect_core::{
     CoreError, DmaDomain, DmaMem, PageSize, PciAddress, PciDevice, PoolConfig, RegionKind, UbPool,
     UbRegistry,
 };
+use ubdirect_testbed as testbed;
 
 const GUEST: &str = "guest: needs vfio devices, run by scripts/test.sh";
 

@@ -2,8 +2,8 @@
 //! pattern into pool buffers through the VFIO mmap; the host then checks that the bytes landed
 //! in the BAR's backing file (`gpubar`) at the buffers' offsets (UBD-HOSTCHECK).
 
-use ubdirect_core::testbed;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_testbed as testbed;
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]

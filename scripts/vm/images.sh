@@ -5,7 +5,7 @@
 # Pattern: 64 MiB per image; the little-endian u64 at every 8-byte aligned byte offset `off` is
 #   (image_id << 56) | off
 # with image_id 1 = nvme0.img, 2 = nvme1-ns1.img, 3 = nvme1-ns2.img. No word is zero, and every
-# block says where it lies. ubdirect_core::testbed::pattern_word() computes the same value.
+# block says where it lies. ubdirect_testbed::pattern_word() computes the same value.
 # Prints the images directory.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

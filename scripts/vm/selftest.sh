@@ -116,7 +116,7 @@ expect "hostcheck: several lines, other lines ignored" "1 hostcheck: 1 passed, 1
     "$(hc 'noise' 'UBD-HOSTCHECK a file-bytes a.img:0 41' 'UBD-HOSTCHECK b file-bytes a.img:0 42')"
 expect "hostcheck: a failure says why" "1" "$(grep -c 'not ok 2 - hostcheck b: a.img at 0 holds 41 not 42' "$tmp/hc.out")"
 
-# The NVMe image pattern (images.sh) matches ubdirect_core::testbed::pattern_word.
+# The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.
 img="${UBD_VM_CACHE:-$here/../../.vm-cache}/images/nvme1-ns2.img"
 if [[ -f $img ]]; then
     expect "pattern: nvme1-ns2.img word at 0x1000 is (3 << 56) | 0x1000" " 0300000000001000" \

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use ubdirect::pipeline::PipelineError;
 use ubdirect_core::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
-use ubdirect_core::topology::TopologyError;
 use ubdirect_core::{CoreError, PciAddress};
 use ubdirect_cuda::CudaError;
+use ubdirect_diag::topology::TopologyError;
 use ubdirect_hugepages::{HugeError, PageSize};
 use ubdirect_nvme::prp::PrpError;
 use ubdirect_nvme::{NvmeError, NvmeStatus};

@@ -5,9 +5,11 @@ mod address;
 mod capability;
 mod device;
 mod model;
+mod numa;
 mod removal;
 
 pub use address::PciAddress;
 pub use capability::PciCapability;
 pub use device::PciDevice;
 pub use model::DeviceModel;
+pub use numa::{numa_node, numa_node_below};

@@ -156,12 +156,11 @@ impl DmaMem {
 
 /// The NUMA node every device open in `registry`'s domain reports, if they agree.
 fn devices_node(registry: &UbRegistry) -> Option<u32> {
-    let root = crate::topology::SysfsRoot::system();
-    let mut nodes = registry.domain().device_addresses().into_iter().map(|a| {
-        crate::topology::numa_node_of(&root, &a.to_string())
-            .ok()
-            .flatten()
-    });
+    let mut nodes = registry
+        .domain()
+        .device_addresses()
+        .into_iter()
+        .map(crate::pci::numa_node);
     let first = nodes.next()??;
     nodes.all(|n| n == Some(first)).then_some(first)
 }

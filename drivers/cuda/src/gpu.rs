@@ -71,10 +71,7 @@ impl CudaGpu {
     /// NUMA node of the GPU from sysfs (None when unknown).
     pub fn numa_node(&self) -> Option<u32> {
         let addr = self.pci_address().ok()?;
-        let root = ubdirect_core::topology::SysfsRoot::system();
-        ubdirect_core::topology::numa_node_of(&root, &addr)
-            .ok()
-            .flatten()
+        ubdirect_core::pci::numa_node(addr.parse().ok()?)
     }
 
     /// Whether the driver can export device memory as a dma-buf.

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 fn ubdirect(args: &[&str]) -> (i32, String, String) {
     let out = Command::new("ubdirect")

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::{one, T};
 use ubdirect_core::seams::BlockQueue;
-use ubdirect_core::testbed::{self, NVME0_NS1};
 use ubdirect_core::UbBuf;
 use ubdirect_nvme::spec::command::admin_opcode;
 use ubdirect_nvme::spec::Sqe;
@@ -19,6 +18,7 @@ use ubdirect_nvme::{
     Segment, SgList,
 };
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 const LOST: u64 = 1 << 40;

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fill_random, T};
-use ubdirect_core::kmsg::Kmsg;
-use ubdirect_core::testbed::{self, NVME0_NS1};
 use ubdirect_core::{PoolConfig, RegionKind, UbPool, UbRegion, UbRegistry};
+use ubdirect_diag::kmsg::Kmsg;
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const LEN: usize = 1 << 20;
 const SCRATCH_LBA: u64 = 100_000;

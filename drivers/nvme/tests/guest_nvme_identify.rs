@@ -131,7 +131,7 @@ fn reopen_after_orderly_shutdown_and_queue_ids_are_reused() {
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn controller_reset_brings_admin_and_io_back() {
-    use ubdirect_core::testbed::{self, NVME0_NS1};
+    use ubdirect_testbed::{self as testbed, NVME0_NS1};
     let bed = common::open(0, 1 << 20, 2);
     let mut qp = bed.qp(16, 1);
     let buf = qp

@@ -8,10 +8,10 @@
 mod common;
 
 use common::{fill_random, one, T};
-use ubdirect_core::testbed::{self, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 use ubdirect_core::UbBuf;
 use ubdirect_nvme::{ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::{self as testbed, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 
 const GUARD: u8 = 0xa5;
 const SIZES: &[usize] = &[

@@ -7,9 +7,9 @@
 mod common;
 
 use common::{fill_random, T};
-use ubdirect_core::testbed;
 use ubdirect_nvme::ControllerOptions;
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed as testbed;
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]

@@ -5,9 +5,9 @@
 mod common;
 
 use common::T;
-use ubdirect_core::testbed::{self, GPUBAR_FILE, NVME0_NS1};
 use ubdirect_core::{PciDevice, PoolConfig, UbPool};
 use ubdirect_nvme::{IoBuf, Lba};
+use ubdirect_testbed::{self as testbed, GPUBAR_FILE, NVME0_NS1};
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]

@@ -6,10 +6,10 @@ mod common;
 
 use common::{one, T};
 use ubdirect_core::seams::{BlockErrorKind, BlockQueue};
-use ubdirect_core::testbed::{self, NVME0_NS1};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_nvme::{IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]

@@ -4,7 +4,7 @@
 # from the GPU-BAR stand-in) and the ubdirect userspace driver (buffers in the GPU-BAR
 # stand-in) run back to back on the same two NICs, rebinding them between runs, so that load
 # changes on a shared host hit all three alike. Run from the host (release build first):
-#   cargo build --release -p ubdirect --bin ubdirect
+#   cargo build --release -p ubdirect-cli --bin ubdirect
 #   scripts/vm/run.sh --devices "ivshmem nic0 nic1" --bin target/release/ubdirect \
 #       --files drivers/virtio-net/bench -- 'sh loopback-ab.sh'
 # Prints one "AB-RESULT <mode> <size> <rep> <json>" line per run.

@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use ubdirect_core::pci::PciAddress;
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 
 fn ubdirect(args: &[&str]) -> Output {
     Command::new("ubdirect")

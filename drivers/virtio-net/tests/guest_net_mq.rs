@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ubdirect_core::pci::PciDevice;
-use ubdirect_core::testbed;
+use ubdirect_testbed as testbed;
 use ubdirect_virtio_net::{Features, NetConfig, TxFrame, VirtioNetError};
 
 #[test]

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use ubdirect_core::testbed;
 use ubdirect_core::ub::{PoolConfig, UbPool};
+use ubdirect_testbed as testbed;
 use ubdirect_virtio_net::{NetConfig, TxFrame, FRAME_OFFSET};
 
 #[test]

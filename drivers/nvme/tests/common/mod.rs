@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ubdirect_core::{testbed, DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_testbed as testbed;
 
 /// Deadline of every blocking call in the tests.
 pub const T: Duration = Duration::from_secs(30);

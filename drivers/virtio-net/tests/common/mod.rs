@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::pci::{PciAddress, PciDevice};
-use ubdirect_core::testbed;
 use ubdirect_core::ub::{PoolConfig, UbPool, UbRegion, UbRegistry};
 use ubdirect_core::vfio::DmaDomain;
+use ubdirect_testbed as testbed;
 use ubdirect_virtio_net::pattern::{self, Check};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, FRAME_OFFSET};
 

@@ -14,7 +14,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-use crate::pci::PciAddress;
+use ubdirect_core::PciAddress;
 
 /// Which IOMMU logged a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

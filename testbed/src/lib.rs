@@ -5,6 +5,8 @@
 //! instead of hard-coding addresses. The module also knows the backing images' data pattern and
 //! formats the `UBD-HOSTCHECK` lines the host runs after the guest exits. std only.
 
+#![deny(missing_docs)]
+
 use std::fmt;
 
 /// The test devices of the guest, as PCI address strings ("0000:00:04.0").

@@ -5,13 +5,14 @@
 //! DMA straight into it: storage-to-GPU and network-to-GPU with zero CPU copies.
 //!
 //! This crate is the facade for embedders: it re-exports the driver crates under short names.
-//! The `ubdirect` binary (devices, doctor, identify, perf, pipeline, loopback) is built on it.
+//! The `ubdirect` binary (devices, doctor, identify, perf, pipeline, loopback) is the separate
+//! `ubdirect-cli` package, built on it.
 //!
 //! ```no_run
-//! use ubdirect::core::{DmaDomain, UbRegistry};
+//! use ubdirect::dma::{DmaDomain, UbRegistry};
 //! let domain = DmaDomain::new()?;
 //! let registry = UbRegistry::new(domain);
-//! # Ok::<(), ubdirect::core::CoreError>(())
+//! # Ok::<(), ubdirect::dma::CoreError>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -19,8 +20,9 @@
 /// Hugepage reservation, inspection and allocation.
 pub use ubdirect_hugepages as hugepages;
 
-/// The VFIO DMA domain, PCI device access, MMIO and the unified buffer registry and pool.
-pub use ubdirect_core as core;
+/// The VFIO DMA domain, PCI device access, MMIO and the unified buffer registry and pool
+/// (the `ubdirect-core` crate; named `dma` so it does not shadow Rust's own `core`).
+pub use ubdirect_core as dma;
 
 /// The NVMe poll-mode driver.
 pub use ubdirect_nvme as nvme;

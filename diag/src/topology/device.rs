@@ -11,7 +11,7 @@ use super::class::{class_name, DeviceRole};
 use super::link::LinkInfo;
 use super::sysfs::{dir_names, link_name, read_hex, read_opt, SysfsRoot};
 use super::TopologyError;
-use crate::pci::PciAddress;
+use ubdirect_core::PciAddress;
 
 /// Another device in the same IOMMU group, with its driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -3,7 +3,7 @@
 //! lockdown). Everything reads below an injectable [`SysfsRoot`], so host tests use a fake tree.
 //!
 //! ```no_run
-//! use ubdirect_core::topology::{self, SysfsRoot};
+//! use ubdirect_diag::topology::{self, SysfsRoot};
 //! let root = SysfsRoot::system();
 //! for dev in topology::all_devices(&root)? {
 //!     println!("{} {:?} group {:?}", dev.address, dev.driver, dev.iommu_group);

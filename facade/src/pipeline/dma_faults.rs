@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use ubdirect_core::kmsg::{IommuFault, Kmsg, FAULT_MEANING};
 use ubdirect_core::PciAddress;
+use ubdirect_diag::kmsg::{IommuFault, Kmsg, FAULT_MEANING};
 
 /// At most this many fault records are quoted in an error; the rest are counted.
 const QUOTED: usize = 8;
@@ -85,7 +85,7 @@ impl std::error::Error for DmaFaults {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ubdirect_core::kmsg::parse_iommu_fault;
+    use ubdirect_diag::kmsg::parse_iommu_fault;
 
     #[test]
     fn the_error_quotes_the_records_and_says_what_they_mean() {
