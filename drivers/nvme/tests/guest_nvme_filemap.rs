@@ -154,7 +154,9 @@ fn the_device_cannot_write_into_a_registered_file_mapping() {
     );
     // QEMU's VT-d blocks the write and the controller still completes the READ with success
     // (as for an unmapped buffer, RELIABILITY "lost direct path"): the kernel log shows it.
-    let target = r.unwrap_or_else(|r| panic!("READ into the file region: {}", r.error));
+    let target = r
+        .unwrap_or_else(|r| panic!("READ into the file region: {}", r.error))
+        .into_buf();
     std::thread::sleep(Duration::from_millis(200));
     let faults = kmsg
         .faults_for(&[bed.ctrl.device().address()])
