@@ -12,6 +12,11 @@ set -euo pipefail
 
 # Packages from bookworm-backports.
 BACKPORTS_PKGS=(qemu-system-x86)
+# From trixie-backports, pinned at priority 50 (/etc/apt/preferences.d/ubdirect-trixie-backports)
+# so that nothing installed is ever upgraded from it: the source of the "ubd" guest kernel
+# (scripts/vm/kernel-build.sh). Its build tools come from bookworm (KBUILD_PKGS).
+TRIXIE_BPO_PKGS=(linux-source-7.3)
+KBUILD_PKGS=(make gcc libc6-dev bc bison flex libelf-dev libssl-dev)
 # Packages from bookworm itself.
 # - busybox-static: the guest's whole userland;  cpio: the initramfs;  kmod: depmod/modprobe
 #   resolve the guest modules;  xz-utils, zstd: kernel modules and the kernel image payload;
@@ -43,17 +48,24 @@ missing() {
 
 mapfile -t need_base < <(missing "${BASE_PKGS[@]}" | sed '/^$/d')
 mapfile -t need_bpo < <(missing "${BACKPORTS_PKGS[@]}" | sed '/^$/d')
+mapfile -t need_kb < <(missing "${KBUILD_PKGS[@]}" | sed '/^$/d')
+need_base+=("${need_kb[@]}")
+mapfile -t need_tbpo < <(missing "${TRIXIE_BPO_PKGS[@]}" | sed '/^$/d')
 
 # The guest kernel (scripts/vm) also comes from bookworm-backports: the suite must be known.
 have_bpo=1
 grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ || have_bpo=0
 
-if ((have_bpo == 1 && ${#need_base[@]} == 0 && ${#need_bpo[@]} == 0)); then
+have_tbpo=1
+grep -rqs 'trixie-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ &&
+    [[ -f /etc/apt/preferences.d/ubdirect-trixie-backports ]] || have_tbpo=0
+
+if ((have_bpo == 1 && have_tbpo == 1 && ${#need_base[@]} == 0 && ${#need_bpo[@]} == 0 && ${#need_tbpo[@]} == 0)); then
     exit 0
 fi
 
 [[ $(id -u) == 0 ]] ||
-    die "missing packages (${need_base[*]} ${need_bpo[*]}) or the bookworm-backports suite, and not root: run as root"
+    die "missing packages (${need_base[*]} ${need_bpo[*]} ${need_tbpo[*]}) or the bookworm-/trixie-backports suites, and not root: run as root"
 
 export DEBIAN_FRONTEND=noninteractive
 if ((have_bpo == 0)); then
@@ -62,7 +74,17 @@ if ((have_bpo == 0)); then
         >/etc/apt/sources.list.d/ubdirect-backports.list
 fi
 
-if ((${#need_base[@]} + ${#need_bpo[@]} > 0)); then log "installing: ${need_base[*]} ${need_bpo[*]}"; fi
+if ((have_tbpo == 0)); then
+    log "adding trixie-backports (pinned at 50: only linux-source-7.3 comes from it)"
+    grep -rqs 'trixie-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ ||
+        echo 'deb http://deb.debian.org/debian trixie-backports main' \
+            >/etc/apt/sources.list.d/ubdirect-trixie-backports.list
+    printf '%s\n' '# ubdirect (scripts/deps.sh): only linux-source-7.3 comes from trixie-backports; nothing else upgrades.' \
+        'Package: *' 'Pin: release n=trixie-backports' 'Pin-Priority: 50' \
+        >/etc/apt/preferences.d/ubdirect-trixie-backports
+fi
+
+if ((${#need_base[@]} + ${#need_bpo[@]} + ${#need_tbpo[@]} > 0)); then log "installing: ${need_base[*]} ${need_bpo[*]} ${need_tbpo[*]}"; fi
 apt-get update -qq || die "apt-get update failed: check the network and /etc/apt/sources.list*"
 if ((${#need_base[@]} > 0)); then
     apt-get install -y -qq --no-install-recommends "${need_base[@]}" >/dev/null ||
@@ -73,6 +95,11 @@ if ((${#need_bpo[@]} > 0)); then
         die "apt-get install -t bookworm-backports ${need_bpo[*]} failed"
 fi
 
-left=$(missing "${BASE_PKGS[@]}" "${BACKPORTS_PKGS[@]}" | sed '/^$/d' | tr '\n' ' ')
+if ((${#need_tbpo[@]} > 0)); then
+    apt-get install -y -qq --no-install-recommends -t trixie-backports "${need_tbpo[@]}" >/dev/null ||
+        die "apt-get install -t trixie-backports ${need_tbpo[*]} failed"
+fi
+
+left=$(missing "${BASE_PKGS[@]}" "${BACKPORTS_PKGS[@]}" "${KBUILD_PKGS[@]}" "${TRIXIE_BPO_PKGS[@]}" | sed '/^$/d' | tr '\n' ' ')
 [[ -z $left ]] || die "still missing after apt: $left"
 log "all test dependencies installed"

@@ -148,7 +148,33 @@ guest_main() {
             timeout -s KILL "$DL" "$@" >"$W/$rj.out" 2>&1
             echo $? >"$W/$rj.rc"
         ) &
+        pids="$pids $!"
     }
+    # wait_jobs: wait for the jobs run_job started (not the watchdog)
+    wait_jobs() {
+        # shellcheck disable=SC2086 # a list of pids
+        wait $pids
+        pids=
+    }
+    pids=
+    # Watchdog: a round older than a job's deadline + 60 s has a job the KILL could not end (a
+    # task stuck in the kernel): print the blocked tasks' kernel stacks (and sysrq-w to the
+    # kernel log) once, so the hang can be diagnosed; the host stops QEMU later.
+    (
+        while sleep 10; do
+            t0=$(cat "$W/round.t0" 2>/dev/null) || continue
+            [ $(($(up) - t0)) -gt $((DL + 60)) ] || continue
+            echo "SOAK-STUCK the round that started at ${t0}s has not ended at $(up)s; blocked tasks:"
+            for p in /proc/[0-9]*; do
+                grep -q '^State:.*D' "$p/status" 2>/dev/null || continue
+                echo "SOAK-STUCK pid ${p#/proc/} $(cat "$p/comm") ($(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)): $(tr '\n' ' ' <"$p/stack" 2>/dev/null)"
+            done
+            echo w >/proc/sysrq-trigger 2>/dev/null
+            dmesg 2>/dev/null | tail -n 80 | sed 's/^/SOAK-STUCK dmesg /'
+            break
+        done
+    ) &
+    watchdog=$!
     # jnum FILE KEY: the last number after "KEY": in a JSON file (0 when none)
     jnum() { v=$(grep -o "\"$2\": *[0-9]*" "$1" 2>/dev/null | tail -n1 | grep -o '[0-9]*$'); echo "${v:-0}"; }
     # perf_result / pipe_result / loop_result NAME: a finished job's outcome: ok, fail or hang
@@ -204,6 +230,7 @@ guest_main() {
             case $R in 0) fault=blkdebug ;; 1) fault=reset ;; esac
         fi
         round_t0=$(up)
+        echo "$round_t0" >"$W/round.t0"
         # nvme2 came back (hot-plug): give it to vfio-pci
         if [ -n "$NVME2" ] && [ -e "/sys/bus/pci/devices/$NVME2" ] && [ "$(drv_of "$NVME2")" != vfio-pci ]; then
             HUGEMEM=0 PCI_ALLOWED="$NVME2" UBD_STATE_DIR=$W/state sh scripts/setup.sh config >"$W/rebind.out" 2>&1
@@ -244,7 +271,7 @@ guest_main() {
                 fault=none
             fi
         fi
-        wait
+        wait_jobs
         if [ "$j0" = perf ]; then r0=$(perf_result nvme0); else r0=$(pipe_result nvme0); fi
         r1=$(perf_result nvme1)
         rn=$(loop_result nic)
@@ -321,7 +348,7 @@ guest_main() {
         if [ "$fault" = blkdebug ]; then
             finj=$((finj + 1))
             run_job bad ubdirect perf -w read -q 4 -t 1 --ns 1 --offset-mib "$BAD_MIB" --span-mib 1 --json "$NVME1"
-            wait
+            wait_jobs
             brc=$(cat "$W/bad.rc" 2>/dev/null || echo 137)
             berr=$(jnum "$W/bad.out" errors)
             if [ "$brc" = 137 ]; then
@@ -352,6 +379,7 @@ guest_main() {
         last_round=$(($(up) - round_t0))
         echo "SOAK-ROUND $rounds t=$(up)s nvme0=$r0($j0) nvme1=$r1(ns$n1) nic=$rn nvme2=$r2 fault=$fault"
     done
+    kill "$watchdog" 2>/dev/null
     [ "$pending_reset" -gt 0 ] && echo "SOAK-NOT-SURVIVED: the last reset(s) had no round after them"
     echo "SOAK-SUMMARY rounds=$rounds ios=$ios bytes_verified=$bytes mismatches=$mism hangs=$hangs leaks=$leaks faults_injected=$finj faults_survived=$fsurv failures=$fails"
     [ $((mism + hangs + leaks + fails)) = 0 ] && [ "$finj" = "$fsurv" ]
@@ -453,6 +481,14 @@ while ! guest_done; do
     rand 10
     sleep $((5 + R))
     guest_done && break
+    # a job the KILL could not end (the guest's watchdog printed the blocked tasks): stop QEMU
+    # after the kernel's sysrq output had time to reach the console; no summary = a failed soak
+    if grep -q '^SOAK-STUCK' "$CON" 2>/dev/null; then
+        echo "$(date +%T) the guest reports a round stuck in the kernel: stopping QEMU in 30 s (a hang)" >>"$hlog"
+        sleep 30
+        qmp '{"execute":"quit"}' >/dev/null 2>&1
+        break
+    fi
     [ "$(date +%s)" -lt "$stop_at" ] || {
         sleep 2
         continue
@@ -519,7 +555,7 @@ done
 wait "$vm"
 vmrc=$?
 
-grep -E '^SOAK-(START|FAULT|SURVIVED|NOT-SURVIVED|FAIL|LEAK|EVENT)|^#   ' "$CON" | tail -n 60
+grep -E '^SOAK-(START|FAULT|SURVIVED|NOT-SURVIVED|FAIL|LEAK|EVENT|STUCK)|^#   ' "$CON" | tail -n 140
 sed 's/^/host: /' "$hlog" | grep -v '"return"' | tail -n 30
 sum=$(grep '^SOAK-SUMMARY' "$CON" | tail -n1)
 get() { echo "$sum" | tr ' ' '\n' | sed -n "s/^$1=//p"; }

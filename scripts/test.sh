@@ -6,14 +6,20 @@
 #      RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
-#   5. scripts/vm/suite.sh                              guest tests in one QEMU boot
-#      -> "guest-shell: ...", "guest-rust: ...", "hostcheck: ...",
-#         "guest: N passed, N failed, N skipped"; a skip that scripts/vm/expected-skips does not
-#         allow, or a requested host check that never ran, counts as a failure
+#      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
+#                                                       indicatif, cudarc, io-uring -> "embedder: ..."
+#   5. scripts/vm/suite.sh --kernel K                   guest tests in one QEMU boot per kernel K:
+#      Debian 6.12 (vfio type1), then ubd (built from linux-source-7.3, scripts/vm/kernel-build.sh)
+#      -> "guest-shell[K]: ...", "guest-rust[K]: ...", "hostcheck[K]: ...",
+#         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
+#         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
+#         counts as a failure
+#      scripts/vm/pair.sh per tests/guest/pair/*.sh       two guests (NVMe-oF target + initiator)
+#      -> "guest-pair[K]: N passed, N failed, N skipped" (TAP + target-side checks, counted)
 #   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
-#      (its own boot; its checks: mismatches, hangs, leaks, job failures, faults survived, status).
-#      Shown in the summary but not yet counted in the totals nor failing test.sh: not reliable
-#      yet (RELIABILITY.md, "Soak (issue 9)": a hot-unplug hung the guest once).
+#      (its own boot; its checks: mismatches, hangs, leaks, job failures, faults survived, status),
+#      counted in the totals; a failed check fails test.sh. A guest stuck in the kernel is
+#      bounded: soak.sh stops QEMU and counts it (RELIABILITY.md, "Soak (issue 9)").
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
 #
 # Options (for iterating):
@@ -22,7 +28,8 @@
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
-#   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --kernel 6.1, --test-timeout 900)
+#   --kernels "6.12 ubd"           the guest kernels, in order (UBD_TEST_KERNELS; --kernel K = only K)
+#   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --test-timeout 900)
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
 # text (see scripts/vm/run.sh).
@@ -31,7 +38,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
-host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=()
+host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=() kernels=${UBD_TEST_KERNELS:-6.12 ubd}
 while (($# > 0)); do
     case $1 in
     --host-only) guest=0 && shift ;;
@@ -40,6 +47,8 @@ while (($# > 0)); do
     --no-deps) deps=0 && shift ;;
     --no-soak) soak=0 && shift ;;
     --filter) filter=$2 && suite_args+=(--filter "$2") && shift 2 ;;
+    --kernels) kernels=$2 && shift 2 ;;
+    --kernel) kernels=$2 && shift 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
     --*)
         if (($# > 1)) && [[ $2 != --* ]]; then suite_args+=("$1" "$2") && shift 2; else suite_args+=("$1") && shift; fi
@@ -106,21 +115,45 @@ if ((host == 1)); then
     line=$(tail -n1 "$logs/vm-selftest.log")
     [[ $line == vm-selftest:* ]] || line="vm-selftest: 0 passed, 1 failed (see $logs/vm-selftest.log)"
     note "$line" "$rc"
+
+    step "scripts/embedder-check.sh (the facade's nvme feature alone)"
+    scripts/embedder-check.sh 2>&1 | tee "$logs/embedder.log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep '^embedder: ' "$logs/embedder.log" | tail -n1)
+    [[ -n $line ]] || line="embedder: FAILED (see $logs/embedder.log)"
+    note "$line" "$rc"
 fi
 
 if ((guest == 1)); then
-    step "scripts/vm/suite.sh ${suite_args[*]}"
-    t=$(date +%s)
-    scripts/vm/suite.sh "${suite_args[@]}" 2>&1 | tee "$logs/guest.log"
-    rc=${PIPESTATUS[0]}
-    # The suite's closing lines.
-    mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest.log")
-    if ((${#glines[@]} == 0)); then
-        note "guest: 0 passed, 1 failed (scripts/vm/suite.sh exited $rc before its summary; see $logs/guest.log)" 1
-    else
-        for l in "${glines[@]}"; do summary+=("$l"); done
-        ((rc == 0)) || failed=1
-    fi
+    for k in $kernels; do
+        step "scripts/vm/suite.sh --kernel $k ${suite_args[*]}"
+        scripts/vm/suite.sh --kernel "$k" "${suite_args[@]}" 2>&1 | tee "$logs/guest-$k.log"
+        rc=${PIPESTATUS[0]}
+        # The suite's closing lines, named by kernel: "guest-shell[6.12]: ...".
+        mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest-$k.log" |
+            sed -E "s/^(guest-shell|guest-rust|hostcheck|guest|skips): /\\1[$k]: /")
+        if ((${#glines[@]} == 0)); then
+            note "guest[$k]: 0 passed, 1 failed (scripts/vm/suite.sh --kernel $k exited $rc before its summary; see $logs/guest-$k.log)" 1
+        else
+            for l in "${glines[@]}"; do summary+=("$l"); done
+            ((rc == 0)) || failed=1
+        fi
+        # Two guests (tests/guest/pair/*.sh on the initiator): TAP counted by tap-count.awk, plus
+        # the target-side checks pair.sh ran.
+        if [[ -z $filter || $filter == *pair* || $filter == *nvmet* ]]; then
+            pp=0 pf=0 ps=0
+            for f in tests/guest/pair/*.sh; do
+                [[ -f $f ]] || continue
+                step "scripts/vm/pair.sh --kernel $k -- sh $f"
+                scripts/vm/pair.sh --kernel "$k" -- "sh $f" 2>&1 | tee "$logs/pair-$k-$(basename "$f").log"
+                rc=${PIPESTATUS[0]}
+                read -r a b c < <(awk -v rc="$rc" -f scripts/vm/guest/tap-count.awk "$logs/pair-$k-$(basename "$f").log")
+                read -r ta tb < <(sed -n 's/^pair: .*targetcheck \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$logs/pair-$k-$(basename "$f").log")
+                pp=$((pp + a + ${ta:-0})) pf=$((pf + b + ${tb:-0})) ps=$((ps + c))
+            done
+            note "guest-pair[$k]: $pp passed, $pf failed, $ps skipped" "$pf"
+        fi
+    done
 fi
 
 if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then
@@ -130,8 +163,8 @@ if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then
     rc=${PIPESTATUS[0]}
     line=$(grep -E '^soak: [0-9]+ passed, [0-9]+ failed' "$logs/soak.log" | tail -n1)
     [[ -n $line ]] || line="soak: 0 passed, 1 failed (scripts/soak.sh exited $rc without its summary; see $logs/soak.log)"
-    # not counted yet (see the header): the line is shown, a failure does not fail test.sh
-    summary+=("$line ($(elapsed "$t"); not counted in the totals)")
+    [[ $line =~ ^soak:\ [0-9]+\ passed,\ 0\ failed ]] || rc=1
+    note "$line ($(elapsed "$t"))" "$rc"
 fi
 
 printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"
@@ -141,9 +174,9 @@ if ((failed == 0)); then echo "test.sh: all passed"; else echo "test.sh: FAILED"
 # failure for each other step that failed (deps, fmt, clippy).
 tp=0 tf=0 ts=0
 for l in "${summary[@]}"; do
-    if [[ $l =~ ^(host|vm-selftest|guest):\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+    if [[ $l =~ ^(host|vm-selftest|guest|soak|guest\[[^]]*\]|guest-pair\[[^]]*\]):\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
         tp=$((tp + BASH_REMATCH[2])) tf=$((tf + BASH_REMATCH[3]))
-        [[ $l =~ ^guest:\ [0-9]+\ passed,\ [0-9]+\ failed,\ ([0-9]+)\ skipped ]] && ts=$((ts + BASH_REMATCH[1]))
+        [[ $l =~ ^guest(-pair)?(\[[^]]*\])?:\ [0-9]+\ passed,\ [0-9]+\ failed,\ ([0-9]+)\ skipped ]] && ts=$((ts + BASH_REMATCH[3]))
     elif [[ $l == *FAILED* ]]; then
         tf=$((tf + 1))
     fi

@@ -110,6 +110,16 @@ pub enum CoreError {
     /// The domain has no device yet, so the IOMMU is not set up.
     #[error("the DMA domain has no open device: open a PciDevice in it (PciDevice::open) before mapping memory; VFIO sets up the IOMMU when the first group joins and drops it when the last device closes")]
     NoDevice,
+    /// The DMA back end asked for (or chosen) cannot serve this request; `fix` says what to do.
+    #[error("DMA back end {backend}: {reason}; {fix}")]
+    Backend {
+        /// The back end ("type1", "iommufd", "noiommu").
+        backend: &'static str,
+        /// What is missing or refused.
+        reason: String,
+        /// What the user can do about it.
+        fix: String,
+    },
     /// A VFIO ioctl failed.
     #[error("VFIO {op} failed: {source}")]
     Vfio {

@@ -83,6 +83,38 @@ impl IovaAllocator {
         Ok(())
     }
 
+    /// Mark `[start, start+len)` allocated (a mapping that already exists, carried over when
+    /// the valid ranges change): the part inside free ranges is taken out of them. Refused
+    /// (nothing changes) when it overlaps an allocation.
+    pub fn reserve(&mut self, start: u64, len: u64) -> Result<(), IovaError> {
+        let end = start.checked_add(len).ok_or(IovaError::BadRequest)?;
+        if len == 0 {
+            return Err(IovaError::BadRequest);
+        }
+        if let Some((&us, &ul)) = self.used.range(..end).next_back() {
+            if us + ul > start {
+                return Err(IovaError::BadRequest);
+            }
+        }
+        let hit: Vec<(u64, u64)> = self
+            .free
+            .range(..end)
+            .filter(|(_, &e)| e > start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in hit {
+            self.free.remove(&s);
+            if s < start {
+                self.free.insert(s, start);
+            }
+            if e > end {
+                self.free.insert(end, e);
+            }
+        }
+        self.used.insert(start, len);
+        Ok(())
+    }
+
     /// The length of the largest free range.
     pub fn largest_free(&self) -> u64 {
         self.free.iter().map(|(s, e)| e - s).max().unwrap_or(0)
@@ -131,6 +163,23 @@ mod tests {
     use proptest::prelude::*;
 
     const GUEST: [Range<u64>; 2] = [0x1_0000..0xfee0_0000, 0xfef0_0000..(1 << 48)];
+
+    #[test]
+    fn a_reserved_range_is_never_handed_out_and_frees_normally() {
+        let mut a = IovaAllocator::new(std::slice::from_ref(&(0x10_0000..0x10_4000)));
+        a.reserve(0x10_1000, 0x1000).unwrap();
+        assert_eq!(
+            a.free_ranges(),
+            vec![0x10_0000..0x10_1000, 0x10_2000..0x10_4000]
+        );
+        assert_eq!(a.alloc(0x1000, 0x1000), Ok(0x10_0000));
+        assert_eq!(a.alloc(0x1000, 0x1000), Ok(0x10_2000));
+        // Overlapping an allocation is refused and changes nothing.
+        assert_eq!(a.reserve(0x10_2800, 0x1000), Err(IovaError::BadRequest));
+        assert_eq!(a.allocations(), 3);
+        a.free(0x10_1000, 0x1000).unwrap();
+        assert_eq!(a.alloc(0x1000, 0x1000), Ok(0x10_1000));
+    }
 
     #[test]
     fn honours_ranges_and_alignment() {

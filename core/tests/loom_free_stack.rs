@@ -71,28 +71,38 @@ fn assert_all_back(s: &FreeStack, held: impl IntoIterator<Item = u32>, n: u32) {
     assert_eq!(seen, (0..n).collect(), "an index was lost");
 }
 
+/// Run `body` on `n` loom threads sharing the stack and the owner table; join them all.
+fn on_threads(n: usize, s: &Arc<FreeStack>, own: &Arc<Owners>, body: fn(&FreeStack, &Owners)) {
+    let hs: Vec<_> = (0..n)
+        .map(|_| {
+            let (s, own) = (s.clone(), own.clone());
+            thread::spawn(move || body(&s, &own))
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+/// Pop an index (when one is left), own it for a moment, push it back.
+fn pop_use_push(s: &FreeStack, own: &Owners) {
+    if let Some(i) = s.pop() {
+        own.claim(i);
+        own.release(i);
+        s.push(i);
+    }
+}
+
 #[test]
 fn two_threads_pop_and_push_never_share_or_lose_an_index() {
     model(|| {
         let s = Arc::new(FreeStack::full(2));
         let own = Owners::new(2);
-        let hs: Vec<_> = (0..2)
-            .map(|_| {
-                let (s, own) = (s.clone(), own.clone());
-                thread::spawn(move || {
-                    for _ in 0..2 {
-                        if let Some(i) = s.pop() {
-                            own.claim(i);
-                            own.release(i);
-                            s.push(i);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        on_threads(2, &s, &own, |s, own| {
+            for _ in 0..2 {
+                pop_use_push(s, own);
+            }
+        });
         assert_all_back(&s, [], 2);
     });
 }
@@ -142,21 +152,7 @@ fn three_threads_contend_for_the_last_index() {
     model_bounded(1, || {
         let s = Arc::new(FreeStack::full(1));
         let own = Owners::new(1);
-        let hs: Vec<_> = (0..3)
-            .map(|_| {
-                let (s, own) = (s.clone(), own.clone());
-                thread::spawn(move || {
-                    if let Some(i) = s.pop() {
-                        own.claim(i);
-                        own.release(i);
-                        s.push(i);
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        on_threads(3, &s, &own, pop_use_push);
         assert_all_back(&s, [], 1);
     });
 }
@@ -170,36 +166,28 @@ fn magazines_over_the_stack_never_share_or_lose_an_index() {
         const CAP: usize = 2;
         let s = Arc::new(FreeStack::full(3));
         let own = Owners::new(3);
-        let hs: Vec<_> = (0..2)
-            .map(|_| {
-                let (s, own) = (s.clone(), own.clone());
-                thread::spawn(move || {
-                    let mut mag = Magazine::with_capacity(CAP);
-                    let mut held = Vec::new();
-                    // Take two (the first refills), give both back (the second spills when
-                    // the magazine is full), take one again, then drain the magazine.
-                    for _ in 0..2 {
-                        if let Some((i, _)) = mag.take(CAP, || s.pop()) {
-                            own.claim(i);
-                            held.push(i);
-                        }
-                    }
-                    for i in held.drain(..) {
-                        own.release(i);
-                        mag.give(CAP, i, |x| s.push(x));
-                    }
-                    if let Some((i, _)) = mag.take(CAP, || s.pop()) {
-                        own.claim(i);
-                        own.release(i);
-                        mag.give(CAP, i, |x| s.push(x));
-                    }
-                    mag.drain(|x| s.push(x));
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+        on_threads(2, &s, &own, |s, own| {
+            let mut mag = Magazine::with_capacity(CAP);
+            let mut held = Vec::new();
+            // Take two (the first refills), give both back (the second spills when the
+            // magazine is full), take one again, then drain the magazine.
+            for _ in 0..2 {
+                if let Some((i, _)) = mag.take(CAP, || s.pop()) {
+                    own.claim(i);
+                    held.push(i);
+                }
+            }
+            for i in held.drain(..) {
+                own.release(i);
+                mag.give(CAP, i, |x| s.push(x));
+            }
+            if let Some((i, _)) = mag.take(CAP, || s.pop()) {
+                own.claim(i);
+                own.release(i);
+                mag.give(CAP, i, |x| s.push(x));
+            }
+            mag.drain(|x| s.push(x));
+        });
         assert_all_back(&s, [], 3);
     });
 }

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod dma;
+pub mod fuzz;
 pub mod nvme;
 pub mod virtio_net;
 mod within;

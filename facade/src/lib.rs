@@ -8,6 +8,23 @@
 //! The `ubdirect` binary (devices, doctor, identify, perf, pipeline, loopback) is the separate
 //! `ubdirect-cli` package, built on it.
 //!
+//! ## Features
+//!
+//! | feature | gives | default |
+//! |---|---|---|
+//! | `nvme` | [`nvme`]: the NVMe poll-mode driver | yes |
+//! | `nvmf` | reserved for the NVMe/TCP transport (implies `nvme`) | no |
+//! | `net` | [`virtio_net`]: the virtio-net poll-mode driver | yes |
+//! | `cuda` | [`cuda`], and the pipeline's CUDA sinks: `pipeline::CudaSinks`, `pipeline::run_mapped` | yes |
+//! | `uring` | [`uring`]: the kernel block path (io_uring, O_DIRECT) | yes |
+//! | `progress` | the pipeline's progress bar on stderr (indicatif) | yes |
+//!
+//! [`dma`], [`hugepages`], [`diag`] and [`pipeline`] are always there. The pipeline's
+//! [`pipeline::NullSink`] and [`pipeline::BarSink`] need no feature; CUDA device memory as a sink
+//! needs `cuda`. An embedder that only drives NVMe writes
+//! `ubdirect = { version = "0.1", default-features = false, features = ["nvme"] }` and compiles
+//! no clap, indicatif, cudarc or io-uring (`examples/embedder-nvme-only`).
+//!
 //! ```no_run
 //! use ubdirect::dma::{DmaDomain, UbRegistry};
 //! let domain = DmaDomain::new()?;
@@ -25,16 +42,23 @@ pub use ubdirect_hugepages as hugepages;
 pub use ubdirect_core as dma;
 
 /// The NVMe poll-mode driver.
+#[cfg(feature = "nvme")]
 pub use ubdirect_nvme as nvme;
 
 /// The virtio-net poll-mode driver.
+#[cfg(feature = "net")]
 pub use ubdirect_virtio_net as virtio_net;
 
 /// CUDA integration (loaded at run time; clear errors where CUDA is absent).
+#[cfg(feature = "cuda")]
 pub use ubdirect_cuda as cuda;
 
 /// The kernel block path (io_uring, O_DIRECT, fixed buffers from the pool).
+#[cfg(feature = "uring")]
 pub use ubdirect_uring as uring;
+
+/// Diagnostics: PCI topology from sysfs, the pre-flight (doctor) rules, kernel-log IOMMU faults.
+pub use ubdirect_diag as diag;
 
 /// The pipeline: a block source through the UB pool into a sink, on one polling thread.
 pub mod pipeline;

@@ -173,6 +173,12 @@ impl HugeMem {
     pub fn numa_node(&self) -> Option<u32> {
         self.numa
     }
+
+    /// The memfd behind the mapping (for mapping it by file, e.g. iommufd's
+    /// `IOMMU_IOAS_MAP_FILE`); it lives as long as `self`.
+    pub fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self._file)
+    }
 }
 
 impl Drop for HugeMem {

@@ -8,20 +8,22 @@
 #                  `modprobe` in the guest works too)
 #   modules.load   their paths relative to that directory, in load order (insmod in the guest)
 # A re-run with the cache in place does nothing and prints the cache directory.
+# `ubd` is the kernel built from source with everything built in (kernel-build.sh; no modules).
 #
-# Usage: kernel.sh [6.12|6.1]      (env UBD_VM_MODULES: module names to resolve)
+# Usage: kernel.sh [6.12|6.1|ubd]  (env UBD_VM_MODULES: module names to resolve)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 series=${1:-$UBD_VM_KERNEL}
 case $series in
 6.12 | 6.1) ;;
-*) vm_die "unknown kernel series '$series': use 6.12 (bookworm-backports) or 6.1 (bookworm)" ;;
+ubd) exec "$UBD_VM_DIR/kernel-build.sh" ;;
+*) vm_die "unknown kernel series '$series': use 6.12 (bookworm-backports), 6.1 (bookworm) or ubd (built from linux-source-7.3, scripts/vm/kernel-build.sh)" ;;
 esac
 
 kdir="$UBD_VM_CACHE/kernel-$series"
 stamp="$kdir/.ready"
-want="modules: $UBD_VM_MODULES"
+want="modules: $UBD_VM_MODULES; on demand: $UBD_VM_MODULES_ONDEMAND"
 if [[ -f $stamp && $(cat "$stamp") == "$want" && -f $kdir/vmlinux ]]; then
     echo "$kdir"
     exit 0
@@ -60,7 +62,12 @@ mkdir -p "$mods"
 
 depmod -b "$root" "$kver"
 : >"$kdir/modules.load"
-for m in $UBD_VM_MODULES; do
+: >"$kdir/modules.ondemand"
+# UBD_VM_MODULES go to modules.load (insmod'ed at boot, in order); UBD_VM_MODULES_ONDEMAND are only
+# copied (busybox modprobe finds them through modules.dep).
+for m in $UBD_VM_MODULES "@ondemand" $UBD_VM_MODULES_ONDEMAND; do
+    if [[ $m == @ondemand ]]; then list="$kdir/modules.ondemand" && continue; fi
+    list=${list:-$kdir/modules.load}
     modprobe -d "$root" -S "$kver" --show-depends "$m" >"$kdir/deps.tmp" ||
         vm_die "module $m not found in $kver (UBD_VM_MODULES='$UBD_VM_MODULES')"
     while read -r kind path _; do
@@ -69,7 +76,7 @@ for m in $UBD_VM_MODULES; do
         rel=${rel%.xz}
         rel=${rel%.zst}
         rel=${rel%.gz}
-        grep -qxF "$rel" "$kdir/modules.load" && continue
+        grep -qxF "$rel" "$kdir/modules.load" "$kdir/modules.ondemand" && continue
         mkdir -p "$(dirname "$mods/$rel")"
         case $path in
         *.xz) xz -dc "$path" >"$mods/$rel" ;;
@@ -77,7 +84,7 @@ for m in $UBD_VM_MODULES; do
         *.gz) gzip -dc "$path" >"$mods/$rel" ;;
         *) cp "$path" "$mods/$rel" ;;
         esac
-        echo "$rel" >>"$kdir/modules.load"
+        echo "$rel" >>"$list"
     done <"$kdir/deps.tmp"
 done
 rm -f "$kdir/deps.tmp"

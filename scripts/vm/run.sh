@@ -4,10 +4,16 @@
 #   scripts/vm/run.sh [options] -- <command line run by the guest's sh in /ubd>
 #
 # Options (each also settable by the environment variable shown):
-#   --kernel 6.12|6.1      guest kernel series                      (UBD_VM_KERNEL, 6.12)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq
+#   --kernel 6.12|6.1|ubd  guest kernel: Debian's 6.12 / 6.1, or ubd, built from linux-source-7.3
+#                          with IOMMUFD, vfio cdev, no-IOMMU, dma-buf, NVMe-oF built in
+#                          (scripts/vm/kernel-build.sh)             (UBD_VM_KERNEL, 6.12)
+#   --no-iommu             no emulated IOMMU; vfio in unsafe no-IOMMU mode
+#                          (vfio.enable_unsafe_noiommu_mode=1; needs --kernel ubd; the guest
+#                          sees UBD_VM_NO_IOMMU=1)                  (UBD_VM_NO_IOMMU=1)
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata
 #                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
-#                          tap in a private network namespace, needs root) (UBD_VM_DEVICES, all)
+#                          tap in a private network namespace, needs root; nvmecmb: a controller
+#                          with a 1 MiB Controller Memory Buffer) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
 #   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
@@ -18,6 +24,11 @@
 #   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
 #   --test-bin FILE        a test executable for /ubd/tests-bin (run by the test plan)
 #   --env NAME=VALUE       exported in the guest (repeatable)
+#   --peer listen|connect:PATH:IP/LEN
+#                          one more virtio-net NIC (0000:00:0c.0, on its kernel driver, UBD_NIC_PEER)
+#                          joined to another guest's by a QEMU stream socket at the unix PATH
+#                          (listen: this guest makes it; connect: retried until it exists); /init
+#                          gives it IP/LEN. scripts/vm/pair.sh boots two guests this way. (UBD_VM_PEER)
 #   --qmp SOCKET           also open a QMP monitor on this unix socket (hot-plug, throttling
 #                          and other faults driven from the host, e.g. by scripts/soak.sh) (UBD_VM_QMP)
 #   --run-dir DIR          where backing files and logs go (default: a fresh
@@ -39,7 +50,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -49,6 +60,8 @@ UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 UBD_VM_QMP=${UBD_VM_QMP:-}
+UBD_VM_NO_IOMMU=${UBD_VM_NO_IOMMU:-0}
+UBD_VM_PEER=${UBD_VM_PEER:-}
 files=() bins=() test_bins=() envs=() run_dir=
 
 usage() {
@@ -72,6 +85,8 @@ while (($# > 0)); do
     --env) envs+=("$2") && shift 2 ;;
     --run-dir) run_dir=$2 && shift 2 ;;
     --qmp) UBD_VM_QMP=$2 && shift 2 ;;
+    --no-iommu) UBD_VM_NO_IOMMU=1 && shift ;;
+    --peer) UBD_VM_PEER=$2 && shift 2 ;;
     -h | --help) usage ;;
     --) shift && break ;;
     *) vm_die "unknown option '$1' (the guest command goes after --; see --help)" ;;
@@ -80,10 +95,28 @@ done
 (($# > 0)) || vm_die "no command: scripts/vm/run.sh [options] -- <command line> (see --help)"
 guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
+[[ $UBD_VM_NO_IOMMU == 0 || $UBD_VM_KERNEL == ubd ]] ||
+    vm_die "--no-iommu needs --kernel ubd: Debian's $UBD_VM_KERNEL kernel has no CONFIG_VFIO_NOIOMMU"
+peer_args=() peer_ip=
+if [[ -n $UBD_VM_PEER ]]; then
+    [[ $UBD_VM_PEER =~ ^(listen|connect):(/[^:,]+):([0-9.]+/[0-9]+)$ ]] ||
+        vm_die "--peer wants listen:PATH:IP/LEN or connect:PATH:IP/LEN (e.g. listen:/tmp/ubd-pair.sock:10.77.0.1/24), got '$UBD_VM_PEER'"
+    peer_ip=${BASH_REMATCH[3]}
+    if [[ ${BASH_REMATCH[1]} == listen ]]; then
+        rm -f "${BASH_REMATCH[2]}"
+        peer_args=(-netdev "stream,id=peer0,server=on,addr.type=unix,addr.path=${BASH_REMATCH[2]}")
+    else
+        peer_args=(-netdev "stream,id=peer0,server=off,reconnect-ms=500,addr.type=unix,addr.path=${BASH_REMATCH[2]}")
+    fi
+    # The MAC's last byte: the IP's last byte (two guests on one link need two MACs).
+    last=${peer_ip%/*}
+    last=${last##*.}
+    peer_args+=(-device "virtio-net-pci,netdev=peer0,mac=52:54:00:00:01:$(printf %02x "$((last & 255))"),romfile=,addr=0c.0")
+fi
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | nvmecmb | sata) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -135,6 +168,14 @@ truncate -s 64M "$run_dir/gpubar"
 if [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]]; then
     rm -f "$run_dir/nvme-mdts0.img"
     truncate -s 64M "$run_dir/nvme-mdts0.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]]; then
+    rm -f "$run_dir/nvme-cmb.img"
+    truncate -s 64M "$run_dir/nvme-cmb.img"
+fi
+if [[ " $UBD_VM_DEVICES " == *" sata "* ]]; then
+    rm -f "$run_dir/sata.img"
+    truncate -s 16M "$run_dir/sata.img"
 fi
 
 # ---- the per-run initramfs layer: /init, project files, binaries and their libraries ----
@@ -190,9 +231,12 @@ printf '%s\n' "$guest_cmd" >"$stage/ubd/cmd"
 roles=
 [[ " $UBD_VM_DEVICES " == *" nvmemdts0 "* ]] && roles="$roles 0000:00:0a.0=nvme_mdts0"
 [[ " $UBD_VM_DEVICES " == *" nicmq "* ]] && roles="$roles 0000:00:09.0=nic_mq"
+[[ " $UBD_VM_DEVICES " == *" nvmecmb "* ]] && roles="$roles 0000:00:0b.0=nvme_cmb"
+[[ -n $UBD_VM_PEER ]] && roles="$roles 0000:00:0c.0=nic_peer"
 {
     echo "export UBD_RUN_DIR='$run_dir'"
     echo "export UBD_VM_ROLES='${roles# }'"
+    echo "export UBD_VM_KERNEL='$UBD_VM_KERNEL' UBD_VM_NO_IOMMU='$UBD_VM_NO_IOMMU' UBD_PEER_IP='$peer_ip'"
     for e in "${envs[@]}"; do
         [[ $e == *=* ]] || vm_die "--env wants NAME=VALUE, got '$e'"
         printf "export %s='%s'\n" "${e%%=*}" "$(printf '%s' "${e#*=}" | sed "s/'/'\\\\''/g")"
@@ -235,7 +279,12 @@ for d in $UBD_VM_DEVICES; do
     nvmemdts0)
         dev_args+=(-drive "file=$run_dir/nvme-mdts0.img,if=none,id=nvmdts0,format=raw"
             -device "nvme,id=nvmemdts0,serial=ubdprp,mdts=0,drive=nvmdts0,addr=0a.0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq)" ;;
+    nvmecmb)
+        dev_args+=(-drive "file=$run_dir/nvme-cmb.img,if=none,id=nvcmb,format=raw"
+            -device "nvme,id=nvmecmb,serial=ubdcmb,cmb_size_mb=1,drive=nvcmb,addr=0b.0") ;;
+    sata) # a disk on q35's built-in AHCI controller (00:1f.2): setup.sh's in-use checks of other classes
+        dev_args+=(-drive "file=$run_dir/sata.img,if=none,id=sata0,format=raw" -device "ide-hd,bus=ide.0,drive=sata0") ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
     esac
 done
 
@@ -245,15 +294,23 @@ done
 # the kernel panics ("timer doesn't work through Interrupt-remapped IO-APIC"; seen here).
 # tsc=reliable: no clocksource watchdog, so a loaded host cannot demote the TSC to the HPET
 # (every clock read would trap).
-append="console=ttyS0 rdinit=/init intel_iommu=on panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
+# --no-iommu: no IOMMU device, and vfio's unsafe no-IOMMU mode on (noiommu-<n> groups and
+# /dev/vfio/devices/vfio<n> cdevs bound through /dev/iommu).
+iommu_dev=(-device intel-iommu,intremap=on,caching-mode=on)
+iommu_arg=intel_iommu=on
+if [[ $UBD_VM_NO_IOMMU == 1 ]]; then
+    iommu_dev=()
+    iommu_arg='intel_iommu=off vfio.enable_unsafe_noiommu_mode=1'
+fi
+append="console=ttyS0 rdinit=/init $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max
     -machine q35,kernel-irqchip=split -m "$UBD_VM_MEM" -smp "$UBD_VM_SMP"
     -display none -vga none -serial stdio -no-reboot
-    -device intel-iommu,intremap=on,caching-mode=on
+    "${iommu_dev[@]}"
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
-    "${dev_args[@]}" $UBD_VM_QEMU_EXTRA)
+    "${dev_args[@]}" "${peer_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
 qemu+=(-pidfile "$run_dir/qemu.pid")
 printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"

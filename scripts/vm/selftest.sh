@@ -116,6 +116,32 @@ expect "hostcheck: several lines, other lines ignored" "1 hostcheck: 1 passed, 1
     "$(hc 'noise' 'UBD-HOSTCHECK a file-bytes a.img:0 41' 'UBD-HOSTCHECK b file-bytes a.img:0 42')"
 expect "hostcheck: a failure says why" "1" "$(grep -c 'not ok 2 - hostcheck b: a.img at 0 holds 41 not 42' "$tmp/hc.out")"
 
+# Bad input to the test bed's own commands: refused by name, nothing started (issues 12, 14).
+# out_of CMD...: "<exit status> <first line of stderr holding 'error'/'nvmet.sh:'>".
+out_of() {
+    "$@" >/dev/null 2>"$tmp/err"
+    echo "$? $(grep -m1 -E 'error|nvmet.sh:' "$tmp/err")"
+}
+expect "run.sh: --no-iommu on a Debian kernel is refused" \
+    "2 vm: error: --no-iommu needs --kernel ubd: Debian's 6.12 kernel has no CONFIG_VFIO_NOIOMMU" \
+    "$(out_of "$here/run.sh" --kernel 6.12 --no-iommu -- true)"
+expect "run.sh: a malformed --peer is refused" \
+    "2 vm: error: --peer wants listen:PATH:IP/LEN or connect:PATH:IP/LEN (e.g. listen:/tmp/ubd-pair.sock:10.77.0.1/24), got 'listen:/tmp/x'" \
+    "$(out_of "$here/run.sh" --peer listen:/tmp/x -- true)"
+expect "kernel.sh: an unknown kernel names the choices" \
+    "2 vm: error: unknown kernel series '7.0': use 6.12 (bookworm-backports), 6.1 (bookworm) or ubd (built from linux-source-7.3, scripts/vm/kernel-build.sh)" \
+    "$(out_of "$here/kernel.sh" 7.0)"
+expect "nvmet.sh: no address" "1 nvmet.sh: no address: nvmet.sh ADDR [--dev DEV | --file PATH] (e.g. 127.0.0.1)" \
+    "$(out_of sh "$here/nvmet.sh")"
+expect "nvmet.sh: --dev that is not a block device" \
+    "1 nvmet.sh: $tmp is not a block device (a test-bed namespace on the kernel nvme driver, e.g. /dev/nvme0n1)" \
+    "$(out_of sh "$here/nvmet.sh" 127.0.0.1 --dev "$tmp")"
+expect "nvmet.sh: --dev and --file together" "1 nvmet.sh: --dev and --file exclude each other" \
+    "$(out_of sh "$here/nvmet.sh" 127.0.0.1 --dev /dev/null --file "$tmp/f")"
+expect "nvmet.sh: ... and created no file" "no" "$([[ -e $tmp/f ]] && echo yes || echo no)"
+expect "pair.sh: no initiator command" "2 vm: error: no initiator command: scripts/vm/pair.sh [options] -- <command> (see --help)" \
+    "$(out_of "$here/pair.sh")"
+
 # The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.
 img="${UBD_VM_CACHE:-$here/../../.vm-cache}/images/nvme1-ns2.img"
 if [[ -f $img ]]; then

@@ -10,7 +10,8 @@
 #   is a libtest test-name filter and scripts are skipped.
 # --test-bin FILE: run these test executables instead of building and finding the workspace's.
 # --test-timeout: seconds per script or test binary in the guest (default 600).
-# Other options go to scripts/vm/run.sh (e.g. --kernel 6.1, --timeout 1800, --extra-qemu ...).
+# Other options go to scripts/vm/run.sh (e.g. --kernel 6.1, --kernel ubd, --no-iommu,
+# --timeout 1800, --extra-qemu ...). No-IOMMU tests only: --kernel ubd --no-iommu --filter noiommu.
 #
 # Prints one closing line per suite (guest-shell, guest-rust, hostcheck), "N passed, N failed,
 # N skipped" each, and "guest: N passed, N failed, N skipped"; saves the guest log, dmesg and
@@ -34,6 +35,7 @@ while (($# > 0)); do
     --timeout) run_timeout=$2 && shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
     --) vm_die "suite.sh runs the test plan: no command line (use scripts/vm/run.sh for that)" ;;
+    --no-iommu) run_args+=("$1") && shift ;;
     --kernel | --devices | --extra-qemu | --append | --mem | --smp | --hugepages | --files | --bin | --env | --run-dir)
         run_args+=("$1" "$2") && shift 2 ;;
     *) vm_die "unknown option '$1' (see --help)" ;;

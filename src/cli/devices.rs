@@ -3,6 +3,7 @@
 use serde::Serialize;
 use ubdirect_diag::topology::{self, PciDeviceInfo};
 
+use super::dma_backend::{self, DmaBackend};
 use super::{parse_bdf, print_table, sysfs_root, CliResult, Outcome};
 
 /// List PCI devices (default: NVMe, NICs, GPUs, memory controllers such as ivshmem).
@@ -24,7 +25,35 @@ pub struct Args {
 /// The JSON document.
 #[derive(Serialize)]
 struct DevicesJson<'a> {
-    devices: &'a [PciDeviceInfo],
+    devices: Vec<DeviceJson<'a>>,
+}
+
+/// One device: its sysfs facts and the DMA back end it will use (issue 12).
+#[derive(Serialize)]
+struct DeviceJson<'a> {
+    #[serde(flatten)]
+    info: &'a PciDeviceInfo,
+    /// None unless bound to vfio-pci.
+    dma_backend: Option<DmaBackend>,
+}
+
+fn with_backends(devs: &[PciDeviceInfo]) -> Vec<DeviceJson<'_>> {
+    let root = sysfs_root();
+    devs.iter()
+        .map(|info| DeviceJson {
+            info,
+            dma_backend: dma_backend::of(root.root(), info).and_then(Result::ok),
+        })
+        .collect()
+}
+
+/// The DMA column: the back end of a device on vfio-pci, "-" otherwise.
+fn dma_cell(d: &PciDeviceInfo) -> String {
+    match dma_backend::of(sysfs_root().root(), d) {
+        Some(Ok(b)) => b.kind,
+        Some(Err(_)) => "invalid".into(),
+        None => "-".into(),
+    }
 }
 
 /// The devices `args` selects, in address order.
@@ -60,6 +89,7 @@ fn row(d: &PciDeviceInfo) -> Vec<String> {
             topology::class_subclass(d.class)
         ),
         d.driver.clone().unwrap_or_else(|| "-".into()),
+        dma_cell(d),
         group,
         d.numa_node.map_or("-".into(), |n| n.to_string()),
         d.link.summary(),
@@ -76,7 +106,12 @@ pub fn run(args: &Args) -> CliResult {
     let devs = select(args)?;
     tracing::debug!(count = devs.len(), all = args.all, "devices selected");
     if args.json {
-        super::json::print("devices", DevicesJson { devices: &devs })?;
+        super::json::print(
+            "devices",
+            DevicesJson {
+                devices: with_backends(&devs),
+            },
+        )?;
         return Ok(Outcome::Success);
     }
     if devs.is_empty() {
@@ -86,7 +121,7 @@ pub fn run(args: &Args) -> CliResult {
     let rows: Vec<Vec<String>> = devs.iter().map(row).collect();
     print_table(
         &[
-            "ADDRESS", "ID", "CLASS", "DRIVER", "GROUP", "NUMA", "LINK", "BARS",
+            "ADDRESS", "ID", "CLASS", "DRIVER", "DMA", "GROUP", "NUMA", "LINK", "BARS",
         ],
         &rows,
     );
@@ -135,9 +170,10 @@ mod tests {
         assert_eq!(r[1], "1af4:1110");
         assert_eq!(r[2], "RAM (0500)");
         assert_eq!(r[3], "-");
-        assert_eq!(r[4], "3");
-        assert_eq!(r[5], "-");
-        assert_eq!(r[7], "2:64M(p64)");
+        assert_eq!(r[4], "-", "not on vfio-pci: no DMA back end");
+        assert_eq!(r[5], "3");
+        assert_eq!(r[6], "-");
+        assert_eq!(r[8], "2:64M(p64)");
         d.group_peers = vec![
             GroupPeer {
                 address: "0000:00:1f.0".into(),
@@ -152,7 +188,7 @@ mod tests {
         d.driver = Some("vfio-pci".into());
         let r = row(&d);
         assert_eq!(
-            (r[3].as_str(), r[4].as_str(), r[5].as_str()),
+            (r[3].as_str(), r[5].as_str(), r[6].as_str()),
             ("vfio-pci", "3(+2)", "1")
         );
     }
@@ -160,7 +196,13 @@ mod tests {
     #[test]
     fn json_has_the_device_fields() {
         let d = [fake_device("0000:00:06.0", 0x050000, None)];
-        let v = crate::cli::json::document("devices", DevicesJson { devices: &d }).unwrap();
+        let v = crate::cli::json::document(
+            "devices",
+            DevicesJson {
+                devices: with_backends(&d),
+            },
+        )
+        .unwrap();
         crate::cli::json::validate(&v).unwrap();
         let dev = &v["devices"][0];
         assert_eq!(dev["address"], "0000:00:06.0");
@@ -169,5 +211,6 @@ mod tests {
         assert_eq!(dev["iommu_group"], 3);
         assert_eq!(dev["bars"][0]["size"], 64u64 << 20);
         assert_eq!(dev["bars"][0]["prefetchable"], true);
+        assert_eq!(dev["dma_backend"], serde_json::Value::Null);
     }
 }

@@ -115,13 +115,14 @@ pub fn run(args: &Args) -> CliResult {
         gpu = ?gpu.map(|g| g.address.as_str()),
         "doctor: selection"
     );
-    let findings = preflight(&PreflightInput {
+    let mut findings = preflight(&PreflightInput {
         system: &system,
         selected: &selected,
         gpu,
         pool_bytes: args.pool_mib.saturating_mul(1 << 20),
         small_bar: args.small_bar_mib.saturating_mul(1 << 20),
     });
+    findings.extend(super::dma_backend::findings(root.root(), &selected));
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (ok, warnings, errors) = (
         count(Severity::Ok),

@@ -7,13 +7,14 @@ use serde::Serialize;
 use ubdirect_core::{DmaDomain, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
-use super::{parse_bdf, CliResult, Outcome};
+use super::{CliResult, Outcome};
 
 /// Identify an NVMe controller bound to vfio-pci: controller fields and every active namespace.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PCI address of the controller (0000:00:04.0 or 00:04.0), bound to vfio-pci.
-    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    /// PCI address of the controller (0000:00:04.0 or 00:04.0), bound to vfio-pci, or an
+    /// NVMe/TCP target nvmf-tcp://ADDR[:PORT]/SUBNQN[/NSID].
+    #[arg(value_name = "PCI-ADDR", value_parser = super::nvmf::parse_ctrl_addr)]
     addr: String,
 
     /// JSON on stdout instead of text.
@@ -46,6 +47,9 @@ struct IdentifyJson<'a> {
 
 /// Run it.
 pub fn run(args: &Args) -> CliResult {
+    if args.addr.starts_with("nvmf-tcp://") {
+        return super::nvmf::run_identify(&args.addr, args.json);
+    }
     let registry = UbRegistry::new(DmaDomain::new()?);
     let ctrl: Arc<Controller> =
         Controller::open(&registry, args.addr.parse()?, ControllerOptions::default())?;

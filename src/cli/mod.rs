@@ -11,6 +11,7 @@
 //! Return `Outcome::Findings` for "ran fine but found problems" (exit 1 without an error line).
 
 mod devices;
+mod dma_backend;
 mod doctor;
 pub mod errors;
 mod fault_hook;
@@ -19,6 +20,8 @@ pub mod json;
 mod log;
 mod loopback;
 mod namespace;
+mod nvmf;
+mod nvmf_perf;
 mod perf;
 mod pipeline;
 mod pipeline_json;
@@ -49,8 +52,10 @@ pub enum Command {
     Devices(devices::Args),
     /// Pre-flight check: IOMMU, vfio, groups, hugepages, memlock, locality, links, BARs, lockdown.
     Doctor(doctor::Args),
-    /// Identify an NVMe controller through vfio: controller fields and every namespace (nvme-cli names).
+    /// Identify an NVMe controller (vfio PCI address or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID]): controller fields and namespaces.
     Identify(identify::Args),
+    /// List the subsystems of an NVMe/TCP discovery controller: `discover ADDR[:PORT]` (port 8009).
+    Discover(nvmf::DiscoverArgs),
     /// Measure NVMe I/O like spdk_nvme_perf: -q depth, -o size, -w pattern, -t seconds, -c cores.
     Perf(perf::Args),
     /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: AF_PACKET baseline).
@@ -68,6 +73,7 @@ impl Command {
             Command::Devices(a) => devices::run(a),
             Command::Doctor(a) => doctor::run(a),
             Command::Identify(a) => identify::run(a),
+            Command::Discover(a) => nvmf::run_discover(a),
             Command::Perf(a) => perf::run(a),
             Command::Loopback(a) => loopback::run(a),
             Command::Pipeline(a) => pipeline::run(a),

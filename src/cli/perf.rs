@@ -16,7 +16,7 @@ use ubdirect_nvme::{
 
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
-use super::{parse_bdf, CliResult, Outcome};
+use super::{CliResult, Outcome};
 
 mod floor;
 mod uring;
@@ -24,8 +24,8 @@ mod uring;
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// PCI address of the controller (bound to vfio-pci).
-    #[arg(value_name = "PCI-ADDR", value_parser = parse_bdf)]
+    /// PCI address of the controller (bound to vfio-pci), or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID].
+    #[arg(value_name = "PCI-ADDR", value_parser = super::nvmf::parse_ctrl_addr)]
     addr: String,
 
     /// Queue depth per core.
@@ -79,6 +79,10 @@ pub struct Args {
     /// Do not use shadow doorbells (Doorbell Buffer Config) even when the controller has them.
     #[arg(long)]
     no_shadow_doorbell: bool,
+
+    /// Place the I/O submission queues in the controller's Controller Memory Buffer (CMB).
+    #[arg(long)]
+    sq_in_cmb: bool,
 
     /// JSON on stdout instead of a table.
     #[arg(long)]
@@ -189,6 +193,7 @@ struct PerfReport<'a> {
     io_size: usize,
     queue_depth: usize,
     shadow_doorbells: bool,
+    sq_in_cmb: bool,
     tsc_hz: f64,
     cores: &'a [CoreResult],
     total: Total,
@@ -223,6 +228,7 @@ struct Job {
     duration: Duration,
     verify: bool,
     shadow: bool,
+    sq_in_cmb: bool,
     tsc: Tsc,
     cores: usize,
 }
@@ -231,6 +237,20 @@ const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
 
 /// Run it; then fail (exit 1) if the kernel logged an IOMMU fault for the controller.
 pub fn run(args: &Args) -> CliResult {
+    if args.addr.starts_with("nvmf-tcp://") {
+        return super::nvmf_perf::run(&super::nvmf_perf::PerfSpec {
+            addr: &args.addr,
+            queue_depth: args.queue_depth,
+            io_size: args.io_size,
+            write: matches!(args.workload, Workload::Write | Workload::Randwrite),
+            random: matches!(args.workload, Workload::Randread | Workload::Randwrite),
+            seconds: args.time,
+            verify: args.verify,
+            json: args.json,
+            offset: args.offset.unwrap_or(0),
+            span: args.span,
+        });
+    }
     let devices: Vec<PciAddress> = args.addr.parse().into_iter().collect();
     let watch = DmaFaultWatch::start(&devices);
     let r = run_perf(args);
@@ -246,6 +266,9 @@ fn run_perf(args: &Args) -> CliResult {
     if args.queue_depth == 0 {
         return Err("-q must be at least 1".into());
     }
+    if args.sq_in_cmb && args.engine != Engine::Ubdirect {
+        return Err("--sq-in-cmb places the queues of --engine ubdirect only: drop it or use --engine ubdirect".into());
+    }
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
@@ -254,6 +277,7 @@ fn run_perf(args: &Args) -> CliResult {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.
         shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
+        cmb: args.sq_in_cmb,
         ..Default::default()
     };
     let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
@@ -334,6 +358,7 @@ fn run_perf(args: &Args) -> CliResult {
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
         shadow: !args.no_shadow_doorbell,
+        sq_in_cmb: args.sq_in_cmb,
         tsc,
         cores: args.cores.0.len(),
     });
@@ -385,6 +410,7 @@ fn finish(
         io_size: args.io_size,
         queue_depth: args.queue_depth,
         shadow_doorbells,
+        sq_in_cmb: args.sq_in_cmb,
         tsc_hz: tsc.hz,
         cores,
         total,
@@ -446,7 +472,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 
 fn print_report(r: &PerfReport<'_>) {
     println!(
-        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}",
+        "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}{}",
         serde_json::to_value(r.engine)
             .ok()
             .and_then(|v| v.as_str().map(String::from))
@@ -464,7 +490,8 @@ fn print_report(r: &PerfReport<'_>) {
         } else {
             String::new()
         },
-        if r.shadow_doorbells { "on" } else { "off" }
+        if r.shadow_doorbells { "on" } else { "off" },
+        if r.sq_in_cmb { ", SQs in the CMB" } else { "" }
     );
     println!(
         "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -629,6 +656,7 @@ fn worker(
                 depth: job.depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
+                sq_in_cmb: job.sq_in_cmb,
                 // A command that times out, or a controller reset under the run, resets the
                 // controller and submits what was in flight again: the run goes on.
                 recovery: Recovery::Requeue,
@@ -845,6 +873,20 @@ mod tests {
     }
 
     #[test]
+    fn sq_in_cmb_is_for_the_ubdirect_engine_only() {
+        assert!(parse(&["00:04.0", "--sq-in-cmb"]).sq_in_cmb);
+        assert!(!parse(&["00:04.0"]).sq_in_cmb);
+        for engine in ["floor", "uring-iopoll", "uring-cmd"] {
+            let a = parse(&["00:04.0", "--engine", engine, "--sq-in-cmb"]);
+            let Err(e) = run_perf(&a) else {
+                panic!("{engine}: --sq-in-cmb accepted")
+            };
+            let e = e.to_string();
+            assert!(e.contains("--engine ubdirect"), "{engine}: {e}");
+        }
+    }
+
+    #[test]
     fn one_spelling_for_sizes_offsets_and_namespaces_old_ones_still_work() {
         let a = parse(&[
             "00:04.0",
@@ -939,6 +981,7 @@ mod tests {
                 io_size: args.io_size,
                 queue_depth: args.queue_depth,
                 shadow_doorbells: false,
+                sq_in_cmb: engine == "ubdirect",
                 tsc_hz: tsc.hz,
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),

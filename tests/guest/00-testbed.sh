@@ -60,7 +60,7 @@ lbs=$(for b in /sys/block/nvme*n*; do
     case ${b##*/} in *c*) continue ;; esac
     cat "$b/queue/logical_block_size"
 done | sort | tr '\n' ' ')
-t "namespace block sizes are 512 512 4096 and the MDTS-0 one's 512 (got: $lbs)" '[ "$lbs" = "4096 512 512 512 " ]'
+t "namespace block sizes are 512 512 4096 and the MDTS-0 and CMB ones' 512 (got: $lbs)" '[ "$lbs" = "4096 512 512 512 512 " ]'
 
 mac_of() { cat "$(sysdev "$1")"/virtio*/net/*/address 2>/dev/null; }
 t "NIC MACs 52:54:00:00:00:01/02 (got $(mac_of "$nic0") $(mac_of "$nic1"))" \

@@ -14,35 +14,10 @@ ERR=/tmp/setup-test.err
 # shellcheck source=tests/guest/lib/tap.sh
 . tests/guest/lib/tap.sh
 
-skipped=0
-skip() {
-    n=$((n + 1))
-    skipped=$((skipped + 1))
-    echo "ok $n # SKIP $1"
-}
-is_drv() { [ "$(drv "$1")" = "$2" ]; }
+# shellcheck source=tests/guest/lib/setup.sh
+. tests/guest/lib/setup.sh
 vfio_node() { [ -c "/dev/vfio/$(grp "$1")" ]; }
 no_vfio_node() { [ ! -e "/dev/vfio/$(grp "$1")" ]; }
-
-# run_setup MODE [VAR=VALUE...]: run setup.sh with the given environment; status in $rc.
-run_setup() {
-    m=$1
-    shift
-    env "$@" $SETUP "$m" >"$OUT" 2>"$ERR"
-    rc=$?
-}
-
-# The state a bad input must not change: drivers, overrides, hugepages, /dev/vfio, ownerships.
-snapshot() {
-    for d in /sys/bus/pci/devices/*; do
-        echo "${d##*/} $(drv "${d##*/}") $(cat "$d/driver_override" 2>/dev/null)"
-    done
-    cat /sys/kernel/mm/hugepages/*/nr_hugepages
-    ls -ln /dev/vfio /dev/hugepages 2>/dev/null
-    grep hugetlbfs /proc/mounts
-    cat "$UBD_STATE_DIR/original-drivers" 2>/dev/null
-}
-
 
 # Start from the kernel drivers whatever ran before (00-testbed.sh leaves devices on vfio-pci).
 bind-kernel $UBD_TEST_DEVICES >/dev/null 2>&1

@@ -19,26 +19,8 @@ ERR=/tmp/setup9.err
 # shellcheck source=tests/guest/lib/tap.sh
 . tests/guest/lib/tap.sh
 
-skipped=0
-skip() {
-    n=$((n + 1))
-    skipped=$((skipped + 1))
-    echo "ok $n # SKIP $1"
-}
-is_drv() { [ "$(drv "$1")" = "$2" ]; }
-run_setup() {
-    m=$1
-    shift
-    env "$@" $SETUP "$m" >"$OUT" 2>"$ERR"
-    rc=$?
-}
-snapshot() {
-    for d in /sys/bus/pci/devices/*; do
-        echo "${d##*/} $(drv "${d##*/}") $(cat "$d/driver_override" 2>/dev/null)"
-    done
-    cat /sys/kernel/mm/hugepages/*/nr_hugepages
-    ls -ln /dev/vfio /dev/hugepages 2>/dev/null
-}
+# shellcheck source=tests/guest/lib/setup.sh
+. tests/guest/lib/setup.sh
 # skipped_inuse ADDR DRIVER: setup left ADDR on DRIVER and said it is in use.
 skipped_inuse() { is_drv "$1" "$2" && err_has "in use, skipped"; }
 # kernel_again ADDR...: put devices a failed case left on vfio-pci back on their kernel driver,
@@ -171,8 +153,8 @@ else
 fi
 
 # ---- a device of another class named in PCI_ALLOWED: an AHCI controller with its disk ---------
-# (run.sh --extra-qemu '-drive file=F,if=none,id=sd0,format=raw -device ide-hd,drive=sd0,bus=ide.0'
-# with ahci and sd_mod in UBD_VM_MODULES)
+# (the test bed's `sata` device block: a disk on q35's AHCI controller; ahci and sd_mod in
+# UBD_VM_MODULES). First mounted, as a root disk would be; then as swap.
 ahci= sd=
 for b in /sys/class/block/sd?; do
     [ -e "$b" ] || continue
@@ -182,6 +164,13 @@ for b in /sys/class/block/sd?; do
     done
 done
 if [ -n "$ahci" ]; then
+    mkdir -p /tmp/m9r
+    mkdosfs "/dev/$sd" >/dev/null 2>&1 && mount -t vfat "/dev/$sd" /tmp/m9r
+    run_setup config HUGEMEM=0 "PCI_ALLOWED=$ahci"
+    check "an AHCI controller ($ahci) named in PCI_ALLOWED whose disk is mounted (a root-like disk) is kept" \
+        eval 'skipped_inuse "$ahci" ahci && err_has "/dev/$sd mounted on /tmp/m9r (vfat)"'
+    umount /tmp/m9r
+    kernel_again "$ahci"
     mkswap "/dev/$sd" >/dev/null 2>&1 && swapon "/dev/$sd"
     run_setup config HUGEMEM=0 "PCI_ALLOWED=$ahci"
     check "an AHCI controller ($ahci) named in PCI_ALLOWED whose disk is swap is kept" \
@@ -189,6 +178,7 @@ if [ -n "$ahci" ]; then
     swapoff "/dev/$sd"
     kernel_again "$ahci"
 else
+    skip "no SATA disk behind a PCI storage controller in this guest"
     skip "no SATA disk behind a PCI storage controller in this guest"
 fi
 

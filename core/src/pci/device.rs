@@ -304,6 +304,20 @@ impl PciDevice {
         self.check_bar(bar)
     }
 
+    /// Export BAR `bar` as a dma-buf (vfio-pci's `VFIO_DEVICE_FEATURE_DMA_BUF`), for an iommufd
+    /// domain to map by file. The dma-buf is revoked when the device is reset or its memory
+    /// decoding turns off.
+    pub fn export_bar_dmabuf(&self, bar: u8) -> Result<std::os::fd::OwnedFd> {
+        let len = self.check_bar(bar)?;
+        match &self.access {
+            Access::Vfio(dev) => crate::vfio::dmabuf::export_bar(dev, self.addr, bar, len),
+            Access::Model(_) => Err(CoreError::Unsupported {
+                addr: self.addr,
+                what: "exporting a BAR of a device model as a dma-buf",
+            }),
+        }
+    }
+
     /// mmap the whole BAR through VFIO.
     pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
         let len = self.check_bar(bar)?;

@@ -28,8 +28,22 @@ pub enum RegionKind {
         /// The BAR index.
         bar: u8,
     },
+    /// A window of a device BAR that is the device's own memory for DMA, e.g. an NVMe
+    /// Controller Memory Buffer ([`super::UbRegistry::register_bar_window`]).
+    BarWindow {
+        /// The device exposing the BAR.
+        device: PciAddress,
+        /// The BAR index.
+        bar: u8,
+        /// Byte offset of the window in the BAR.
+        offset: u64,
+    },
     /// Memory the caller allocated and keeps alive.
     External,
+    /// A dma-buf from another driver (e.g. GPU memory exported by CUDA), mapped by file on the
+    /// iommufd back end ([`super::UbRegistry::register_dmabuf`]). No CPU mapping: `vaddr` is
+    /// null, and it cannot be carved into a pool or DMA slab; devices reach it by IOVA.
+    DmaBuf,
     /// A file range mapped read-only (MAP_SHARED: the page cache itself) and mapped in the
     /// IOMMU for device reads only ([`super::UbRegistry::register_file`]).
     File {
@@ -89,6 +103,14 @@ pub(crate) enum Backing {
     Anonymous(#[allow(dead_code)] Mmio),
     External,
     File(super::file_region::FileMap),
+    /// A BAR: its mmap for the CPU, the device, and the dma-buf the IOAS maps (iommufd).
+    BarDmaBuf(
+        #[allow(dead_code)] Mmio,
+        #[allow(dead_code)] Arc<PciDevice>,
+        #[allow(dead_code)] std::os::fd::OwnedFd,
+    ),
+    /// An imported dma-buf (kept open while registered).
+    DmaBuf(#[allow(dead_code)] std::os::fd::OwnedFd),
 }
 
 /// A registered, IOMMU-mapped region: `[vaddr, vaddr+len)` is visible to devices at
@@ -195,8 +217,15 @@ impl UbRegion {
     }
 
     /// Record `owner` as the region's single owner, or [`CoreError::RegionTaken`] when it
-    /// already has one (nothing changes then).
-    pub(crate) fn claim(&self, owner: RegionOwner) -> Result<()> {
+    /// already has one (nothing changes then). A driver that carves a region itself (e.g. NVMe
+    /// submission queues in a Controller Memory Buffer) claims it as [`RegionOwner::DmaSlab`].
+    pub fn claim(&self, owner: RegionOwner) -> Result<()> {
+        if self.vaddr.is_null() {
+            return Err(CoreError::InvalidArgument(format!(
+                "UB region {} ({:?}) has no CPU mapping: it cannot back a {owner}; use its IOVA (region.iova) as a DMA target directly",
+                self.id, self.kind
+            )));
+        }
         self.owner
             .compare_exchange(
                 OWNER_NONE,
@@ -212,8 +241,8 @@ impl UbRegion {
             })
     }
 
-    /// Release the claim of `owner` (its pool is gone).
-    pub(crate) fn release(&self, owner: RegionOwner) {
+    /// Release the claim of `owner` (its pool or driver carving is gone).
+    pub fn release(&self, owner: RegionOwner) {
         let _ = self.owner.compare_exchange(
             owner.code(),
             OWNER_NONE,

@@ -2,6 +2,7 @@
 //! address.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -77,6 +78,19 @@ impl UbRegistry {
         let kind = RegionKind::Host {
             page_size: size.bytes(),
         };
+        // iommufd: map the memfd by file (IOMMU_IOAS_MAP_FILE pins the hugetlb folios without
+        // walking the process's page tables); a kernel that refuses it gets the map by address.
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
+            let align = size.bytes() as usize;
+            match self.domain.map_file(mem.memfd(), 0, len, align, true) {
+                Ok(mapping) => {
+                    return Ok(self.insert_mapped(ptr, len, kind, numa, mapping, Backing::Huge(mem)))
+                }
+                Err(e) => tracing::info!(
+                    "hugepage region of {len:#x} bytes: IOMMU_IOAS_MAP_FILE on its memfd refused ({e}); mapping it by address"
+                ),
+            }
+        }
         // SAFETY: `mem` moves into the region, which unmaps the IOVA range before dropping it.
         unsafe {
             self.insert(
@@ -119,6 +133,10 @@ impl UbRegistry {
 
     /// mmap BAR `bar` of `dev` through VFIO and map it into this domain (peer-to-peer: other
     /// devices in the domain can DMA into the BAR).
+    ///
+    /// On the iommufd back end the BAR travels as a dma-buf: vfio-pci exports it
+    /// (`VFIO_DEVICE_FEATURE_DMA_BUF`) and the IOAS maps it by file (`IOMMU_IOAS_MAP_FILE`);
+    /// the CPU still uses the BAR's mmap. On type1 the BAR's mmap is mapped directly.
     pub fn register_bar(&self, dev: &Arc<PciDevice>, bar: u8) -> Result<Arc<UbRegion>> {
         let m = dev.map_bar(bar)?;
         if m.is_model() {
@@ -137,7 +155,111 @@ impl UbRegistry {
             device: dev.address(),
             bar,
         };
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
+            let fd = dev.export_bar_dmabuf(bar)?;
+            let mapping = self.domain.map_file(fd.as_fd(), 0, len, align, true)?;
+            return Ok(self.insert_mapped(
+                ptr,
+                len,
+                kind,
+                dev.numa_node(),
+                mapping,
+                Backing::BarDmaBuf(m, dev.clone(), fd),
+            ));
+        }
         // SAFETY: the BAR mapping (and the device) move into the region.
+        unsafe {
+            self.insert(
+                ptr,
+                len,
+                align,
+                kind,
+                dev.numa_node(),
+                Backing::Bar(m, dev.clone()),
+            )
+        }
+    }
+
+    /// Import a dma-buf of `len` bytes (GPU memory exported by its driver, a device BAR
+    /// exported by vfio-pci elsewhere) into the domain's IOAS and register it as a
+    /// [`RegionKind::DmaBuf`] region: devices reach it at `region.iova`; it has no CPU
+    /// mapping. Needs the iommufd back end and a kernel whose iommufd imports dma-bufs from
+    /// that exporter; a refusal names the requirement and changes nothing.
+    pub fn register_dmabuf(
+        &self,
+        fd: std::os::fd::OwnedFd,
+        len: usize,
+        numa: Option<u32>,
+    ) -> Result<Arc<UbRegion>> {
+        let align = if len >= MIB2 && len % MIB2 == 0 {
+            MIB2
+        } else {
+            4096
+        };
+        let mapping = self.domain.map_file(fd.as_fd(), 0, len, align, true)?;
+        Ok(self.insert_mapped(
+            std::ptr::null_mut(),
+            len,
+            RegionKind::DmaBuf,
+            numa,
+            mapping,
+            Backing::DmaBuf(fd),
+        ))
+    }
+
+    /// mmap BAR `bar` of `dev` through VFIO and register only `[offset, offset+len)` of it
+    /// (both 4 KiB multiples, inside the BAR) as a [`RegionKind::BarWindow`]: device memory such
+    /// as an NVMe Controller Memory Buffer, a DMA target for the other devices of the domain.
+    /// Bad arguments change nothing.
+    pub fn register_bar_window(
+        &self,
+        dev: &Arc<PciDevice>,
+        bar: u8,
+        offset: u64,
+        len: u64,
+    ) -> Result<Arc<UbRegion>> {
+        let bar_len = dev.bar_len(bar)?;
+        let end = offset.checked_add(len);
+        if len == 0 || offset % 4096 != 0 || len % 4096 != 0 || end.is_none_or(|e| e > bar_len) {
+            return Err(CoreError::InvalidArgument(format!(
+                "BAR window [{offset:#x}, +{len:#x}) of BAR{bar} ({bar_len:#x} bytes) of {}: it must be non-empty, 4 KiB aligned and inside the BAR",
+                dev.address()
+            )));
+        }
+        let m = dev.map_bar(bar)?;
+        if m.is_model() {
+            return Err(CoreError::Unsupported {
+                addr: dev.address(),
+                what: "registering a BAR window of a device model (no memory behind it)",
+            });
+        }
+        // Checked above: the window lies inside the mapping of the whole BAR.
+        let ptr = m.as_ptr().wrapping_add(offset as usize);
+        let len = len as usize;
+        let align = if len >= MIB2 && len % MIB2 == 0 && offset % MIB2 as u64 == 0 {
+            MIB2
+        } else {
+            4096
+        };
+        let kind = RegionKind::BarWindow {
+            device: dev.address(),
+            bar,
+            offset,
+        };
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
+            // As register_bar: the BAR travels as a dma-buf; only the window is mapped.
+            let fd = dev.export_bar_dmabuf(bar)?;
+            let mapping = self.domain.map_file(fd.as_fd(), offset, len, align, true)?;
+            return Ok(self.insert_mapped(
+                ptr,
+                len,
+                kind,
+                dev.numa_node(),
+                mapping,
+                Backing::BarDmaBuf(m, dev.clone(), fd),
+            ));
+        }
+        // SAFETY: the BAR mapping (and the device) move into the region; the window lies in it.
         unsafe {
             self.insert(
                 ptr,
@@ -200,14 +322,30 @@ impl UbRegistry {
                 self.domain.map(ptr, len, align)?
             }
         };
+        Ok(self.insert_mapped(ptr, len, kind, numa, mapping, backing))
+    }
+
+    /// Register a region whose IOMMU mapping is already made. A null `ptr` (no CPU mapping)
+    /// is not indexed by address.
+    fn insert_mapped(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        kind: RegionKind,
+        numa: Option<u32>,
+        mapping: crate::vfio::DmaMapping,
+        backing: Backing,
+    ) -> Arc<UbRegion> {
         let iova = mapping.iova();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let r = Arc::new(UbRegion::new(id, ptr, len, kind, numa, mapping, backing));
         let mut w = self.write();
         w.by_id.insert(id, r.clone());
         w.by_iova.insert(iova, id);
-        w.by_vaddr.insert(ptr as usize, id);
-        Ok(r)
+        if !ptr.is_null() {
+            w.by_vaddr.insert(ptr as usize, id);
+        }
+        r
     }
 
     /// Unmap region `id` from the IOMMU and forget it. Refused while pools or DMA allocations
@@ -226,7 +364,9 @@ impl UbRegistry {
         r.unmap()?;
         w.by_id.remove(&id);
         w.by_iova.remove(&r.iova);
-        w.by_vaddr.remove(&(r.vaddr as usize));
+        if !r.vaddr.is_null() {
+            w.by_vaddr.remove(&(r.vaddr as usize));
+        }
         Ok(())
     }
 
@@ -275,6 +415,48 @@ impl UbRegistry {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_dmabuf_needs_iommufd_and_a_refusal_changes_nothing() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let e = reg
+            .register_dmabuf(std::os::fd::OwnedFd::from(f), 1 << 21, None)
+            .unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("needs the iommufd back end"), "{m}");
+        assert!(reg.regions().is_empty());
+        assert_eq!(reg.domain().mapping_count(), 0);
+    }
+
+    #[test]
+    fn a_region_without_cpu_mapping_is_found_by_iova_and_never_carved() {
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let mem = Mmio::anonymous(1 << 16).unwrap();
+        // SAFETY: mem outlives the mapping (the region is dropped first, below).
+        let mapping = unsafe { reg.domain().map(mem.as_ptr(), 1 << 16, 4096) }.unwrap();
+        let r = reg.insert_mapped(
+            std::ptr::null_mut(),
+            1 << 16,
+            RegionKind::DmaBuf,
+            None,
+            mapping,
+            Backing::External,
+        );
+        assert_eq!(
+            reg.region_of_iova(r.iova + 5).map(|(x, o)| (x.id, o)),
+            Some((r.id, 5))
+        );
+        assert_eq!(reg.iova_of(std::ptr::null()), None);
+        let e = r
+            .claim(super::super::region::RegionOwner::Pool)
+            .unwrap_err();
+        assert!(e.to_string().contains("has no CPU mapping"), "{e}");
+        assert_eq!(r.owner(), None);
+        reg.unregister(r.id).unwrap();
+        drop(r);
+        assert_eq!(reg.domain().mapping_count(), 0);
+    }
 
     #[test]
     fn lookups_find_regions_and_offsets() {

@@ -1,21 +1,37 @@
-//! The IOMMU back ends behind a [`super::DmaDomain`]: a VFIO type1v2 container, or none
-//! (host-only: IOVAs are bookkeeping for the kernel io_uring path, tests and benchmarks).
-//! An iommufd IOAS back end slots in here as a third variant.
+//! The IOMMU back ends behind a [`super::DmaDomain`]: a VFIO type1v2 container, an iommufd
+//! IOAS (devices through their vfio cdev), or none (host-only: IOVAs are bookkeeping for the
+//! kernel io_uring path, tests and benchmarks).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioOps};
+use std::os::fd::BorrowedFd;
+
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioIommufd, VfioOps};
+
+use super::iommufd;
+use super::select::BackendKind;
 
 /// An IOMMU back end.
 pub(crate) enum Backend {
     /// A VFIO type1v2 container (the IOMMU is set up when the first group joins).
     Type1(Arc<VfioContainer>),
+    /// An iommufd IOAS; it outlives its devices (mappings stay when the last one closes).
+    Iommufd(Arc<VfioIommufd>),
     /// No IOMMU: maps only allocate IOVAs; no device can be opened.
     HostOnly,
 }
 
 impl Backend {
+    /// The back end's kind (None: host-only).
+    pub(crate) fn kind(&self) -> Option<BackendKind> {
+        match self {
+            Backend::Type1(_) => Some(BackendKind::Type1),
+            Backend::Iommufd(_) => Some(BackendKind::Iommufd),
+            Backend::HostOnly => None,
+        }
+    }
+
     /// Program `[iova, iova+len)` -> `[vaddr, vaddr+len)`. Errors carry the errno.
     ///
     /// # Safety
@@ -24,6 +40,10 @@ impl Backend {
         match self {
             // SAFETY: forwarded from the caller's contract.
             Backend::Type1(c) => unsafe { c.vfio_dma_map(iova, len, vaddr) }.map_err(errno),
+            Backend::Iommufd(i) => {
+                // SAFETY: forwarded from the caller's contract.
+                unsafe { i.vfio_dma_map(iova, len, vaddr) }.map_err(iommufd::vfio_errno)
+            }
             Backend::HostOnly => Ok(()),
         }
     }
@@ -45,6 +65,8 @@ impl Backend {
             Backend::Type1(c) => unsafe {
                 super::readonly_map::map_dma_read(c.as_ref(), iova, len, vaddr)
             },
+            // SAFETY: forwarded from the caller's contract.
+            Backend::Iommufd(i) => unsafe { iommufd::map_readonly(i, iova, len, vaddr) },
             Backend::HostOnly => Ok(()),
         }
     }
@@ -53,7 +75,30 @@ impl Backend {
     pub(crate) fn unmap(&self, iova: u64, len: usize) -> Result<(), i32> {
         match self {
             Backend::Type1(c) => c.vfio_dma_unmap(iova, len).map_err(errno),
+            Backend::Iommufd(i) => i.vfio_dma_unmap(iova, len).map_err(iommufd::vfio_errno),
             Backend::HostOnly => Ok(()),
+        }
+    }
+
+    /// Program `[iova, iova+len)` -> bytes `[offset, offset+len)` of the file `fd` (a memfd or
+    /// a dma-buf) with `IOMMU_IOAS_MAP_FILE`; the IOAS holds its own reference to the file.
+    /// Only iommufd can: None elsewhere.
+    pub(crate) fn map_file(
+        &self,
+        iova: u64,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        writeable: bool,
+    ) -> Option<Result<(), i32>> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Backend::Iommufd(i) => Some(
+                i.ioas()
+                    .map_file(fd.as_raw_fd(), offset, len as u64, iova, writeable)
+                    .map_err(iommufd::errno),
+            ),
+            Backend::Type1(_) | Backend::HostOnly => None,
         }
     }
 
@@ -63,6 +108,10 @@ impl Backend {
             Backend::Type1(c) => {
                 let ops: Arc<dyn VfioOps> = c.clone();
                 Some(VfioDevice::new(sysfs, ops, false))
+            }
+            Backend::Iommufd(i) => {
+                let ops: Arc<dyn VfioOps> = i.clone();
+                Some(VfioDevice::new(sysfs, ops, true))
             }
             Backend::HostOnly => None,
         }

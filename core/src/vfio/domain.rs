@@ -2,9 +2,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
 
@@ -12,6 +12,7 @@ use super::backend::Backend;
 use super::iommu_info::IommuInfo;
 use super::mapping::DmaMapping;
 use super::preflight::{group_members_in, DeviceSysfs};
+use super::select::{self, BackendChoice, BackendKind, DomainOptions};
 use crate::error::{CoreError, Result};
 use crate::iova::{IovaAllocator, IovaError};
 use crate::pci::PciAddress;
@@ -33,8 +34,14 @@ const IOVA_FLOOR: u64 = 1 << 20;
 /// The domain keeps its mappings on record meanwhile and replays them, at the same IOVAs,
 /// when a device opens in it again; `map` without any open device is
 /// [`CoreError::NoDevice`].
+///
+/// The back end (type1 container, iommufd IOAS) is chosen when the first device opens
+/// ([`select::choose`]: automatic, `UBD_IOMMU_BACKEND`, or [`DomainOptions::backend`]); every
+/// later device must use the same one. An iommufd IOAS outlives its devices: its mappings stay
+/// while no device is open (nothing is replayed); new mappings still wait for a device.
 pub struct DmaDomain {
-    backend: Backend,
+    backend: OnceLock<Backend>,
+    options: DomainOptions,
     state: Mutex<State>,
 }
 
@@ -54,6 +61,8 @@ struct State {
     by_vaddr: BTreeMap<usize, usize>,
     /// Bytes mapped (pinned by the IOMMU driver).
     mapped: u64,
+    /// Why the back end was chosen (set with it).
+    choice: Option<BackendChoice>,
 }
 
 /// One mapping on record.
@@ -65,6 +74,8 @@ struct Entry {
     revoked: bool,
     /// Mapped with READ permission only ([`DmaDomain::map_readonly`]).
     readonly: bool,
+    /// Mapped by file ([`DmaDomain::map_file`]); `vaddr` is 0 and it is never replayed.
+    file: bool,
 }
 
 impl State {
@@ -82,6 +93,11 @@ impl State {
             .filter(|r| r.start < r.end)
             .collect();
         self.iova = IovaAllocator::new(&ranges);
+        // Mappings that exist (an iommufd IOAS re-queried after another device attached)
+        // keep their IOVAs.
+        for (&iova, e) in &self.maps {
+            let _ = self.iova.reserve(iova, e.len as u64);
+        }
     }
 }
 
@@ -104,7 +120,70 @@ impl std::fmt::Debug for DmaDomain {
 impl DmaDomain {
     /// A new VFIO type1v2 container. The IOMMU is configured when the first device opens in
     /// it; until then [`DmaDomain::map`] answers [`CoreError::NoDevice`].
+    ///
+    /// The back end is chosen when the first device opens (see [`DmaDomain::with_options`]);
+    /// when `/dev/iommu` is missing and nothing asks for another back end, the type1 container
+    /// is opened here, so a machine without VFIO fails now.
     pub fn new() -> Result<Arc<DmaDomain>> {
+        DmaDomain::with_options(DomainOptions::default())
+    }
+
+    /// A new domain whose back end follows `options` (which win over `UBD_IOMMU_BACKEND`). A
+    /// forced back end that cannot work here, or no-IOMMU without `allow_noiommu`, is refused
+    /// now with the fix.
+    pub fn with_options(options: DomainOptions) -> Result<Arc<DmaDomain>> {
+        let env = std::env::var(select::BACKEND_ENV).ok();
+        let forced = match options.backend {
+            Some(k) => Some(k),
+            None => match env.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+                Some(v) => Some(v.parse::<BackendKind>()?),
+                None => None,
+            },
+        };
+        let eager_type1 = match forced {
+            Some(BackendKind::Type1) => true,
+            Some(BackendKind::Iommufd) => {
+                if !Path::new("/dev/iommu").exists() {
+                    return Err(CoreError::Backend {
+                        backend: "iommufd",
+                        reason: "asked for (UBD_IOMMU_BACKEND or DomainOptions::backend) but /dev/iommu does not exist".into(),
+                        fix: "boot a kernel with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV (`modprobe iommufd`), or use UBD_IOMMU_BACKEND=type1".into(),
+                    });
+                }
+                false
+            }
+            Some(BackendKind::NoIommu) => return Err(noiommu_refusal(&options)),
+            None => !Path::new("/dev/iommu").exists(),
+        };
+        let d = DmaDomain::with_backend(None, None, options);
+        if eager_type1 {
+            let b = open_type1()?;
+            let _ = d.backend.set(b);
+        }
+        Ok(Arc::new(d))
+    }
+}
+
+/// Why the no-IOMMU back end is refused: without the library opt-in, always; with it, because
+/// physical-address DMA is not implemented yet.
+fn noiommu_refusal(options: &DomainOptions) -> CoreError {
+    if !options.allow_noiommu {
+        return CoreError::Backend {
+            backend: "noiommu",
+            reason: "refused: without an IOMMU a device can read and write all of memory, and this DmaDomain was not created with DomainOptions::allow_noiommu".into(),
+            fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh`".into(),
+        };
+    }
+    CoreError::Backend {
+        backend: "noiommu",
+        reason: "DMA to physical addresses through vfio no-IOMMU groups is not implemented in this build".into(),
+        fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on) and use the type1 or iommufd back end".into(),
+    }
+}
+
+/// A VFIO type1v2 container back end, with today's error mapping.
+fn open_type1() -> Result<Backend> {
+    {
         let c = VfioContainer::new(None).map_err(|e| match e {
             VfioError::OpenContainer(io) => match io.kind() {
                 std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
@@ -122,12 +201,11 @@ impl DmaDomain {
                 reason: format!("the VFIO container refused type1v2 ({other})"),
             },
         })?;
-        Ok(Arc::new(DmaDomain::with_backend(
-            Backend::Type1(Arc::new(c)),
-            None,
-        )))
+        Ok(Backend::Type1(Arc::new(c)))
     }
+}
 
+impl DmaDomain {
     /// A domain without an IOMMU: [`DmaDomain::map`] only allocates IOVAs (in [1 MiB, 2^48))
     /// and no device can be opened. For the kernel (io_uring) path on machines without VFIO,
     /// host tests and benchmarks.
@@ -136,10 +214,18 @@ impl DmaDomain {
             page_sizes: (1 << 12) | (1 << 21) | (1 << 30),
             iova_ranges: std::iter::once(0..(1 << 48)).collect(),
         };
-        Arc::new(DmaDomain::with_backend(Backend::HostOnly, Some(info)))
+        Arc::new(DmaDomain::with_backend(
+            Some(Backend::HostOnly),
+            Some(info),
+            DomainOptions::default(),
+        ))
     }
 
-    fn with_backend(backend: Backend, info: Option<IommuInfo>) -> DmaDomain {
+    fn with_backend(
+        backend: Option<Backend>,
+        info: Option<IommuInfo>,
+        options: DomainOptions,
+    ) -> DmaDomain {
         let mut st = State {
             live: info.is_some(),
             devices: BTreeSet::new(),
@@ -149,12 +235,33 @@ impl DmaDomain {
             maps: BTreeMap::new(),
             by_vaddr: BTreeMap::new(),
             mapped: 0,
+            choice: None,
         };
         st.rebuild_allocator();
+        let cell = OnceLock::new();
+        if let Some(b) = backend {
+            let _ = cell.set(b);
+        }
         DmaDomain {
-            backend,
+            backend: cell,
+            options,
             state: Mutex::new(st),
         }
+    }
+
+    /// The back end, once chosen.
+    fn backend(&self) -> Option<&Backend> {
+        self.backend.get()
+    }
+
+    /// The back end in use (None: host-only, or no device has opened yet).
+    pub fn backend_kind(&self) -> Option<BackendKind> {
+        self.backend().and_then(Backend::kind)
+    }
+
+    /// The back end chosen for the first device and why (None until a device opened).
+    pub fn backend_choice(&self) -> Option<BackendChoice> {
+        self.lock().choice.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -165,7 +272,7 @@ impl DmaDomain {
 
     /// True for a [`DmaDomain::host_only`] domain.
     pub fn is_host_only(&self) -> bool {
-        matches!(self.backend, Backend::HostOnly)
+        matches!(self.backend(), Some(Backend::HostOnly))
     }
 
     /// The IOMMU's valid IOVA ranges (half-open); empty until the first device joins.
@@ -241,7 +348,13 @@ impl DmaDomain {
         readonly: bool,
     ) -> Result<DmaMapping> {
         let mut s = self.lock();
-        let Some(info) = s.info.clone().filter(|_| s.live) else {
+        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
+        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
+        let Some(info) = s
+            .info
+            .clone()
+            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
+        else {
             return Err(CoreError::NoDevice);
         };
         let page = info.min_page() as usize;
@@ -282,6 +395,7 @@ impl DmaDomain {
                 len,
                 revoked: false,
                 readonly,
+                file: false,
             },
         );
         s.by_vaddr.insert(va, len);
@@ -298,14 +412,95 @@ impl DmaDomain {
         va: *mut u8,
         ro: bool,
     ) -> std::result::Result<(), i32> {
+        let Some(b) = self.backend() else {
+            return Err(libc::ENODEV);
+        };
         // SAFETY: forwarded from this function's contract.
         unsafe {
             if ro {
-                self.backend.map_readonly(iova, len, va)
+                b.map_readonly(iova, len, va)
             } else {
-                self.backend.map(iova, len, va)
+                b.map(iova, len, va)
             }
         }
+    }
+
+    fn backend_unmap(&self, iova: u64, len: usize) -> std::result::Result<(), i32> {
+        match self.backend() {
+            Some(b) => b.unmap(iova, len),
+            None => Ok(()),
+        }
+    }
+
+    /// Map bytes `[offset, offset+len)` of the file `fd` (a memfd, or a dma-buf such as a
+    /// device BAR exported by vfio-pci or GPU memory exported by its driver) at a fresh IOVA
+    /// aligned to `align`, with `IOMMU_IOAS_MAP_FILE`. The IOAS keeps its own reference to
+    /// the file: the caller may close `fd`. Only the iommufd back end can; elsewhere the error
+    /// says what is needed. Nothing is changed on error.
+    pub fn map_file(
+        self: &Arc<Self>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        align: usize,
+        writeable: bool,
+    ) -> Result<DmaMapping> {
+        let mut s = self.lock();
+        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
+        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
+        let Some(info) = s
+            .info
+            .clone()
+            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
+        else {
+            return Err(CoreError::NoDevice);
+        };
+        let Some(b) = self.backend() else {
+            return Err(CoreError::NoDevice);
+        };
+        let page = info.min_page();
+        if len == 0 || offset % page != 0 || len as u64 % page != 0 || !align.is_power_of_two() {
+            return Err(CoreError::InvalidArgument(format!(
+                "map_file of [{offset:#x}, +{len:#x}) aligned {align:#x}: offset and length must be non-zero multiples of the IOMMU page ({page:#x}), the alignment a power of two"
+            )));
+        }
+        let align = (align as u64).max(page);
+        let iova = s.iova.alloc(len as u64, align).map_err(|e| match e {
+            IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
+                len: len as u64,
+                align,
+                largest_free,
+            },
+            other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
+        })?;
+        let done = match b.map_file(iova, len, fd, offset, writeable) {
+            Some(r) => r,
+            None => {
+                let _ = s.iova.free(iova, len as u64);
+                let kind = b.kind().map(BackendKind::name).unwrap_or("host-only");
+                return Err(CoreError::Backend {
+                    backend: kind_static(kind),
+                    reason: "mapping a file or dma-buf (IOMMU_IOAS_MAP_FILE) needs the iommufd back end".into(),
+                    fix: "boot a kernel with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV and leave UBD_IOMMU_BACKEND unset (or set it to iommufd)".into(),
+                });
+            }
+        };
+        if let Err(errno) = done {
+            let _ = s.iova.free(iova, len as u64);
+            return Err(map_file_errno(errno, offset, len, iova));
+        }
+        s.maps.insert(
+            iova,
+            Entry {
+                vaddr: 0,
+                len,
+                revoked: false,
+                readonly: !writeable,
+                file: true,
+            },
+        );
+        s.mapped += len as u64;
+        Ok(DmaMapping::new(self.clone(), iova, len))
     }
 
     /// Remove the mapping at `iova` of `len` bytes and free its IOVAs. Not public: only the
@@ -318,15 +513,16 @@ impl DmaDomain {
         };
         // Without a device the kernel has already dropped the IOMMU and its mappings.
         if s.live && !revoked {
-            self.backend
-                .unmap(iova, len)
+            self.backend_unmap(iova, len)
                 .map_err(|errno| CoreError::Io {
                     op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x})"),
                     source: std::io::Error::from_raw_os_error(errno),
                 })?;
         }
         if let Some(e) = s.maps.remove(&iova) {
-            s.by_vaddr.remove(&e.vaddr);
+            if !e.file {
+                s.by_vaddr.remove(&e.vaddr);
+            }
         }
         let _ = s.iova.free(iova, len as u64);
         if !revoked {
@@ -345,8 +541,7 @@ impl DmaDomain {
             _ => return Err(CoreError::NotMapped { iova, len }),
         }
         if s.live {
-            self.backend
-                .unmap(iova, len)
+            self.backend_unmap(iova, len)
                 .map_err(|errno| CoreError::Io {
                     op: format!("VFIO_IOMMU_UNMAP_DMA of [{iova:#x}, +{len:#x}) (revoke)"),
                     source: std::io::Error::from_raw_os_error(errno),
@@ -357,6 +552,11 @@ impl DmaDomain {
         }
         s.mapped -= len as u64;
         Ok(())
+    }
+
+    /// Number of live mappings made by file ([`DmaDomain::map_file`]: memfd, dma-buf).
+    pub fn file_mapping_count(&self) -> usize {
+        self.lock().maps.values().filter(|e| e.file).count()
     }
 
     /// Number of live mappings.
@@ -382,16 +582,24 @@ impl DmaDomain {
             return Err(CoreError::AlreadyOpen { addr });
         }
         let sys = DeviceSysfs::check_in(Path::new("/"), addr)?;
-        let dev = match self.backend.open_device(&addr.sysfs_path()) {
+        let choice = select::choose(addr, self.options.backend)?;
+        let backend = self.backend_for(&mut s, addr, choice)?;
+        let dev = match backend.open_device(&addr.sysfs_path()) {
             Some(Ok(d)) => d,
             Some(Err(e)) => return Err(open_error(e, addr, sys.group)),
             None => return Err(CoreError::NoDevice),
         };
-        if s.info.is_none() {
-            if let Backend::Type1(c) = &self.backend {
+        match backend {
+            Backend::Type1(c) if s.info.is_none() => {
                 s.info = Some(IommuInfo::query(c.as_raw_fd())?);
                 s.rebuild_allocator();
             }
+            // Each attach may narrow the IOAS's ranges: ask again.
+            Backend::Iommufd(i) => {
+                s.info = Some(super::iommufd::query_info(i)?);
+                s.rebuild_allocator();
+            }
+            _ => {}
         }
         if !s.live {
             self.replay(&s)?;
@@ -401,16 +609,62 @@ impl DmaDomain {
         Ok((dev, sys))
     }
 
+    /// The domain's back end for a device whose own choice is `choice`: the first device
+    /// creates it; a later device must want the same one.
+    fn backend_for(
+        &self,
+        s: &mut State,
+        addr: PciAddress,
+        choice: BackendChoice,
+    ) -> Result<&Backend> {
+        if let Some(b) = self.backend() {
+            let have = b.kind();
+            if have != Some(choice.kind) {
+                let have = have.map(BackendKind::name).unwrap_or("host-only");
+                let why = s
+                    .choice
+                    .as_ref()
+                    .map(|c| c.reason.clone())
+                    .unwrap_or_else(|| "chosen when the domain was created".into());
+                return Err(CoreError::Backend {
+                    backend: kind_static(have),
+                    reason: format!(
+                        "{addr} would use the {} back end ({}), but this domain already uses {have} ({why})",
+                        choice.kind, choice.reason
+                    ),
+                    fix: format!("open every device of one domain through the same back end: set UBD_IOMMU_BACKEND={have} (or DomainOptions::backend), or use a separate DmaDomain"),
+                });
+            }
+            if s.choice.is_none() {
+                s.choice = Some(choice);
+            }
+            return Ok(b);
+        }
+        let b = match choice.kind {
+            BackendKind::Type1 => open_type1()?,
+            BackendKind::Iommufd => Backend::Iommufd(super::iommufd::open()?),
+            BackendKind::NoIommu => return Err(noiommu_refusal(&self.options)),
+        };
+        tracing::info!(backend = %choice.kind, reason = %choice.reason, "DMA back end chosen");
+        if choice.kind == BackendKind::Iommufd {
+            tracing::info!("iommufd: memory regions map by address (IOMMU_IOAS_MAP); files and dma-bufs by file (IOMMU_IOAS_MAP_FILE)");
+        }
+        s.choice = Some(choice);
+        let _ = self.backend.set(b);
+        self.backend().ok_or(CoreError::NoDevice)
+    }
+
     /// Map every recorded mapping again (the IOMMU was rebuilt); all or nothing.
     fn replay(&self, s: &State) -> Result<()> {
         let mut done = Vec::new();
-        for (&iova, e) in s.maps.iter().filter(|(_, e)| !e.revoked) {
+        // File mappings exist only on iommufd, whose IOAS outlives its devices: never rebuilt.
+        for (&iova, e) in s.maps.iter().filter(|(_, e)| !e.revoked && !e.file) {
             let (va, len) = (e.vaddr, e.len);
             // SAFETY: the memory was mapped before under map()'s contract and is still owned
             // by its region (which unmaps it through this domain before freeing it).
             if let Err(errno) = unsafe { self.backend_map(iova, len, va as *mut u8, e.readonly) } {
                 for &(i, l) in &done {
-                    let _ = self.backend.unmap(i, l);
+                    let _ = self.backend_unmap(i, l);
                 }
                 return Err(map_errno(errno, s.mapped, va, len, iova));
             }
@@ -424,7 +678,8 @@ impl DmaDomain {
     pub(crate) fn device_closed(&self, addr: PciAddress) {
         let mut s = self.lock();
         s.devices.remove(&addr);
-        if s.devices.is_empty() && !self.is_host_only() {
+        // An iommufd IOAS (and its mappings) outlives its devices.
+        if s.devices.is_empty() && matches!(self.backend(), Some(Backend::Type1(_))) {
             s.live = false;
         }
     }
@@ -461,6 +716,36 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
         VfioError::ContainerSetIOMMU(err) => CoreError::VfioUnavailable {
             reason: format!("setting the type1v2 IOMMU on the container: {err}"),
         },
+        // The iommufd path: the device's cdev, then bind and attach.
+        VfioError::OpenDeviceCdev(io) => match io.kind() {
+            std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
+                path: super::select::device_cdev(Path::new("/"), addr)
+                    .unwrap_or_else(|| "/dev/vfio/devices/vfioN".into()),
+                user: current_user(),
+            },
+            _ => CoreError::Backend {
+                backend: "iommufd",
+                reason: format!("opening the vfio cdev of {addr}: {io}"),
+                fix: "check that /dev/vfio/devices/ is populated (devtmpfs) and the device is bound to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
+            },
+        },
+        VfioError::InvalidVfioDev => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("{addr} has no vfio cdev (sys/bus/pci/devices/{addr}/vfio-dev)"),
+            fix: "boot a kernel with CONFIG_VFIO_DEVICE_CDEV and bind the device to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+        VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EBUSY => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),
+            fix: "close the other user of the device first".into(),
+        },
+        VfioError::VfioDeviceBindIommufd(err) | VfioError::VfioDeviceAttachIommufdPt(err) => {
+            CoreError::Backend {
+                backend: "iommufd",
+                reason: format!("binding/attaching {addr} to the IOAS: {err}"),
+                fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
+            }
+        }
         VfioError::GroupGetDeviceFD(err) if err.errno() == libc::EBUSY => CoreError::Vfio {
             op: "opening the device (it is already open in this or another process)",
             source: VfioError::GroupGetDeviceFD(err),
@@ -468,6 +753,37 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
         other => CoreError::Vfio {
             op: "opening the device",
             source: other,
+        },
+    }
+}
+
+/// The `&'static str` name of a back end for [`CoreError::Backend`].
+fn kind_static(name: &str) -> &'static str {
+    match name {
+        "type1" => "type1",
+        "iommufd" => "iommufd",
+        "noiommu" => "noiommu",
+        _ => "host-only",
+    }
+}
+
+fn map_file_errno(errno: i32, offset: u64, len: usize, iova: u64) -> CoreError {
+    let what =
+        format!("IOMMU_IOAS_MAP_FILE of file bytes [{offset:#x}, +{len:#x}) at IOVA {iova:#x}");
+    match errno {
+        libc::ENODEV => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("{what} was refused: the exporter has revoked the dma-buf (its device was reset, unbound, or its memory decoding is off)"),
+            fix: "re-enable the exporting device (rebind it to vfio-pci, reopen it) and export the dma-buf again".into(),
+        },
+        libc::EBADF | libc::EINVAL | libc::EOPNOTSUPP => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("{what} was refused ({}): the kernel cannot pin this file for DMA", std::io::Error::from_raw_os_error(errno)),
+            fix: "iommufd imports a dma-buf only from an exporter that hands it physical ranges: in Linux 7.3 that is vfio-pci alone (CONFIG_VFIO_PCI_DMABUF, one range per dma-buf); GPU memory exported by CUDA or udmabuf is refused until the kernel and the GPU driver support iommufd import (use the type1 back end with the GPU BAR's mmap, or a GPU copy); a memfd must be page aligned and at least offset+length long".into(),
+        },
+        _ => CoreError::Io {
+            op: what,
+            source: std::io::Error::from_raw_os_error(errno),
         },
     }
 }
@@ -691,6 +1007,76 @@ mod tests {
                 .contains("already open in this or another process"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn noiommu_is_refused_without_the_library_opt_in() {
+        let e = DmaDomain::with_options(DomainOptions {
+            backend: Some(BackendKind::NoIommu),
+            allow_noiommu: false,
+        })
+        .unwrap_err();
+        let m = e.to_string();
+        assert!(m.starts_with("DMA back end noiommu: refused"), "{m}");
+        assert!(m.contains("allow_noiommu"), "{m}");
+        assert!(m.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh"), "{m}");
+    }
+
+    #[test]
+    fn forced_iommufd_without_dev_iommu_names_the_kernel_options() {
+        if Path::new("/dev/iommu").exists() {
+            return; // this host has iommufd: the refusal cannot happen here
+        }
+        let e = DmaDomain::with_options(DomainOptions {
+            backend: Some(BackendKind::Iommufd),
+            allow_noiommu: false,
+        })
+        .unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("/dev/iommu does not exist"), "{m}");
+        assert!(m.contains("CONFIG_IOMMUFD"), "{m}");
+    }
+
+    #[test]
+    fn map_file_outside_iommufd_is_refused_and_changes_nothing() {
+        let d = DmaDomain::host_only();
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let e = d
+            .map_file(std::os::fd::AsFd::as_fd(&f), 0, 4096, 4096, true)
+            .unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("needs the iommufd back end"), "{m}");
+        assert!(m.contains("CONFIG_IOMMUFD"), "{m}");
+        assert_eq!((d.mapping_count(), d.mapped_bytes()), (0, 0));
+        let e = d
+            .map_file(std::os::fd::AsFd::as_fd(&f), 1, 4096, 4096, true)
+            .unwrap_err();
+        assert!(matches!(e, CoreError::InvalidArgument(_)), "{e}");
+    }
+
+    #[test]
+    fn map_file_errors_name_the_import_requirement() {
+        let e = map_file_errno(libc::EINVAL, 0, 4096, 0x10_0000).to_string();
+        assert!(e.contains("IOMMU_IOAS_MAP_FILE"), "{e}");
+        assert!(e.contains("CONFIG_VFIO_PCI_DMABUF"), "{e}");
+    }
+
+    #[test]
+    fn iommufd_open_failures_name_their_cause() {
+        let addr: PciAddress = "0000:00:04.0".parse().unwrap();
+        let io = |e| std::io::Error::from_raw_os_error(e);
+        let e = open_error(VfioError::OpenDeviceCdev(io(libc::EACCES)), addr, 7);
+        assert!(
+            e.to_string()
+                .starts_with("permission denied opening /dev/vfio/devices/"),
+            "{e}"
+        );
+        let e = open_error(VfioError::InvalidVfioDev, addr, 7).to_string();
+        assert!(e.contains("CONFIG_VFIO_DEVICE_CDEV"), "{e}");
+        let busy = vmm_sys_util::errno::Error::new(libc::EBUSY);
+        let e = open_error(VfioError::VfioDeviceBindIommufd(busy), addr, 7).to_string();
+        assert!(e.contains("already open"), "{e}");
+        assert!(e.contains("/dev/vfio/7"), "{e}");
     }
 
     #[test]

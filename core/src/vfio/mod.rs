@@ -1,13 +1,20 @@
-//! The VFIO DMA domain: one IOMMU address space (a type1v2 container today; an iommufd IOAS
-//! can be added as another back end behind the same [`DmaDomain`]).
+//! The VFIO DMA domain: one IOMMU address space behind interchangeable back ends (a type1v2
+//! container, an iommufd IOAS with vfio cdevs), chosen at run time ([`choose_backend`]).
 
 mod backend;
+pub(crate) mod dmabuf;
 mod domain;
 mod iommu_info;
+mod iommufd;
 mod mapping;
 mod preflight;
 mod readonly_map;
+mod select;
 
 pub use domain::DmaDomain;
 pub use iommu_info::IommuInfo;
 pub use mapping::DmaMapping;
+pub use select::{
+    choose as choose_backend, choose_in as choose_backend_in, device_cdev, BackendChoice,
+    BackendKind, DomainOptions, BACKEND_ENV,
+};

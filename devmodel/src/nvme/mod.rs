@@ -9,6 +9,7 @@
 //! [`Tamper`] sees and may rewrite every register read, identify page and completion entry, or
 //! swallow commands: the hostile mode ([`Hostile`] is one driven by generated input).
 
+mod cmb;
 mod commands;
 mod hostile;
 mod identify;
@@ -24,6 +25,7 @@ use ubdirect_core::{DeviceModel, UbRegistry};
 use crate::config::ConfigSpace;
 use crate::dma::{DmaFault, HostDma};
 
+pub use cmb::{CmbConfig, CAP_CMBS};
 pub use hostile::{CqeTweak, Hostile};
 use queues::{Cq, Sq};
 
@@ -57,6 +59,8 @@ pub struct NvmeConfig {
     pub nn: Option<u32>,
     /// Advertise and honour Doorbell Buffer Config (shadow doorbells, OACS bit 8).
     pub shadow_doorbells: bool,
+    /// A Controller Memory Buffer (CAP.CMBS set, CMB registers, its BAR); None: no CMB.
+    pub cmb: Option<CmbConfig>,
 }
 
 impl Default for NvmeConfig {
@@ -74,6 +78,7 @@ impl Default for NvmeConfig {
             }],
             nn: None,
             shadow_doorbells: false,
+            cmb: None,
         }
     }
 }
@@ -146,6 +151,8 @@ pub(crate) struct State {
     pub(crate) shadow: Option<(u64, u64)>,
     pub(crate) stats: Stats,
     pub(crate) tamper: Option<Box<dyn Tamper>>,
+    /// CMBMSC as written.
+    pub(crate) cmbmsc: u64,
 }
 
 /// An NVMe controller model. Attach it with [`crate::attach`] (or [`NvmeModel::attach`]).
@@ -153,6 +160,8 @@ pub struct NvmeModel {
     config: ConfigSpace,
     pub(crate) dma: HostDma,
     bar0_len: u64,
+    /// The CMB's BAR and its length.
+    cmb_bar: Option<(u8, u64)>,
     st: Mutex<State>,
 }
 
@@ -168,6 +177,7 @@ impl NvmeModel {
             config: ConfigSpace::new(0x1b36, 0x0010, 0x01_08_02),
             dma: HostDma::new(registry.clone()),
             bar0_len: cfg.bar0_len,
+            cmb_bar: cfg.cmb.map(|c| (c.bir, c.bar_len)),
             st: Mutex::new(State {
                 cfg,
                 regs: [0; 0x40],
@@ -181,6 +191,7 @@ impl NvmeModel {
                 shadow: None,
                 stats: Stats::default(),
                 tamper: None,
+                cmbmsc: 0,
             }),
         })
     }
@@ -232,6 +243,11 @@ impl NvmeModel {
         buf.copy_from_slice(&m[off..off + buf.len()]);
     }
 
+    /// CMBMSC as the driver last wrote it.
+    pub fn cmbmsc(&self) -> u64 {
+        self.lock().cmbmsc
+    }
+
     /// Replace the tamper (None: well-behaved from now on).
     pub fn set_tamper(&self, tamper: Option<Box<dyn Tamper>>) {
         self.lock().tamper = tamper;
@@ -246,10 +262,10 @@ impl DeviceModel for NvmeModel {
         self.config.write(off, data)
     }
     fn bar_len(&self, bar: u8) -> u64 {
-        if bar == 0 {
-            self.bar0_len
-        } else {
-            0
+        match self.cmb_bar {
+            _ if bar == 0 => self.bar0_len,
+            Some((bir, len)) if bir == bar => len,
+            _ => 0,
         }
     }
     fn mmio_read(&self, bar: u8, off: u64, size: u8) -> u64 {

@@ -38,7 +38,12 @@ impl State {
     /// The register file as bytes 0..0x40 (synthesised read-only registers included).
     fn file(&self) -> [u8; 0x40] {
         let mut f = self.regs;
-        f[0..8].copy_from_slice(&self.cfg.cap.to_le_bytes());
+        let cmbs = if self.cfg.cmb.is_some() {
+            super::CAP_CMBS
+        } else {
+            0
+        };
+        f[0..8].copy_from_slice(&(self.cfg.cap | cmbs).to_le_bytes());
         f[8..12].copy_from_slice(&self.cfg.vs.to_le_bytes());
         let csts = self.rdy as u32 | (self.cfs as u32) << 1 | (self.shst_complete as u32) << 3;
         f[0x1c..0x20].copy_from_slice(&csts.to_le_bytes());
@@ -46,6 +51,9 @@ impl State {
     }
 
     pub(crate) fn read_reg(&self, off: u64, size: u8) -> u64 {
+        if let Some(v) = self.read_cmb_reg(off, size) {
+            return v;
+        }
         if off + size as u64 > 0x40 {
             return 0;
         }
@@ -58,6 +66,9 @@ impl State {
     pub(crate) fn write_reg(&mut self, m: &NvmeModel, off: u64, size: u8, val: u64) {
         if off >= DOORBELL_BASE {
             return self.doorbell(m, off, val as u32);
+        }
+        if self.write_cmb_reg(off, size, val) {
+            return;
         }
         let writable = |o: u64| (CC..CC + 4).contains(&o) || (AQA..ACQ + 8).contains(&o);
         let old_cc = self.cc();

@@ -92,7 +92,8 @@ impl GpuDmaBuf {
             "GPU memory exported as dma-buf (fd, {} bytes) cannot be mapped into a VFIO type1 container: \
              VFIO_IOMMU_MAP_DMA only takes a process virtual address backed by pinnable pages, and a \
              dma-buf is neither (NVIDIA dma-bufs cannot even be mmapped). Importing a dma-buf into an \
-             IOMMU domain needs iommufd (IOMMU_IOAS_MAP_FILE, Linux 6.13+), which ubdirect does not use yet. \
+             IOMMU domain needs the iommufd back end (UbRegistry::register_dmabuf, IOMMU_IOAS_MAP_FILE), \
+             and Linux 7.3's iommufd imports dma-bufs from vfio-pci only, so GPU memory is refused there too. \
              Today: DMA into GPU memory through a GPU BAR window bound to vfio-pci, or copy from the \
              host pool with the CUDA sink (what `--sink cuda` does).",
             self.len

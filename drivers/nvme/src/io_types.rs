@@ -223,6 +223,10 @@ pub struct QueueOptions {
     /// What to do when an aborted command times out again, an Abort is not answered, or the
     /// controller reports a fatal status or stops being ready.
     pub recovery: Recovery,
+    /// Place the I/O submission queue in the controller's Controller Memory Buffer (the
+    /// controller then fetches commands from its own memory). Needs a controller opened with
+    /// [`crate::ControllerOptions::cmb`] whose CMB supports SQs (CMBSZ.SQS) and has room.
+    pub sq_in_cmb: bool,
 }
 
 /// What an I/O queue pair does when a command still does not complete after its Abort, an
@@ -253,6 +257,7 @@ impl Default for QueueOptions {
             auto_ring: false,
             io_timeout: Duration::from_secs(10),
             recovery: Recovery::Report,
+            sq_in_cmb: false,
         }
     }
 }

@@ -47,6 +47,7 @@ pub mod admin;
 mod admin_queue;
 mod block_queue;
 mod blocking;
+pub mod cmb;
 pub mod controller;
 mod doorbell;
 pub mod env;
@@ -62,8 +63,10 @@ pub mod prp;
 mod ring;
 pub mod spec;
 pub mod status;
+pub mod transport;
 
 pub use block_queue::to_block_error;
+pub use cmb::{Cmb, CmbLayout};
 pub use controller::{Controller, ControllerOptions};
 pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};

@@ -4,12 +4,29 @@ use std::sync::Arc;
 
 use ubdirect_core::{barrier, DmaMem, UbRegistry};
 
+use crate::cmb::CmbSlice;
 use crate::error::Result;
 use crate::spec::{Cqe, Sqe};
 
+/// Where a submission queue lives: host DMA memory, or the controller's own CMB.
+enum SqMem {
+    Host(DmaMem),
+    Cmb(CmbSlice),
+}
+
+impl SqMem {
+    #[inline]
+    fn as_ptr(&self) -> *mut u8 {
+        match self {
+            SqMem::Host(m) => m.as_ptr(),
+            SqMem::Cmb(c) => c.as_ptr(),
+        }
+    }
+}
+
 /// A submission queue ring of `entries` 64-byte entries.
 pub(crate) struct SqRing {
-    mem: DmaMem,
+    mem: SqMem,
     entries: u16,
     tail: u16,
 }
@@ -19,21 +36,39 @@ impl SqRing {
     pub(crate) fn new(registry: &Arc<UbRegistry>, entries: u16) -> Result<SqRing> {
         let mem = DmaMem::alloc(registry, entries as usize * 64)?;
         Ok(SqRing {
-            mem,
+            mem: SqMem::Host(mem),
             entries,
             tail: 0,
         })
     }
+    /// A zeroed ring in the Controller Memory Buffer, in `slice` (at least `entries * 64`
+    /// bytes).
+    pub(crate) fn in_cmb(slice: CmbSlice, entries: u16) -> SqRing {
+        let mut r = SqRing {
+            mem: SqMem::Cmb(slice),
+            entries,
+            tail: 0,
+        };
+        r.reset();
+        r
+    }
     /// Zero the ring and start again at slot 0 (after a controller reset).
     pub(crate) fn reset(&mut self) {
-        // SAFETY: the ring memory is entries * 64 bytes and the controller is disabled, so the
-        // device does not access it.
+        // SAFETY: the ring memory is entries * 64 bytes and the controller is disabled (or
+        // does not know the queue yet), so the device does not access it.
         unsafe { std::ptr::write_bytes(self.mem.as_ptr(), 0, self.entries as usize * 64) };
         self.tail = 0;
     }
-    /// The ring's IOVA (for Create I/O SQ / ASQ).
+    /// The ring's IOVA (for Create I/O SQ / ASQ): in the CMB, the controller address.
     pub(crate) fn iova(&self) -> u64 {
-        self.mem.iova()
+        match &self.mem {
+            SqMem::Host(m) => m.iova(),
+            SqMem::Cmb(c) => c.iova(),
+        }
+    }
+    /// True when the ring lies in the Controller Memory Buffer.
+    pub(crate) fn in_cmb_memory(&self) -> bool {
+        matches!(self.mem, SqMem::Cmb(_))
     }
     /// Current tail index (the value the tail doorbell gets).
     #[inline]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use model_support::*;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestRunner};
 use ubdirect_devmodel::virtio_net::{
     feature, CapSpec, Hostile, Layout, NetModelConfig, UsedTweak, BAR,
 };
@@ -27,6 +27,7 @@ const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 fn runner() -> TestRunner {
     TestRunner::new(Config {
         cases: fuzz_cases(),
+        rng_seed: RngSeed::Fixed(ubdirect_devmodel::fuzz::seed()),
         failure_persistence: None,
         ..Config::default()
     })

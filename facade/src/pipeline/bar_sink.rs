@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
+use ubdirect_core::util::checksum::checksum_at;
 use ubdirect_core::{UbBuf, UbRegion};
-use ubdirect_cuda::checksum_at;
 
 use super::done_queue::DoneQueue;
 use super::sink_ext::PipelineSink;

@@ -4,7 +4,6 @@
 //! flush per round of submissions).
 
 use std::collections::VecDeque;
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use ubdirect_core::{PciDevice, UbBuf, UbPool};
 use super::config::{Limit, Mode, PipelineConfig};
 use super::cpu::process_cpu_time;
 use super::error::PipelineError;
+pub(crate) use super::progress::make_progress;
 use super::report::PipelineReport;
 use super::sink_ext::PipelineSink;
 
@@ -347,22 +347,6 @@ where
         r.cycles_per_completion = Some(poll_cycles as f64 / completions as f64);
     }
     Ok(r)
-}
-
-/// A progress bar on stderr when asked for and stderr is a terminal.
-pub(crate) fn make_progress(cfg: &PipelineConfig) -> Option<indicatif::ProgressBar> {
-    if !cfg.progress || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let (len, unit) = match cfg.limit {
-        Limit::Bytes(b) => (b, "{bytes}/{total_bytes} {bytes_per_sec}"),
-        Limit::Duration(d) => (d.as_millis() as u64, "{pos}/{len} ms"),
-    };
-    let pb = indicatif::ProgressBar::new(len);
-    let style =
-        indicatif::ProgressStyle::with_template(&format!("{{bar:40}} {unit} {{elapsed}}")).ok()?;
-    pb.set_style(style);
-    Some(pb)
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use ubdirect_core::seams::{
     BlockCompletion, BlockError, BlockErrorKind, BlockQueue, Sink, SinkError, SinkErrorKind,
 };
+use ubdirect_core::util::checksum::checksum_at;
 use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
-use ubdirect_cuda::checksum_at;
 
 use super::{run_direct, Limit, NullSink, PipelineConfig, PipelineError, PipelineSink};
 

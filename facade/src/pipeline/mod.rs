@@ -7,6 +7,7 @@ mod bar_sink;
 mod classic;
 mod config;
 mod cpu;
+#[cfg(feature = "cuda")]
 mod cuda_sinks;
 mod dma_faults;
 mod done_queue;
@@ -14,8 +15,10 @@ mod engine;
 #[cfg(test)]
 mod engine_tests;
 mod error;
+#[cfg(feature = "cuda")]
 mod mapped;
 mod null_sink;
+mod progress;
 mod report;
 mod segments;
 mod sink_ext;
@@ -25,10 +28,12 @@ pub use bar_sink::{BarSink, Landed};
 pub use classic::run_copy;
 pub use config::{Limit, Mode, PipelineConfig};
 pub use cpu::{numa_node_of_cpu, process_cpu_time};
+#[cfg(feature = "cuda")]
 pub use cuda_sinks::CudaSinks;
 pub use dma_faults::{DmaFaultWatch, DmaFaults};
 pub use engine::{block_range, run_direct, run_direct_watching};
 pub use error::PipelineError;
+#[cfg(feature = "cuda")]
 pub use mapped::{run_mapped, window_len, MappedFile};
 pub use null_sink::NullSink;
 pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, VerifyResult};

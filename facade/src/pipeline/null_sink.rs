@@ -2,8 +2,8 @@
 //! the data on the CPU so a source can be verified without a GPU.
 
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
+use ubdirect_core::util::checksum::checksum_at;
 use ubdirect_core::UbBuf;
-use ubdirect_cuda::checksum_at;
 
 use super::done_queue::DoneQueue;
 use super::sink_ext::PipelineSink;

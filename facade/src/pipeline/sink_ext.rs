@@ -7,8 +7,8 @@ use ubdirect_core::seams::Sink;
 pub trait PipelineSink: Sink {
     /// Short name for reports ("cuda:0", "null", "bar").
     fn name(&self) -> String;
-    /// Checksum (see `ubdirect_cuda::checksum_at`) of everything delivered since the start, when
-    /// this sink computes one; `None` when it does not verify.
+    /// Checksum (see `ubdirect_core::util::checksum::checksum_at`) of everything delivered since
+    /// the start, when this sink computes one; `None` when it does not verify.
     fn delivered_checksum(&mut self) -> Option<Result<u64, String>>;
     /// The classic path: consume `data` (pageable memory, stream offset `offset`) synchronously,
     /// e.g. a pageable cudaMemcpy. Used by `--mode copy`.
@@ -23,6 +23,8 @@ pub trait PipelineSink: Sink {
     }
 }
 
+/// CUDA device memory as a pipeline sink (feature `cuda`).
+#[cfg(feature = "cuda")]
 impl PipelineSink for ubdirect_cuda::CudaSink {
     fn name(&self) -> String {
         format!("cuda ({})", self.gpu().name())

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ubdirect_core::seams::BlockQueue;
+use ubdirect_core::util::checksum::checksum_at;
 use ubdirect_core::UbPool;
-use ubdirect_cuda::checksum_at;
 
 use super::error::PipelineError;
 use super::report::VerifyResult;

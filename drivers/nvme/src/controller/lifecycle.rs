@@ -109,6 +109,9 @@ impl Controller {
         }
         // Also clears the wedged flag: the timed-out admin command died with the disable.
         a.reset();
+        if let Some(c) = &self.cmb {
+            c.reprogram(&self.mmio);
+        }
         program_admin(&self.mmio, &mut a);
         self.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
         // A BAR that no longer decodes drops the write (QEMU then reads 0, real hardware

@@ -49,6 +49,10 @@ pub struct ControllerOptions {
     /// Wait at most this long for CSTS.RDY to change, instead of CAP.TO (None: CAP.TO, as the
     /// spec says; a shorter bound fails faster on a dead controller, e.g. in tests).
     pub ready_timeout: Option<Duration>,
+    /// Open the Controller Memory Buffer at bring-up ([`Controller::cmb`]): map it, register it
+    /// as a UB region and enable it as controller memory space. [`NvmeError::NoCmb`] when the
+    /// controller has none.
+    pub cmb: bool,
 }
 
 impl Default for ControllerOptions {
@@ -62,6 +66,7 @@ impl Default for ControllerOptions {
             default_shutdown_timeout: Duration::from_secs(5),
             max_namespaces: 1024,
             ready_timeout: None,
+            cmb: false,
         }
     }
 }
@@ -108,6 +113,8 @@ pub struct Controller {
     /// Resets since open (the generation I/O queues compare against to notice one).
     generation: AtomicU64,
     shadow: Option<ShadowPages>,
+    /// The Controller Memory Buffer, when opened with [`ControllerOptions::cmb`].
+    cmb: Option<Arc<crate::cmb::Cmb>>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
     registry: Arc<UbRegistry>,
@@ -177,6 +184,7 @@ impl Controller {
             admin_wedged: admin.wedged_flag(),
             generation: AtomicU64::new(0),
             shadow: None,
+            cmb: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
         // From here on, an error drops `ctrl`, which disables the controller before its admin
@@ -185,6 +193,10 @@ impl Controller {
         // Bus mastering only once the controller is disabled: a controller left running by a
         // previous owner gets no chance to DMA with its old queue addresses.
         ctrl.dev.enable_bus_master()?;
+        if ctrl.opts.cmb {
+            let cmb = crate::cmb::Cmb::open(&ctrl.dev, &ctrl.mmio, &ctrl.registry, ctrl.cap)?;
+            ctrl.cmb = Some(cmb);
+        }
         {
             let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
             program_admin(&ctrl.mmio, a);
@@ -282,6 +294,11 @@ impl Controller {
     /// Whether I/O queues use shadow doorbells.
     pub fn shadow_doorbells(&self) -> bool {
         self.shadow.is_some()
+    }
+    /// The Controller Memory Buffer, when the controller was opened with
+    /// [`ControllerOptions::cmb`].
+    pub fn cmb(&self) -> Option<&Arc<crate::cmb::Cmb>> {
+        self.cmb.as_ref()
     }
     /// Options the controller was opened with.
     pub fn options(&self) -> &ControllerOptions {

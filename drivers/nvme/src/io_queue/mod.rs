@@ -168,8 +168,16 @@ impl IoQueuePair {
         let qid = ctrl.alloc_qid()?;
         let registry = ctrl.registry().clone();
         let build = || -> Result<(SqRing, CqRing, DmaMem)> {
+            let sq = if opts.sq_in_cmb {
+                let cmb = ctrl.cmb().ok_or(NvmeError::InvalidArgument(
+                    "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true (perf: --sq-in-cmb)",
+                ))?;
+                SqRing::in_cmb(cmb.alloc_sq(entries as usize * 64)?, entries)
+            } else {
+                SqRing::new(&registry, entries)?
+            };
             Ok((
-                SqRing::new(&registry, entries)?,
+                sq,
                 CqRing::new(&registry, entries)?,
                 DmaMem::alloc(&registry, depth * lpp * PAGE_SIZE)?,
             ))
@@ -244,6 +252,10 @@ impl IoQueuePair {
     /// The controller.
     pub fn controller(&self) -> &Arc<Controller> {
         &self.ctrl
+    }
+    /// Whether the submission queue lies in the Controller Memory Buffer.
+    pub fn sq_in_cmb(&self) -> bool {
+        self.sq.in_cmb_memory()
     }
     /// Whether doorbells go through the shadow buffer.
     pub fn uses_shadow_doorbells(&self) -> bool {

@@ -68,6 +68,10 @@ impl Cap {
     pub fn css(self) -> u8 {
         ((self.0 >> 37) & 0xff) as u8
     }
+    /// Controller Memory Buffer Supported (NVMe 1.4: CMBLOC / CMBSZ need CMBMSC.CRE).
+    pub fn cmbs(self) -> bool {
+        self.0 & (1 << 57) != 0
+    }
     /// Memory Page Size Minimum (2 ^ (12 + MPSMIN) bytes).
     pub fn mpsmin(self) -> u8 {
         ((self.0 >> 48) & 0xf) as u8

@@ -2,23 +2,24 @@
 //! controller generators.
 //!
 //! Each target runs `UBD_FUZZ_CASES` cases (default 10,000, what CI runs); by hand, e.g.
-//! `UBD_FUZZ_CASES=1000000 cargo test --release -p ubdirect-nvme --test fuzz_parse`.
+//! `UBD_FUZZ_CASES=1000000 cargo test --release -p ubdirect-nvme --test fuzz_parse`; the RNG
+//! seed is `UBD_FUZZ_SEED` (else random) and printed ([`ubdirect_devmodel::fuzz`]).
 
 #![allow(dead_code)]
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, RngSeed};
 
 use ubdirect_devmodel::nvme::{regs, CqeTweak, Hostile, NsConfig, NvmeConfig};
 
-/// Count one case of `target`; with `UBD_FUZZ_PROGRESS` set, print the count every 100,000
+/// Count one case of `target`; with `UBD_FUZZ_PROGRESS` set, print the count every 10,000
 /// cases and at the last one (so a by-hand run shows how many cases really ran; run one target
 /// per process: the count is per test binary).
 pub fn tick(target: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed) + 1;
-    if (n % 100_000 == 0 || n == u64::from(cases()))
+    if (n % 10_000 == 0 || n == u64::from(cases()))
         && std::env::var_os("UBD_FUZZ_PROGRESS").is_some()
     {
         eprintln!("{target}: {n} cases");
@@ -27,17 +28,16 @@ pub fn tick(target: &str) {
 
 /// Cases per target: `UBD_FUZZ_CASES`, else 10,000.
 pub fn cases() -> u32 {
-    std::env::var("UBD_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+    ubdirect_devmodel::fuzz::cases()
 }
 
 /// The proptest configuration of every target: the case count, no persisted regressions
-/// files in the source tree (failures print the minimal input), little shrinking time.
+/// files in the source tree (failures print the minimal input), little shrinking time, the
+/// seed of [`ubdirect_devmodel::fuzz::seed`].
 pub fn config() -> Config {
     Config {
         cases: cases(),
+        rng_seed: RngSeed::Fixed(ubdirect_devmodel::fuzz::seed()),
         failure_persistence: None,
         max_shrink_iters: 2_000,
         ..Config::default()

@@ -73,8 +73,5 @@ pub use ubdirect_devmodel::within;
 
 /// Case count of the model fuzz targets: `UBD_FUZZ_CASES` or 10,000.
 pub fn fuzz_cases() -> u32 {
-    std::env::var("UBD_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+    ubdirect_devmodel::fuzz::cases()
 }

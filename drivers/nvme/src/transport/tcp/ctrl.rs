@@ -1,0 +1,367 @@
+//! [`TcpController`]: an NVMe-oF controller reached over NVMe/TCP. The admin queue is a
+//! connection of its own; registers are properties (Property Get / Set); each I/O queue is a
+//! further connection joined by Fabrics Connect with the admin queue's controller ID.
+//!
+//! The controller data it reads back (Identify Controller / Namespace, CAP, CSTS) are decoded
+//! by the same code as the PCIe transport's ([`ControllerInfo`], [`NamespaceInfo`], [`Cap`]).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::addr::TcpTarget;
+use super::buf::DataBuf;
+use super::error::{TcpError, TcpResult};
+use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use super::host::HostIdentity;
+use super::queue::TcpQueue;
+use super::sock;
+use crate::info::{ControllerInfo, NamespaceInfo};
+use crate::spec::command::{admin_opcode, cns};
+use crate::spec::identify::{IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
+use crate::spec::regs::{Cap, Cc, Csts};
+use crate::spec::Sqe;
+use crate::status::{sct, NvmeStatus};
+
+/// Connection options.
+#[derive(Debug, Clone)]
+pub struct TcpOptions {
+    /// Bound of TCP connect + ICReq exchange.
+    pub connect_timeout: Duration,
+    /// Bound of every admin command.
+    pub admin_timeout: Duration,
+    /// Bound of every I/O command (then the connection is failed).
+    pub io_timeout: Duration,
+    /// Ask for header digests.
+    pub hdgst: bool,
+    /// Ask for data digests.
+    pub ddgst: bool,
+    /// Keep-alive timeout sent in the admin Connect, milliseconds (0: none).
+    pub kato_ms: u32,
+}
+
+impl Default for TcpOptions {
+    fn default() -> TcpOptions {
+        TcpOptions {
+            connect_timeout: Duration::from_secs(5),
+            admin_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(10),
+            hdgst: false,
+            ddgst: false,
+            kato_ms: 0,
+        }
+    }
+}
+
+/// A connected, enabled NVMe/TCP controller.
+#[derive(Debug)]
+pub struct TcpController {
+    admin: Mutex<TcpQueue<Vec<u8>>>,
+    target: TcpTarget,
+    host: HostIdentity,
+    opts: TcpOptions,
+    cntlid: u16,
+    cap: Cap,
+    info: ControllerInfo,
+    ioccsz: u32,
+    last_keep_alive: Mutex<Instant>,
+}
+
+fn connect_hint(st: NvmeStatus) -> &'static str {
+    match (st.sct, st.sc) {
+        (sct::COMMAND_SPECIFIC, 0x82) => "the target does not know this subsystem NQN or does not allow this host NQN: list its subsystems with `ubdirect discover ADDR` and check the target's allowed hosts",
+        (sct::COMMAND_SPECIFIC, 0x84) => "this host NQN is not allowed on the subsystem: add it to the target's allowed hosts",
+        (sct::COMMAND_SPECIFIC, 0x81) => "the controller is busy: retry later",
+        (sct::COMMAND_SPECIFIC, 0x80) => "the target does not support this Connect format",
+        _ => "check the subsystem NQN and the target's configuration",
+    }
+}
+
+/// Open one connection and join queue `qid` of controller `cntlid`; returns the queue and the
+/// controller ID the target gave.
+fn open_queue<B: DataBuf>(
+    target: &TcpTarget,
+    host: &HostIdentity,
+    opts: &TcpOptions,
+    qid: u16,
+    depth: u16,
+    cntlid: u16,
+) -> TcpResult<(TcpQueue<B>, u16)> {
+    let s = sock::connect(&target.addr, opts.connect_timeout)?;
+    let neg = sock::initialize(&s, opts.hdgst, opts.ddgst, opts.connect_timeout)?;
+    let incap = if qid == 0 {
+        fabrics::ADMIN_ICDATA as u32
+    } else {
+        0
+    };
+    // The Connect itself carries 1 KiB in the capsule on every queue.
+    let mut q = TcpQueue::<B>::new(
+        s,
+        neg,
+        qid,
+        depth,
+        1024,
+        opts.io_timeout.max(opts.admin_timeout),
+    );
+    let data = ConnectData::new(host.id, cntlid, &target.subnqn, &host.nqn).map_err(|reason| {
+        let which = if fabrics::check_nqn(&target.subnqn).is_err() {
+            ("subsystem NQN", &target.subnqn)
+        } else {
+            ("host NQN", &host.nqn)
+        };
+        TcpError::Nqn {
+            which: which.0,
+            nqn: which.1.clone(),
+            reason,
+        }
+    })?;
+    let kato = if qid == 0 { opts.kato_ms } else { 0 };
+    // The connection's own queue is typed over B; the Connect data travels in a B-free way:
+    // submit it through a Vec-backed queue view would need a second type, so build the
+    // capsule from a B made of the data when B is Vec<u8>, else through raw bytes.
+    let cqe = connect_run(
+        &mut q,
+        fabrics::connect(qid, depth, kato),
+        data.as_bytes(),
+        opts.connect_timeout,
+    )
+    .map_err(|e| match e {
+        TcpError::Command { status, .. } => TcpError::Connect {
+            subnqn: target.subnqn.clone(),
+            qid,
+            status,
+            hint: connect_hint(status),
+        },
+        e => e,
+    })?;
+    q.set_incapsule(incap);
+    Ok((q, cqe.result as u16))
+}
+
+/// Run the Connect command, its 1 KiB data in the capsule.
+fn connect_run<B: DataBuf>(
+    q: &mut TcpQueue<B>,
+    sqe: Sqe,
+    data: &[u8],
+    timeout: Duration,
+) -> TcpResult<crate::spec::Cqe> {
+    q.run_with_bytes(sqe, "Connect", data, timeout)
+}
+
+impl TcpController {
+    /// Connect to `target`, enable the controller (CC.EN through Property Set, CSTS.RDY
+    /// through Property Get, bounded by CAP.TO) and identify it.
+    pub fn connect(
+        target: &TcpTarget,
+        host: &HostIdentity,
+        opts: &TcpOptions,
+    ) -> TcpResult<TcpController> {
+        let (mut q, cntlid) = open_queue::<Vec<u8>>(target, host, opts, 0, 32, CNTLID_DYNAMIC)?;
+        let t = opts.admin_timeout;
+        let get = |q: &mut TcpQueue<Vec<u8>>, off: u32| -> TcpResult<u64> {
+            let (c, _) = q.run(fabrics::property_get(off), "Property Get", None, None, 0, t)?;
+            Ok(c.result as u64 | ((c.dw1 as u64) << 32))
+        };
+        let cap = Cap(get(&mut q, property::CAP)?);
+        let cc = Cc::enabled(0, 6, 4);
+        q.run(
+            fabrics::property_set(property::CC, cc.0),
+            "Property Set CC",
+            None,
+            None,
+            0,
+            t,
+        )?;
+        let bound = cap
+            .timeout()
+            .clamp(Duration::from_millis(500), Duration::from_secs(60));
+        let deadline = Instant::now() + bound;
+        loop {
+            let csts = Csts(get(&mut q, property::CSTS)? as u32);
+            if csts.cfs() {
+                return Err(TcpError::DeviceInput {
+                    field: "CSTS.CFS",
+                    value: csts.0 as u64,
+                    reason:
+                        "the controller reports a fatal status: disconnect and check the target",
+                });
+            }
+            if csts.rdy() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(TcpError::Timeout {
+                    what: "CSTS.RDY after enabling the controller",
+                    waited: bound,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let page = identify(&mut q, cns::CONTROLLER, 0, t)?;
+        let id = IdentifyController::ref_from_bytes(&page[..]).unwrap();
+        let info = ControllerInfo::from_identify(id);
+        let ioccsz = u32::from_le_bytes(page[1792..1796].try_into().unwrap());
+        let ioccsz = ioccsz.saturating_mul(16).saturating_sub(64).min(1 << 20);
+        Ok(TcpController {
+            admin: Mutex::new(q),
+            target: target.clone(),
+            host: host.clone(),
+            opts: opts.clone(),
+            cntlid,
+            cap,
+            info,
+            ioccsz,
+            last_keep_alive: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// The target address this controller was reached at.
+    pub fn target(&self) -> &TcpTarget {
+        &self.target
+    }
+
+    /// The controller ID the target assigned.
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    /// CAP as read through Property Get.
+    pub fn cap(&self) -> Cap {
+        self.cap
+    }
+
+    /// Identify Controller, decoded.
+    pub fn info(&self) -> &ControllerInfo {
+        &self.info
+    }
+
+    /// In-capsule data the I/O queues accept (IOCCSZ minus the SQE), bytes.
+    pub fn in_capsule(&self) -> u32 {
+        self.ioccsz
+    }
+
+    /// The host identity used.
+    pub fn host(&self) -> &HostIdentity {
+        &self.host
+    }
+
+    fn admin(&self) -> std::sync::MutexGuard<'_, TcpQueue<Vec<u8>>> {
+        self.admin.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Identify Namespace `nsid`.
+    pub fn namespace(&self, nsid: u32) -> TcpResult<NamespaceInfo> {
+        let page = identify(
+            &mut self.admin(),
+            cns::NAMESPACE,
+            nsid,
+            self.opts.admin_timeout,
+        )?;
+        let id = IdentifyNamespace::ref_from_bytes(&page[..]).unwrap();
+        NamespaceInfo::from_identify(nsid, id).map_err(|_| TcpError::DeviceInput {
+            field: "Identify Namespace",
+            value: nsid as u64,
+            reason: "the namespace's format is unusable (no LBA format in use, or zero size): check the NSID",
+        })
+    }
+
+    /// Send a Keep Alive if half the keep-alive timeout passed since the last one.
+    pub fn keep_alive(&self) -> TcpResult<()> {
+        if self.opts.kato_ms == 0 {
+            return Ok(());
+        }
+        let mut last = self
+            .last_keep_alive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() < Duration::from_millis(self.opts.kato_ms as u64 / 2) {
+            return Ok(());
+        }
+        self.admin().run(
+            fabrics::keep_alive(),
+            "Keep Alive",
+            None,
+            None,
+            0,
+            self.opts.admin_timeout,
+        )?;
+        *last = Instant::now();
+        Ok(())
+    }
+
+    /// A new I/O queue (its own connection) of `depth` entries; queue IDs count up from 1.
+    pub fn io_queue<B: DataBuf>(&self, qid: u16, depth: u16) -> TcpResult<TcpQueue<B>> {
+        let depth = depth.clamp(2, self.cap.max_queue_entries().min(1024) as u16);
+        let (mut q, _) = open_queue::<B>(
+            &self.target,
+            &self.host,
+            &self.opts,
+            qid,
+            depth,
+            self.cntlid,
+        )?;
+        q.set_incapsule(self.ioccsz);
+        Ok(q)
+    }
+}
+
+fn identify(q: &mut TcpQueue<Vec<u8>>, cns: u8, nsid: u32, t: Duration) -> TcpResult<Vec<u8>> {
+    let mut s = Sqe::new(admin_opcode::IDENTIFY);
+    s.nsid = nsid;
+    s.cdw10 = cns as u32;
+    let (_, buf) = q.run(
+        s,
+        "Identify",
+        Some(false),
+        Some(vec![0u8; IDENTIFY_LEN]),
+        IDENTIFY_LEN as u32,
+        t,
+    )?;
+    Ok(buf.unwrap_or_default())
+}
+
+/// List the subsystems a discovery controller at `addr` ("HOST:PORT") offers.
+pub fn discover(
+    addr: &str,
+    host: &HostIdentity,
+    opts: &TcpOptions,
+) -> TcpResult<Vec<fabrics::DiscoveryRecord>> {
+    let target = TcpTarget {
+        addr: addr.to_string(),
+        subnqn: DISCOVERY_NQN.to_string(),
+        nsid: None,
+    };
+    let ctrl = TcpController::connect(&target, host, opts)?;
+    let t = opts.admin_timeout;
+    let mut q = ctrl.admin();
+    let read = |q: &mut TcpQueue<Vec<u8>>, len: u32| -> TcpResult<Vec<u8>> {
+        let (_, b) = q.run(
+            fabrics::discovery_log(len, 0),
+            "Get Log Page (discovery)",
+            Some(false),
+            Some(vec![0u8; len as usize]),
+            len,
+            t,
+        )?;
+        Ok(b.unwrap_or_default())
+    };
+    let head = read(&mut q, 1024)?;
+    let numrec = u64::from_le_bytes(head[8..16].try_into().unwrap());
+    // Bounded: at most 1,024 records (1 MiB) are read, whatever NUMREC says.
+    let n = numrec.min(1024) as u32;
+    let page = if n == 0 {
+        head
+    } else {
+        read(&mut q, 1024 * (n + 1))?
+    };
+    let (_, _, recs) = fabrics::parse_discovery_log(&page).map_err(|e| TcpError::DeviceInput {
+        field: "discovery log",
+        value: match e {
+            fabrics::DiscoveryLogError::RecordFormat(f) => f as u64,
+            _ => 0,
+        },
+        reason: "short or of an unknown record format",
+    })?;
+    Ok(recs)
+}

@@ -1,0 +1,21 @@
+//! NVMe/TCP host (NVMe/TCP transport specification 1.0): PDUs ([`pdu`]), digests
+//! ([`digest`]), fabrics commands ([`fabrics`]), the validating receive state machine ([`rx`]).
+//!
+//! TLS (NVMe/TCP secure channels) is out of scope.
+
+pub mod addr;
+pub mod buf;
+pub mod ctrl;
+pub mod digest;
+pub mod error;
+pub mod fabrics;
+pub mod host;
+pub mod ic;
+pub mod pdu;
+pub mod queue;
+pub mod rx;
+#[cfg(test)]
+mod rx_tests;
+pub mod sock;
+
+pub use error::{TcpError, TcpResult};

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# NVMe-oF over TCP (issue 14): the kernel's NVMe/TCP initiator as the baseline (and, once the
+# nvmf helper's code lands, ubdirect's initiator: UBD_NVMF_UBDIRECT=1, see the SLOT in
+# scripts/bench/nvmf-guest.sh), 4 KiB reads at QD 1/32/128 and 1 MiB streaming reads, against the
+# kernel nvmet target exporting the test bed's nvme0 namespace (QEMU NVMe, file-backed).
+#
+#   scripts/bench/nvmf.sh [--mode loop|pair] [--kernel 6.12|ubd]
+#     loop (default): one guest (1 vCPU), target and initiator on 127.0.0.1 (they share the vCPU)
+#     pair: two guests (scripts/vm/pair.sh), 1 vCPU each, over a QEMU stream socket link
+#   env: ROUNDS=3 DEPTHS="1 32 128" SECS=3 IOS=2048 STREAM_MIB=64
+#        BIN=target/release/ubdirect (else target/debug/ubdirect: the io_uring engine runs
+#        through `ubdirect pipeline --source file:/dev/nvmeXn1`; see the guest half)
+# Prints every run and a table of medians. TCG guest: compare engines side by side in one run,
+# never with other tables.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mode=loop kernel=${UBD_VM_KERNEL:-6.12}
+while (($# > 0)); do
+    case $1 in
+    --mode) mode=$2 && shift 2 ;;
+    --kernel) kernel=$2 && shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
+    *) echo "nvmf.sh: unknown option '$1' (see --help)" >&2 && exit 2 ;;
+    esac
+done
+bin_args=()
+BIN=${BIN:-target/release/ubdirect}
+[[ -x $BIN ]] || BIN=target/debug/ubdirect
+[[ -x $BIN ]] && bin_args=(--bin "$BIN")
+envs=(--env "ROUNDS=${ROUNDS:-3}" --env "DEPTHS=${DEPTHS:-1 32 128}" --env "IOS=${IOS:-2048}" --env "SECS=${SECS:-3}"
+    --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}")
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+echo "# $(date -u '+%F %T UTC'), mode $mode, kernel $kernel, host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
+case $mode in
+loop)
+    scripts/vm/run.sh --kernel "$kernel" --smp 1 --mem 2G --devices nvme0 \
+        --hugepages "default_hugepagesz=2M hugepagesz=2M hugepages=128" "${bin_args[@]}" "${envs[@]}" --env TARGET=127.0.0.1 \
+        -- 'addr=$(echo $UBD_NVME | cut -d, -f1); scripts/vm/nvmet.sh 127.0.0.1 --dev /dev/$(ls /sys/bus/pci/devices/$addr/nvme)n1 >/dev/null && bash scripts/bench/nvmf-guest.sh' |
+        tee "$log" | grep -E '^(R|FAIL|#) ' || true
+    ;;
+pair)
+    scripts/vm/pair.sh --kernel "$kernel" "${bin_args[@]}" "${envs[@]}" --env TARGET=10.77.0.1 \
+        -- 'bash scripts/bench/nvmf-guest.sh' | tee "$log" | grep -E '^(R|FAIL|#|pair:) ' || true
+    ;;
+*) echo "nvmf.sh: --mode loop or pair, not '$mode'" >&2 && exit 2 ;;
+esac
+echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$log" <<'PY'
+import sys, statistics as st, collections
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 9 and f[0] == "R":
+        runs[(f[2], int(f[3]), int(f[4]))].append([float(x) for x in f[7:]])
+print("\n| engine | QD | block | runs | IOPS median (range) | MiB/s median | mean latency (us) | p99 (us) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for (e, q, b), v in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+    io = [x[0] for x in v]
+    m = lambda i: f"{st.median(x[i] for x in v):,.1f}" if all(len(x) > i for x in v) else ""
+    print(f"| {e} | {q} | {'1 MiB' if b == 1048576 else '4 KiB'} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | {m(1)} | {m(2)} | {m(3)} |")
+PY

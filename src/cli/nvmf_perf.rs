@@ -1,0 +1,263 @@
+//! `ubdirect perf nvmf-tcp://...`: the NVMe/TCP initiator measured like the PCIe one: one
+//! queue (one connection) at depth -q, -o bytes per I/O, for -t seconds; IOPS, MiB/s, mean
+//! latency, and CPU seconds per GB moved (user + system time of the process, so the kernel's
+//! TCP work on this side is counted).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect_nvme::transport::tcp::addr::TcpTarget;
+use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
+use ubdirect_nvme::transport::tcp::fabrics;
+use ubdirect_nvme::transport::tcp::queue::{TcpCompletion, TcpQueue};
+
+use super::{CliResult, Outcome};
+
+/// What `perf` asks of the TCP path.
+#[derive(Debug)]
+pub struct PerfSpec<'a> {
+    /// nvmf-tcp:// address.
+    pub addr: &'a str,
+    /// Queue depth.
+    pub queue_depth: usize,
+    /// Bytes per I/O.
+    pub io_size: usize,
+    /// Writes (else reads).
+    pub write: bool,
+    /// Random offsets (else sequential).
+    pub random: bool,
+    /// Seconds.
+    pub seconds: f64,
+    /// Stamp written blocks with their LBA; check stamps on reads.
+    pub verify: bool,
+    /// JSON output.
+    pub json: bool,
+    /// Span start, bytes.
+    pub offset: u64,
+    /// Span length, bytes (None: to the end).
+    pub span: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    address: &'a str,
+    engine: &'static str,
+    nsid: u32,
+    workload: &'static str,
+    io_size: usize,
+    queue_depth: usize,
+    ios: u64,
+    seconds: f64,
+    iops: f64,
+    bytes_per_s: f64,
+    mean_latency_ns: f64,
+    cpu_seconds: f64,
+    cpu_s_per_gb: f64,
+    verified_blocks: u64,
+    verify_errors: u64,
+    header_digest: bool,
+    data_digest: bool,
+}
+
+/// The stamp of an LBA: its number and a marker, in the first 16 bytes of each block.
+const STAMP: u64 = 0x7562_642d_6e76_6d66; // "ubd-nvmf"
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// Run it.
+pub fn run(p: &PerfSpec<'_>) -> CliResult {
+    if p.queue_depth == 0 || p.queue_depth > 1024 {
+        return Err("-q must be 1 to 1024 on NVMe/TCP".into());
+    }
+    let target: TcpTarget = p.addr.parse()?;
+    let host = super::nvmf::host_identity();
+    let digests = std::env::var("UBD_NVMF_DIGESTS").is_ok_and(|v| v == "1");
+    let opts = TcpOptions {
+        hdgst: digests,
+        ddgst: digests,
+        ..TcpOptions::default()
+    };
+    let ctrl = TcpController::connect(&target, &host, &opts)?;
+    let nsid = target.nsid.unwrap_or(1);
+    let ns = ctrl.namespace(nsid)?;
+    let lba = ns.lba_size as u64;
+    if p.io_size == 0 || p.io_size as u64 % lba != 0 || p.io_size > (1 << 20) {
+        return Err(format!(
+            "-o {} must be a multiple of namespace {nsid}'s {lba}-byte block, at most 1 MiB",
+            p.io_size
+        )
+        .into());
+    }
+    let first = p.offset / lba;
+    let mut blocks = ns.nsze.saturating_sub(first);
+    if let Some(s) = p.span {
+        blocks = blocks.min(s / lba);
+    }
+    let per_io = p.io_size as u64 / lba;
+    let slots = blocks / per_io;
+    if slots == 0 {
+        return Err("the span is smaller than one I/O: lower --offset or -o".into());
+    }
+    // The socket moves the data with the CPU: the pool needs no IOMMU mapping.
+    let registry = UbRegistry::new(DmaDomain::host_only());
+    let pool = UbPool::with_anonymous(
+        &registry,
+        PoolConfig {
+            block_size: p.io_size.next_multiple_of(4096),
+            block_count: p.queue_depth,
+        },
+        None,
+    )?;
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, p.queue_depth as u16)?;
+    let mut seq = 0u64;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next_slba = |seq: &mut u64| {
+        let i = if p.random {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % slots
+        } else {
+            let i = *seq % slots;
+            *seq += 1;
+            i
+        };
+        first + i * per_io
+    };
+    let (mut ios, mut verified, mut bad, mut lat_ns) = (0u64, 0u64, 0u64, 0f64);
+    let mut started = vec![Instant::now(); p.queue_depth];
+    let mut slba_of = vec![0u64; p.queue_depth];
+    let submit = |q: &mut TcpQueue<UbBuf>, mut b: UbBuf, tag: usize, slba: u64| {
+        if p.write && p.verify {
+            for (k, blk) in b.as_mut_slice()[..p.io_size]
+                .chunks_exact_mut(lba as usize)
+                .enumerate()
+            {
+                blk[..8].copy_from_slice(&(slba + k as u64).to_le_bytes());
+                blk[8..16].copy_from_slice(&STAMP.to_le_bytes());
+            }
+        }
+        let sqe = fabrics::rw(p.write, nsid, slba, per_io as u32);
+        let name = if p.write { "Write" } else { "Read" };
+        q.submit(
+            sqe,
+            name,
+            Some(p.write),
+            Some(b),
+            0,
+            p.io_size as u32,
+            tag as u64,
+        )
+        .map_err(|(e, _)| e)
+    };
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs_f64(p.seconds.max(0.01));
+    for tag in 0..p.queue_depth {
+        let slba = next_slba(&mut seq);
+        slba_of[tag] = slba;
+        started[tag] = Instant::now();
+        submit(&mut q, pool.get()?, tag, slba)?;
+    }
+    let mut done: Vec<TcpCompletion<UbBuf>> = Vec::with_capacity(p.queue_depth);
+    let mut inflight = p.queue_depth;
+    while inflight > 0 {
+        q.poll(&mut |c| done.push(c))?;
+        let now = Instant::now();
+        for c in done.drain(..) {
+            inflight -= 1;
+            let tag = c.tag as usize;
+            c.result?;
+            ios += 1;
+            lat_ns += now.duration_since(started[tag]).as_nanos() as f64;
+            let b = c.buf.ok_or("a completion without its buffer")?;
+            if p.verify && !p.write {
+                for (k, blk) in b.as_slice()[..p.io_size]
+                    .chunks_exact(lba as usize)
+                    .enumerate()
+                {
+                    if blk[8..16] == STAMP.to_le_bytes() {
+                        verified += 1;
+                        if blk[..8] != (slba_of[tag] + k as u64).to_le_bytes() {
+                            bad += 1;
+                        }
+                    }
+                }
+            }
+            if now < end {
+                let slba = next_slba(&mut seq);
+                slba_of[tag] = slba;
+                started[tag] = now;
+                submit(&mut q, b, tag, slba)?;
+                inflight += 1;
+            }
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let bytes = ios as f64 * p.io_size as f64;
+    let neg = q.negotiated();
+    let r = Report {
+        address: p.addr,
+        engine: "ubdirect-tcp",
+        nsid,
+        workload: match (p.write, p.random) {
+            (false, false) => "read",
+            (true, false) => "write",
+            (false, true) => "randread",
+            (true, true) => "randwrite",
+        },
+        io_size: p.io_size,
+        queue_depth: p.queue_depth,
+        ios,
+        seconds: secs,
+        iops: ios as f64 / secs,
+        bytes_per_s: bytes / secs,
+        mean_latency_ns: if ios > 0 { lat_ns / ios as f64 } else { 0.0 },
+        cpu_seconds: cpu,
+        cpu_s_per_gb: if bytes > 0.0 {
+            cpu / (bytes / 1e9)
+        } else {
+            0.0
+        },
+        verified_blocks: verified,
+        verify_errors: bad,
+        header_digest: neg.hdgst,
+        data_digest: neg.ddgst,
+    };
+    if p.json {
+        super::json::print("perf", &r)?;
+    } else {
+        println!(
+            "nvmf-tcp {} -q {} -o {}: {} IOs in {:.2} s: {:.0} IOPS, {:.1} MiB/s, mean latency {:.1} us, CPU {:.3} s = {:.3} CPU-s/GB{}",
+            r.workload,
+            r.queue_depth,
+            r.io_size,
+            r.ios,
+            r.seconds,
+            r.iops,
+            r.bytes_per_s / (1 << 20) as f64,
+            r.mean_latency_ns / 1e3,
+            r.cpu_seconds,
+            r.cpu_s_per_gb,
+            if p.verify {
+                format!(", verified {} blocks, {} mismatches", verified, bad)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if bad > 0 {
+        eprintln!("ubdirect: {bad} block(s) read back with the wrong LBA stamp");
+        return Ok(Outcome::Findings);
+    }
+    Ok(Outcome::Success)
+}
