@@ -45,8 +45,8 @@ compile_error!(
 
 pub mod admin;
 mod admin_queue;
-mod block_queue;
-mod blocking;
+mod block_queue_seam;
+mod blocking_helpers;
 pub mod cmb;
 pub mod controller;
 mod doorbell;
@@ -65,7 +65,7 @@ pub mod spec;
 pub mod status;
 pub mod transport;
 
-pub use block_queue::to_block_error;
+pub use block_queue_seam::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
 pub use controller::{Controller, ControllerOptions};
 pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
