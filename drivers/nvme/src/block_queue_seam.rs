@@ -131,8 +131,8 @@ impl BlockQueue for IoQueuePair {
             IoQueuePair::submit_write(q, ns, lba, buf, IoFlags::empty(), tag)
         })
     }
-    fn flush(&mut self) -> Result<(), BlockError> {
-        self.ring();
+    fn ring(&mut self) -> Result<(), BlockError> {
+        IoQueuePair::ring(self);
         Ok(())
     }
     fn poll(

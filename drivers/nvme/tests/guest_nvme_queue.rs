@@ -216,7 +216,7 @@ fn block_queue_seam() {
     let (_b, e) = q.submit_read(b, 64 << 20, 512, 6).unwrap_err();
     assert!(e.message.contains("past the end"), "{}", e.message);
     assert_eq!(q.in_flight(), 1);
-    q.flush().unwrap();
+    q.ring().unwrap();
     let mut n = 0;
     let start = std::time::Instant::now();
     while n == 0 && start.elapsed() < T {
