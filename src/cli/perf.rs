@@ -11,7 +11,8 @@ use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
-    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions, Recovery,
+    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions,
+    Recovery, ShadowDoorbells,
 };
 
 use super::json::LatencyNs;
@@ -76,8 +77,13 @@ pub struct Args {
     #[arg(long)]
     verify: bool,
 
-    /// Do not use shadow doorbells (Doorbell Buffer Config) even when the controller has them.
-    #[arg(long)]
+    /// Shadow doorbells (Doorbell Buffer Config) where the controller has them: auto (on only
+    /// where a short probe at open sees them save MMIO doorbell writes), on, or off.
+    #[arg(long = "shadow-doorbells", value_enum, default_value = "auto")]
+    shadow_doorbells: ShadowArg,
+
+    /// Old spelling of --shadow-doorbells off (hidden; still accepted).
+    #[arg(long, hide = true)]
     no_shadow_doorbell: bool,
 
     /// Place the I/O submission queues in the controller's Controller Memory Buffer (CMB).
@@ -109,6 +115,61 @@ enum Engine {
     /// io_uring NVMe passthrough (IORING_OP_URING_CMD, polled) on the namespace's char device
     /// (/dev/ngXnY).
     UringCmd,
+}
+
+/// --shadow-doorbells values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ShadowArg {
+    /// On only where a probe at open sees them save MMIO doorbell writes.
+    Auto,
+    /// On whenever the controller has them.
+    On,
+    /// Never.
+    Off,
+}
+
+impl Args {
+    /// The shadow doorbell mode asked for (`--no-shadow-doorbell` is `off`).
+    fn shadow_mode(&self) -> ShadowDoorbells {
+        match (self.no_shadow_doorbell, self.shadow_doorbells) {
+            (true, _) | (_, ShadowArg::Off) => ShadowDoorbells::Off,
+            (_, ShadowArg::On) => ShadowDoorbells::On,
+            (_, ShadowArg::Auto) => ShadowDoorbells::Auto,
+        }
+    }
+}
+
+/// Shadow doorbells of a run: on or off, what was asked for, and why.
+#[derive(Debug, Clone)]
+struct ShadowInfo {
+    on: bool,
+    mode: &'static str,
+    why: String,
+}
+
+impl ShadowInfo {
+    /// Off for an engine that does not use the driver's doorbells.
+    fn not_used(why: &str) -> ShadowInfo {
+        ShadowInfo {
+            on: false,
+            mode: "off",
+            why: why.into(),
+        }
+    }
+
+    /// What the controller decided.
+    fn of(ctrl: &Controller) -> ShadowInfo {
+        let d = ctrl.shadow_decision();
+        ShadowInfo {
+            on: d.on,
+            mode: match d.mode {
+                ShadowDoorbells::Auto => "auto",
+                ShadowDoorbells::On => "on",
+                ShadowDoorbells::Off => "off",
+            },
+            why: d.why.clone(),
+        }
+    }
 }
 
 /// -w values.
@@ -156,6 +217,9 @@ fn parse_cores(s: &str) -> Result<CoreList, String> {
 struct CoreResult {
     core: usize,
     qid: u16,
+    /// Requests this core kept in flight: `-q`, or less where the controller's queue size
+    /// (MQES) capped it.
+    queue_depth: usize,
     ios: u64,
     reads: u64,
     writes: u64,
@@ -192,7 +256,14 @@ struct PerfReport<'a> {
     rwmixread: u8,
     io_size: usize,
     queue_depth: usize,
+    /// The depth actually run (the smallest of the cores'): below `queue_depth` when the
+    /// controller's queue size (MQES) capped it.
+    effective_queue_depth: usize,
     shadow_doorbells: bool,
+    /// `auto`, `on` or `off` (what was asked for).
+    shadow_doorbells_mode: &'static str,
+    /// Why they are on or off (the `auto` probe's counts).
+    shadow_doorbells_why: String,
     sq_in_cmb: bool,
     tsc_hz: f64,
     cores: &'a [CoreResult],
@@ -219,7 +290,10 @@ struct Total {
 struct Job {
     nsid: u32,
     io_size: usize,
+    /// Requests in flight.
     depth: usize,
+    /// Command slots of each queue pair.
+    cmd_depth: usize,
     workload: Workload,
     rwmixread: u8,
     lba_size: u64,
@@ -276,7 +350,11 @@ fn run_perf(args: &Args) -> CliResult {
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.
-        shadow_doorbells: !args.no_shadow_doorbell && args.engine != Engine::Floor,
+        shadow_doorbells: if args.engine == Engine::Floor {
+            ShadowDoorbells::Off
+        } else {
+            args.shadow_mode()
+        },
         cmb: args.sq_in_cmb,
         ..Default::default()
     };
@@ -335,13 +413,27 @@ fn run_perf(args: &Args) -> CliResult {
     if args.engine == Engine::Floor {
         return floor::run(args, &ctrl, nsid, first_block, span_blocks);
     }
+    // Requests in flight per core: -q, capped by the controller's queue size (MQES). Each
+    // queue pair gets command slots for all their commands where MQES allows; the commands of
+    // requests that do not fit wait in the queue pair (queued requests) and go out as slots
+    // free up.
+    let max_depth = (ctrl.max_queue_entries() as usize).clamp(2, 65536) - 1;
+    let depth = args.queue_depth.min(max_depth);
+    let cmds_per_io = args
+        .io_size
+        .div_ceil(ctrl.max_command_bytes().max(1))
+        .max(1);
+    let cmd_depth = depth.saturating_mul(cmds_per_io).min(max_depth);
+    if let Some(l) = capped_depth_line(args.queue_depth, depth) {
+        eprintln!("ubdirect perf: {l}");
+    }
     // Pool blocks are powers of two of at least 4 KiB.
     let block = args.io_size.next_power_of_two().max(4096);
     let pool = UbPool::with_hugepages(
         &registry,
         PoolConfig {
             block_size: block,
-            block_count: args.queue_depth * args.cores.0.len(),
+            block_count: depth * args.cores.0.len(),
         },
         ctrl.device().numa_node(),
     )?;
@@ -349,7 +441,8 @@ fn run_perf(args: &Args) -> CliResult {
     let job = Arc::new(Job {
         nsid,
         io_size: args.io_size,
-        depth: args.queue_depth,
+        depth,
+        cmd_depth,
         workload: args.workload,
         rwmixread: args.rwmixread,
         lba_size: lba,
@@ -357,7 +450,7 @@ fn run_perf(args: &Args) -> CliResult {
         span_blocks,
         duration: Duration::from_secs_f64(args.time.max(0.01)),
         verify: args.verify,
-        shadow: !args.no_shadow_doorbell,
+        shadow: ctrl.shadow_doorbells(),
         sq_in_cmb: args.sq_in_cmb,
         tsc,
         cores: args.cores.0.len(),
@@ -386,15 +479,21 @@ fn run_perf(args: &Args) -> CliResult {
         cores.push(r?);
     }
     drop(reset_hook);
-    let shadow = ctrl.shadow_doorbells() && !args.no_shadow_doorbell;
-    finish(args, nsid, shadow, &tsc, &cores, ctrl.resets())
+    finish(
+        args,
+        nsid,
+        ShadowInfo::of(&ctrl),
+        &tsc,
+        &cores,
+        ctrl.resets(),
+    )
 }
 
 /// Print the report of a run (table or `--json`) and say whether it found errors.
 fn finish(
     args: &Args,
     nsid: u32,
-    shadow_doorbells: bool,
+    shadow: ShadowInfo,
     tsc: &Tsc,
     cores: &[CoreResult],
     resets: u64,
@@ -409,7 +508,10 @@ fn finish(
         rwmixread: args.rwmixread,
         io_size: args.io_size,
         queue_depth: args.queue_depth,
-        shadow_doorbells,
+        effective_queue_depth: effective_depth(cores, args.queue_depth),
+        shadow_doorbells: shadow.on,
+        shadow_doorbells_mode: shadow.mode,
+        shadow_doorbells_why: shadow.why,
         sq_in_cmb: args.sq_in_cmb,
         tsc_hz: tsc.hz,
         cores,
@@ -424,6 +526,20 @@ fn finish(
         return Ok(Outcome::Findings);
     }
     Ok(Outcome::Success)
+}
+
+/// The depth the run kept in flight: the smallest of the cores' (`asked` when none ran).
+fn effective_depth(cores: &[CoreResult], asked: usize) -> usize {
+    cores.iter().map(|c| c.queue_depth).min().unwrap_or(asked)
+}
+
+/// The line saying the controller capped `-q`, when it did.
+fn capped_depth_line(asked: usize, effective: usize) -> Option<String> {
+    (effective < asked).then(|| {
+        format!(
+            "queue depth capped: -q {asked} asked for, the controller's queues hold {effective} (MQES): running at depth {effective}"
+        )
+    })
 }
 
 fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
@@ -493,6 +609,15 @@ fn print_report(r: &PerfReport<'_>) {
         if r.shadow_doorbells { "on" } else { "off" },
         if r.sq_in_cmb { ", SQs in the CMB" } else { "" }
     );
+    println!(
+        "shadow doorbells {} (--shadow-doorbells {}): {}",
+        if r.shadow_doorbells { "on" } else { "off" },
+        r.shadow_doorbells_mode,
+        r.shadow_doorbells_why
+    );
+    if let Some(l) = capped_depth_line(r.queue_depth, r.effective_queue_depth) {
+        println!("{l}");
+    }
     println!(
         "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
         "Latency(us)", "IOPS", "MiB/s", "Average", "min", "max"
@@ -579,6 +704,7 @@ fn plain_core(
     CoreResult {
         core,
         qid,
+        queue_depth: 0,
         ios,
         reads: ios,
         writes: 0,
@@ -653,7 +779,7 @@ fn worker(
         IoQueuePair::new(
             ctrl,
             QueueOptions {
-                depth: job.depth,
+                depth: job.cmd_depth,
                 nsid: Some(job.nsid),
                 shadow_doorbells: job.shadow,
                 sq_in_cmb: job.sq_in_cmb,
@@ -811,6 +937,7 @@ fn worker(
     Ok(CoreResult {
         core,
         qid: qp.qid(),
+        queue_depth: depth,
         ios,
         reads,
         writes,
@@ -980,7 +1107,10 @@ mod tests {
                 rwmixread: args.rwmixread,
                 io_size: args.io_size,
                 queue_depth: args.queue_depth,
+                effective_queue_depth: args.queue_depth,
                 shadow_doorbells: false,
+                shadow_doorbells_mode: "auto",
+                shadow_doorbells_why: "auto: EventIdx saved 0 of 300 doorbell MMIO writes".into(),
                 sq_in_cmb: engine == "ubdirect",
                 tsc_hz: tsc.hz,
                 cores: &cores,

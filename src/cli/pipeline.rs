@@ -109,8 +109,13 @@ pub struct Args {
 /// Where the data comes from.
 #[derive(Debug, Clone)]
 enum SourceSpec {
-    Nvme { addr: PciAddress, nsid: Option<u32> },
+    Nvme {
+        addr: PciAddress,
+        nsid: Option<u32>,
+    },
     File(PathBuf),
+    /// nvmf-tcp://ADDR:PORT/SUBNQN[/NSID] (issue 14).
+    Tcp(String),
 }
 
 /// Where it goes.
@@ -126,6 +131,9 @@ enum SinkSpec {
 }
 
 fn parse_source(s: &str) -> Result<SourceSpec, String> {
+    if s.starts_with("nvmf-tcp://") {
+        return super::nvmf::parse_ctrl_addr(s).map(SourceSpec::Tcp);
+    }
     if let Some(rest) = s.strip_prefix("nvme:") {
         let (addr, nsid) = match rest.rsplit_once('/') {
             Some((a, n)) => (
@@ -151,7 +159,7 @@ fn parse_source(s: &str) -> Result<SourceSpec, String> {
         return Ok(SourceSpec::File(PathBuf::from(p)));
     }
     Err(format!(
-        "unknown source '{s}': use nvme:<pci-addr> (with --ns <nsid>) or file:<path>"
+        "unknown source '{s}': use nvme:<pci-addr> (with --ns <nsid>), file:<path> or nvmf-tcp://ADDR:PORT/SUBNQN[/NSID]"
     ))
 }
 
@@ -203,6 +211,8 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 }
 
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
+
+mod tcp;
 
 /// Run the subcommand; then fail (exit 1) if the kernel logged an IOMMU fault for one of its
 /// VFIO devices during the run, whatever the run itself reported.
@@ -281,7 +291,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             device_numa = c.device().numa_node();
             Some(c)
         }
-        SourceSpec::File(_) => None,
+        SourceSpec::File(_) | SourceSpec::Tcp(_) => None,
     };
     let mut bar_dev: Option<Arc<PciDevice>> = None;
     let bar_region: Option<Arc<UbRegion>> = match &args.sink {
@@ -327,6 +337,19 @@ fn run_pipeline(args: &Args) -> CliResult {
 
     let mut reports = Vec::new();
     match &args.source {
+        SourceSpec::Tcp(addr) => {
+            let r = tcp::run(
+                args,
+                addr,
+                &registry,
+                &pool,
+                bar_region.as_ref(),
+                bar_dev.as_ref(),
+                cfg,
+                &mut device_numa,
+            )?;
+            reports.push(r);
+        }
         SourceSpec::File(path) => {
             let is_cuda = matches!(args.sink, SinkSpec::Cuda(_));
             if args.repeat == 0 {

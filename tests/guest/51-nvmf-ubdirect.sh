@@ -12,7 +12,7 @@ t() {
     n=$((n + 1))
     if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi
 }
-echo "1..8"
+echo "1..9"
 nvmet=/ubd/scripts/vm/nvmet.sh
 addr=$(echo "$UBD_NVME" | cut -d, -f1)
 ctrl=$(ls "/sys/bus/pci/devices/$addr/nvme" 2>/dev/null | head -n1)
@@ -37,5 +37,11 @@ t "wrong NQN refused by name" \
     '! ubdirect identify nvmf-tcp://127.0.0.1:4420/nqn.2026-11.io.ubdirect:nope 2>/tmp/e.out && grep -q "Connect Invalid Parameters" /tmp/e.out'
 t "no listener on 4999: refused" \
     '! ubdirect discover 127.0.0.1:4999 2>/tmp/e2.out && grep -q "refused the connection" /tmp/e2.out'
+# Remote namespace -> ivshmem BAR (the pool carved from the BAR; C2HData lands in it), checked
+# against a QD1 re-read and by the host against nvme0.img.
+IVSHMEM=$(echo "$UBD_IVSHMEM" | cut -d, -f1)
+bind-vfio "$IVSHMEM" >/dev/null 2>&1
+t "pipeline nvmf-tcp -> ivshmem BAR, verified, host check printed" \
+    'ubdirect pipeline --source $A --sink bar:$IVSHMEM/2 --block-size 1M --qd 4 --blocks 4 --bytes 8M --verify --hostcheck nvmf-tcp-bar,nvme0.img,gpubar >/tmp/p.out 2>&1 && grep -q "verify.*OK" /tmp/p.out && grep UBD-HOSTCHECK /tmp/p.out || { cat /tmp/p.out; false; }'
 $nvmet --remove >/dev/null 2>&1
 t "target torn down" '[ -z "$(ls /sys/kernel/config/nvmet/ports 2>/dev/null)" ]'

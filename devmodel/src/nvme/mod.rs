@@ -59,6 +59,11 @@ pub struct NvmeConfig {
     pub nn: Option<u32>,
     /// Advertise and honour Doorbell Buffer Config (shadow doorbells, OACS bit 8).
     pub shadow_doorbells: bool,
+    /// With shadow doorbells: set a CQ's EventIdx half a ring past the head just written (the
+    /// driver then needs no MMIO write for most CQ head moves) and read the shadow CQ head when
+    /// the CQ looks full: a controller on which shadow doorbells save MMIO writes. False (the
+    /// default) behaves like QEMU: EventIdx = the value just seen, nothing saved.
+    pub shadow_lazy_cq: bool,
     /// A Controller Memory Buffer (CAP.CMBS set, CMB registers, its BAR); None: no CMB.
     pub cmb: Option<CmbConfig>,
 }
@@ -78,6 +83,7 @@ impl Default for NvmeConfig {
             }],
             nn: None,
             shadow_doorbells: false,
+            shadow_lazy_cq: false,
             cmb: None,
         }
     }

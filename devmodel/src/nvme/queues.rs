@@ -68,6 +68,21 @@ impl Done {
 }
 
 impl State {
+    /// A lazy CQ (see `NvmeConfig::shadow_lazy_cq`) that looks full: take the head the driver
+    /// wrote to its shadow doorbell.
+    fn refresh_cq_head_from_shadow(&mut self, m: &NvmeModel, cqid: u16) {
+        let Some((db, _)) = self.shadow else { return };
+        let stride = 4u64 << self.dstrd();
+        let Ok(v) = m.dma.read_u32(db + (2 * cqid as u64 + 1) * stride) else {
+            return;
+        };
+        if let Some(cq) = self.cqs.get_mut(&cqid) {
+            if (v as u16) < cq.size && v <= 0xffff {
+                cq.head = v as u16;
+            }
+        }
+    }
+
     /// Run the commands between SQ `qid`'s head and tail while its CQ has room.
     pub(crate) fn process_sq(&mut self, m: &NvmeModel, qid: u16) {
         loop {
@@ -76,6 +91,9 @@ impl State {
             };
             if sq.head == sq.tail || self.cfs {
                 return;
+            }
+            if self.cfg.shadow_lazy_cq && self.cqs.get(&sq.cqid).is_some_and(|c| c.full()) {
+                self.refresh_cq_head_from_shadow(m, sq.cqid);
             }
             match self.cqs.get(&sq.cqid) {
                 Some(cq) if !cq.full() => {}

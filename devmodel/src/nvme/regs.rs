@@ -130,7 +130,14 @@ impl State {
         let value = val as u16;
         if let Some((_, ei)) = self.shadow {
             // EventIdx = the value just seen: the driver rings the register on its next update.
-            let _ = m.dma.write_u32(ei + rel, val);
+            // A lazy CQ asks to hear of its head only half a ring later.
+            let lazy = match self.cqs.get(&qid) {
+                Some(cq) if self.cfg.shadow_lazy_cq && idx % 2 == 1 => {
+                    Some((val + cq.size as u32 / 2) % cq.size as u32)
+                }
+                _ => None,
+            };
+            let _ = m.dma.write_u32(ei + rel, lazy.unwrap_or(val));
         }
         if idx % 2 == 0 {
             match self.sqs.get_mut(&qid) {

@@ -126,7 +126,17 @@ impl IoQueuePair {
         match checked {
             Ok((ns, nlb)) => {
                 let max_blocks = (ns.max_cmd >> ns.lba_shift) as u64;
-                self.queue_request(opcode, ns, slba.0, nlb, max_blocks, flags.bits(), bufs, tag)
+                self.queue_request(
+                    opcode,
+                    ns,
+                    slba.0,
+                    nlb,
+                    max_blocks,
+                    flags.bits(),
+                    bufs,
+                    0,
+                    tag,
+                )
             }
             Err(error) => Err(Rejected { bufs, error }),
         }
@@ -195,7 +205,7 @@ impl IoQueuePair {
             bufs: IoBufs::None,
             error,
         })?;
-        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, IoBufs::None, tag)
+        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, IoBufs::None, 0, tag)
     }
 
     /// Queue Write Zeroes of `nlb` blocks at `slba` (split at 65536 blocks per command).
@@ -221,6 +231,7 @@ impl IoQueuePair {
             MAX_NLB,
             0,
             IoBufs::None,
+            0,
             tag,
         )
     }

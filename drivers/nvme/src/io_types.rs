@@ -289,4 +289,7 @@ pub struct QueueStats {
     pub failed_back: u64,
     /// Completion entries skipped as malformed (bad command id or SQ id).
     pub malformed_completions: u64,
+    /// Requests that did not fit in the free command slots and waited in the queue pair's
+    /// pending list (queued requests: above MDTS, or deeper than the queue).
+    pub queued_requests: u64,
 }

@@ -67,7 +67,7 @@ pub mod transport;
 
 pub use block_queue_seam::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
-pub use controller::{Controller, ControllerOptions};
+pub use controller::{Controller, ControllerOptions, ShadowDecision, ShadowDoorbells};
 pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};

@@ -9,7 +9,9 @@ mod common;
 
 use common::{fill_random, one, T};
 use ubdirect_core::UbBuf;
-use ubdirect_nvme::{ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList};
+use ubdirect_nvme::{
+    ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList, ShadowDoorbells,
+};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 
@@ -192,32 +194,16 @@ fn mdts_splitting_on_nvme1_and_page_crossing_offsets() {
         64,
         "1 MiB / 16 KiB MDTS = 64 commands"
     );
-    // A request needing more commands than the queue holds is refused whole.
+    // A request needing more commands than the queue holds is queued (issue 11): its commands
+    // go out as slots free up, and it completes with the right data.
     let mut small = bed.qp(8, 1);
-    let r = small
-        .submit_read(
-            &small.namespace(1).unwrap(),
-            Lba(0),
-            IoBuf::prefix(buf, 1 << 20).unwrap(),
-            IoFlags::empty(),
-            1,
-        )
-        .unwrap_err();
-    assert!(
-        matches!(
-            r.error,
-            NvmeError::RequestTooLarge {
-                commands: 64,
-                depth: 8,
-                ..
-            }
-        ),
-        "{}",
-        r.error
-    );
-    assert!(r.error.to_string().contains("more than the queue depth 8"));
-    let mut buf = one(r.bufs).into_buf();
-    assert_eq!(small.in_flight(), 0);
+    let before = small.stats();
+    let buf = read_check(&mut small, buf, 1, 1000, 512, NVME1_NS1.id, 12, 1 << 20);
+    let st = small.stats();
+    assert_eq!(st.commands - before.commands, 64);
+    assert_eq!(st.queued_requests - before.queued_requests, 1);
+    assert_eq!((small.in_flight(), small.pending_requests()), (0, 0));
+    let mut buf = buf;
     // Write + read back across MDTS with an odd offset.
     let mut dst = bed.pool.get().unwrap();
     fill_random(77, &mut buf.as_mut_slice()[20..20 + 300 * 512]);
@@ -553,7 +539,11 @@ fn shadow_doorbells_on_and_off() {
             1 << 20,
             64,
             ControllerOptions {
-                shadow_doorbells: shadow,
+                shadow_doorbells: if shadow {
+                    ShadowDoorbells::On
+                } else {
+                    ShadowDoorbells::Off
+                },
                 ..Default::default()
             },
         );
@@ -574,6 +564,18 @@ fn shadow_doorbells_on_and_off() {
             );
         }
     }
+    // Auto (the default): QEMU's controller sets EventIdx to the value it has just seen, so
+    // the probe at open sees no MMIO write saved and turns shadow doorbells off (issue 11).
+    let bed = common::open_with(0, 1 << 20, 64, ControllerOptions::default());
+    let d = bed.ctrl.shadow_decision().clone();
+    println!("auto: {d:?}");
+    assert!(!d.on && !bed.ctrl.shadow_doorbells(), "{d:?}");
+    assert!(d.probe_updates > 0 && d.probe_saved == 0, "{d:?}");
+    assert!(d.why.contains("turned off"), "{}", d.why);
+    let mut qp = bed.qp(64, 1);
+    assert!(!qp.uses_shadow_doorbells());
+    let mut bufs: Vec<UbBuf> = (0..64).map(|_| bed.pool.get().unwrap()).collect();
+    roundtrip_many(&mut qp, &mut bufs, 100_000);
 }
 
 #[test]

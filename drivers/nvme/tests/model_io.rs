@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use model_support::{fast_opts, model};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
-use ubdirect_nvme::{Controller, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, ShadowDoorbells};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
@@ -119,7 +119,12 @@ fn reset_brings_queues_back() {
         shadow_doorbells: true,
         ..NvmeConfig::default()
     });
-    let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+    // Forced on: the model saves no MMIO write (like QEMU), so `Auto` would turn them off.
+    let opts = ControllerOptions {
+        shadow_doorbells: ShadowDoorbells::On,
+        ..fast_opts()
+    };
+    let ctrl = Controller::open_device(&reg, dev, opts).unwrap();
     assert!(ctrl.shadow_doorbells());
     ctrl.reset().unwrap();
     let pool = UbPool::with_anonymous(

@@ -93,6 +93,8 @@ pub struct VirtioNet {
     pairs: Vec<PairState>,
     ctrl: Option<CtrlQueue>,
     info: NetInfo,
+    /// `virtio_net{addr=...}`: entered around bring-up and shutdown so their events name it.
+    span: tracing::Span,
 }
 
 fn pick_size(want: Option<u16>, max: u16) -> Result<u16> {
@@ -147,6 +149,10 @@ impl VirtioNet {
         cfg: NetConfig,
     ) -> Result<VirtioNet> {
         let addr = dev.address();
+        // ERROR level: the span is enabled whenever any event is, so a warn-only filter still
+        // shows which NIC an event is about.
+        let span = tracing::error_span!("virtio_net", addr = %addr);
+        let _entered = span.enter();
         let (vendor, device) = (dev.vendor_id(), dev.device_id());
         if vendor != VIRTIO_VENDOR
             || (device != DEVICE_ID_NET_MODERN && device != DEVICE_ID_NET_TRANSITIONAL)
@@ -344,6 +350,7 @@ impl VirtioNet {
             pairs,
             ctrl,
             info,
+            span: span.clone(),
         };
         if let Err(e) = setup {
             // Drop resets the device before the rings and buffers go.
@@ -353,6 +360,13 @@ impl VirtioNet {
         net.transport.check_health()?;
         tracing::debug!(%addr, ?accepted, ?mac, ?mtu, "virtio-net up");
         Ok(net)
+    }
+
+    /// The tracing span of this device (`virtio_net{addr=0000:00:05.0}`): the driver enters
+    /// it around bring-up and shutdown so every event there names the device; enter it around
+    /// your own events about this NIC.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Facts read at bring-up.
@@ -495,6 +509,7 @@ impl VirtioNet {
 
 impl Drop for VirtioNet {
     fn drop(&mut self) {
+        let _entered = self.span.clone().entered();
         if self.pairs.is_empty() {
             return;
         }

@@ -9,7 +9,7 @@ use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
 use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
-use super::{finish, plain_core, single_core_randread, Args};
+use super::{finish, plain_core, single_core_randread, Args, ShadowInfo};
 use crate::cli::CliResult;
 
 /// A read not completed within this long fails the run.
@@ -54,7 +54,7 @@ pub(super) fn run(
     let t0 = Instant::now();
     let r = q.run(&job, &mut hist)?;
     let secs = t0.elapsed().as_secs_f64();
-    let cores = [plain_core(
+    let mut cores = [plain_core(
         core,
         q.qid(),
         (r.ios, r.errors),
@@ -64,6 +64,14 @@ pub(super) fn run(
         &tsc,
         (r.sq_doorbell_writes, r.cq_doorbell_writes),
     )];
+    cores[0].queue_depth = q.depth();
     drop(q);
-    finish(args, nsid, false, &tsc, &cores, ctrl.resets())
+    finish(
+        args,
+        nsid,
+        ShadowInfo::not_used("the floor loop writes the doorbell registers"),
+        &tsc,
+        &cores,
+        ctrl.resets(),
+    )
 }

@@ -17,7 +17,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 
-use super::{finish, plain_core, single_core_randread, Args, Engine};
+use super::{finish, plain_core, single_core_randread, Args, Engine, ShadowInfo};
 use crate::cli::CliResult;
 
 /// Nothing completing for this long fails the run.
@@ -225,7 +225,7 @@ pub(super) fn run(args: &Args) -> CliResult {
         )?
     };
     let secs = t0.elapsed().as_secs_f64();
-    let cores = [plain_core(
+    let mut cores = [plain_core(
         core,
         0,
         (ios, errors),
@@ -235,7 +235,15 @@ pub(super) fn run(args: &Args) -> CliResult {
         &tsc,
         (0, 0),
     )];
-    finish(args, nsid, false, &tsc, &cores, 0)
+    cores[0].queue_depth = depth;
+    finish(
+        args,
+        nsid,
+        ShadowInfo::not_used("the kernel's nvme driver rings the doorbells"),
+        &tsc,
+        &cores,
+        0,
+    )
 }
 
 /// The shape of a kernel run.

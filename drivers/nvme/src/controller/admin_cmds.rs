@@ -38,6 +38,7 @@ impl Controller {
     /// [`super::ControllerOptions::max_namespaces`] NSIDs, each valid (1..=NN) and above the
     /// one before; the list ends at the first entry that is not (with a warning).
     pub fn active_namespace_ids(&self) -> Result<Vec<u32>> {
+        let _entered = self.span().enter();
         let nn = self.info.as_ref().map_or(u32::MAX, |i| i.nn);
         let cap = self.opts.max_namespaces as usize;
         let mut out: Vec<u32> = Vec::new();

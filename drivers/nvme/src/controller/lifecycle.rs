@@ -78,6 +78,7 @@ impl Controller {
     /// controller deletes every queue on the device side, so their ids are free again
     /// afterwards (their memory stays leaked).
     pub fn reset(&self) -> Result<()> {
+        let _entered = self.span.enter();
         let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if qids.contains(&QidUse::Live) {
             return Err(NvmeError::InvalidArgument(
@@ -91,6 +92,7 @@ impl Controller {
     /// since generation `seen` (the queue pairs that notice a fault together reset it once);
     /// live queue pairs stay and re-create their queues when they see the new generation.
     pub(crate) fn recover(&self, seen: u64) -> Result<()> {
+        let _entered = self.span.enter();
         let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if self.generation() != seen {
             return Ok(());
@@ -211,6 +213,7 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        let _entered = self.span.clone().entered();
         let mut leak = false;
         if let Err(e) = self.shutdown() {
             tracing::warn!(error = %e, "NVMe controller shutdown failed");

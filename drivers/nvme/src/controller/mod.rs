@@ -3,6 +3,9 @@
 mod admin_cmds;
 mod checks;
 mod lifecycle;
+mod shadow_auto;
+
+pub use shadow_auto::{ShadowDecision, ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
 
 use lifecycle::program_admin;
 
@@ -33,8 +36,9 @@ pub const PAGE_SIZE: usize = 4096;
 pub struct ControllerOptions {
     /// I/O queue pairs to ask for (Set Features, Number of Queues); the controller may grant fewer.
     pub io_queues: u16,
-    /// Use shadow doorbells (Doorbell Buffer Config) when the controller supports them.
-    pub shadow_doorbells: bool,
+    /// Shadow doorbells (Doorbell Buffer Config) when the controller supports them: `Auto`
+    /// (default) keeps them only where a short probe at open sees them save MMIO writes.
+    pub shadow_doorbells: ShadowDoorbells,
     /// Admin queue entries (capped by CAP.MQES + 1).
     pub admin_entries: u16,
     /// Deadline of each admin command.
@@ -59,7 +63,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
             io_queues: 16,
-            shadow_doorbells: true,
+            shadow_doorbells: ShadowDoorbells::Auto,
             admin_entries: 32,
             admin_timeout: Duration::from_secs(10),
             max_command_bytes: 2 << 20,
@@ -112,7 +116,11 @@ pub struct Controller {
     admin_wedged: Arc<AtomicBool>,
     /// Resets since open (the generation I/O queues compare against to notice one).
     generation: AtomicU64,
+    /// `nvme{addr=...}`: entered around this controller's slow paths so their events name it.
+    span: tracing::Span,
     shadow: Option<ShadowPages>,
+    /// Whether shadow doorbells are on and why (the `Auto` probe's counts).
+    shadow_decision: ShadowDecision,
     /// The Controller Memory Buffer, when opened with [`ControllerOptions::cmb`].
     cmb: Option<Arc<crate::cmb::Cmb>>,
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
@@ -139,6 +147,10 @@ impl Controller {
         dev: Arc<PciDevice>,
         opts: ControllerOptions,
     ) -> Result<Arc<Controller>> {
+        // ERROR level: the span is enabled whenever any event is, so a warn-only filter still
+        // shows which controller a warning is about.
+        let span = tracing::error_span!("nvme", addr = %dev.address());
+        let _entered = span.enter();
         let class = dev.class_code() & 0xff_ffff;
         if class != NVME_CLASS_CODE {
             return Err(NvmeError::NotNvme {
@@ -183,7 +195,9 @@ impl Controller {
             qids: Mutex::new(Vec::new()),
             admin_wedged: admin.wedged_flag(),
             generation: AtomicU64::new(0),
+            span: span.clone(),
             shadow: None,
+            shadow_decision: ShadowDecision::default(),
             cmb: None,
             admin: ManuallyDrop::new(Mutex::new(admin)),
         };
@@ -210,7 +224,9 @@ impl Controller {
         ctrl.info = Some(info);
         ctrl.negotiate_queues()?;
         ctrl.load_namespaces()?;
-        if ctrl.opts.shadow_doorbells && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0 {
+        if ctrl.opts.shadow_doorbells != ShadowDoorbells::Off
+            && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0
+        {
             ctrl.enable_shadow_doorbells()?;
         }
         tracing::debug!(
@@ -221,7 +237,14 @@ impl Controller {
             shadow = ctrl.shadow.is_some(),
             "NVMe controller ready"
         );
-        Ok(Arc::new(ctrl))
+        shadow_auto::decide(Arc::new(ctrl))
+    }
+
+    /// The tracing span of this controller (`nvme{addr=0000:00:04.0}`): the driver enters it
+    /// around its slow paths (bring-up, resets, recovery, timeouts, shutdown) so every event
+    /// there names the device; enter it around your own events about this controller.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The PCI device.
@@ -290,6 +313,10 @@ impl Controller {
         self.info()
             .max_transfer(PAGE_SIZE)
             .map_or(cap, |m| m.min(cap))
+    }
+    /// Whether shadow doorbells are on, and why (see [`ShadowDoorbells::Auto`]).
+    pub fn shadow_decision(&self) -> &ShadowDecision {
+        &self.shadow_decision
     }
     /// Whether I/O queues use shadow doorbells.
     pub fn shadow_doorbells(&self) -> bool {

@@ -2,12 +2,22 @@
 //! with its PRP list pages) and request slots on free stacks: the I/O path allocates nothing
 //! and makes no system call. Submissions are queued and the SQ tail doorbell is written once
 //! per [`IoQueuePair::ring`]; the CQ head doorbell once per [`IoQueuePair::poll`] batch.
+//!
+//! Queued requests (SPDK's): a request that needs more command slots than are free (above
+//! MDTS, or more than the whole depth) takes a request slot and sends what fits; the rest of its
+//! commands wait in this queue pair's pending list and go out, in order, from
+//! [`IoQueuePair::poll`] as completions free slots. Only running out of request slots (`depth`
+//! requests in flight) is [`NvmeError::QueueFull`].
 
 mod clock;
+mod pending;
 mod poll;
 mod recover;
+mod shadow_probe;
 mod sub_range;
 mod submit;
+
+pub(crate) use shadow_probe::probe_shadow;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -99,6 +109,12 @@ pub struct IoQueuePair {
     reqs: ManuallyDrop<Box<[ReqSlot]>>,
     free_reqs: Box<[u16]>,
     free_req_top: usize,
+    /// Per request slot: where its commands not yet sent resume (queued requests).
+    pend: Box<[pending::Pending]>,
+    /// FIFO of request slots with commands still to send (capacity `depth`).
+    pending: Box<[u16]>,
+    pending_head: usize,
+    pending_len: usize,
     pub(crate) ns: Box<[NsLimits]>,
     pub(crate) default_ns: usize,
     in_flight: usize,
@@ -216,6 +232,10 @@ impl IoQueuePair {
             reqs: ManuallyDrop::new(reqs.into_boxed_slice()),
             free_reqs: (0..depth as u16).rev().collect(),
             free_req_top: depth,
+            pend: vec![pending::Pending::default(); depth].into_boxed_slice(),
+            pending: vec![0u16; depth].into_boxed_slice(),
+            pending_head: 0,
+            pending_len: 0,
             ns,
             default_ns,
             in_flight: 0,
@@ -248,6 +268,10 @@ impl IoQueuePair {
     /// Free command slots.
     pub fn free_slots(&self) -> usize {
         self.free_cid_top
+    }
+    /// Requests with commands still waiting for a free command slot (queued requests).
+    pub fn pending_requests(&self) -> usize {
+        self.pending_len
     }
     /// The controller.
     pub fn controller(&self) -> &Arc<Controller> {
@@ -364,6 +388,8 @@ pub(super) fn doorbells(ctrl: &Controller, qid: u16, shadow: bool) -> (Doorbell,
 
 impl Drop for IoQueuePair {
     fn drop(&mut self) {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         let reset_since = self.ctrl.generation() != self.generation;
         if matches!(self.dead, Some((Dead::ResetUnder, _))) || (self.dead.is_none() && reset_since)
         {

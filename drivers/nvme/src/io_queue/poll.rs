@@ -86,6 +86,9 @@ impl IoQueuePair {
         if reaped > 0 {
             self.cq_db.write(self.cq.head());
             self.stats.completions += reaped as u64;
+            if self.pending_len > 0 && self.free_cid_top > 0 {
+                self.send_pending();
+            }
         }
         if self.in_flight > 0 {
             self.polls = self.polls.wrapping_add(1);
@@ -226,6 +229,8 @@ impl IoQueuePair {
     /// die) instead of waiting `admin_timeout` per command.
     #[cold]
     fn abort_expired(&mut self, f: &mut dyn FnMut(IoCompletion), now: u64) -> Result<usize> {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         let mut first = None;
         for cid in 0..self.depth {
             let c = self.cmds[cid];

@@ -20,6 +20,8 @@ impl IoQueuePair {
         f: &mut dyn FnMut(IoCompletion),
         why: NvmeError,
     ) -> Result<usize> {
+        let span = self.ctrl.span().clone();
+        let _entered = span.enter();
         tracing::warn!(qid = self.qid, error = %why, "NVMe I/O queue recovering: resetting the controller");
         if let Err(e) = self.ctrl.recover(self.generation) {
             tracing::warn!(qid = self.qid, error = %e, "NVMe controller reset failed; the queue is dead");
@@ -76,7 +78,8 @@ impl IoQueuePair {
         self.cq_db = cq_db;
         self.last_check = ubdirect_core::util::rdtsc();
         if self.recovery == Recovery::FailBack {
-            return Ok(self.fail_back_all(f));
+            let n = self.fail_back_pending(f);
+            return Ok(n + self.fail_back_all(f));
         }
         // Requeue: the same entries (same command ids, same PRP list pages) again.
         let now = ubdirect_core::util::rdtsc();

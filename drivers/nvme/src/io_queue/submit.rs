@@ -8,13 +8,16 @@ use crate::prp;
 use crate::spec::command::io_opcode;
 use crate::spec::Sqe;
 
+use super::pending::Pending;
 use super::sub_range::SubRange;
 use super::{CmdSlot, DataRef, IoQueuePair, NsLimits};
 
 impl IoQueuePair {
     /// Queue the commands of one request. `data` describes where its `len` bytes are (for
     /// commands with data); `fill` sets opcode-specific dwords of command `k` covering blocks
-    /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back.
+    /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back. A request
+    /// needing more command slots than are free sends what fits and queues the rest (see
+    /// [`IoQueuePair::pending_requests`]).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn queue_request(
@@ -26,52 +29,126 @@ impl IoQueuePair {
         max_blocks: u64,
         cdw12_flags: u32,
         bufs: IoBufs,
+        data_offset: usize,
         tag: u64,
     ) -> std::result::Result<(), Rejected> {
-        let ncmds = nblocks.div_ceil(max_blocks.max(1)).max(1) as usize;
-        if ncmds > self.depth {
+        let max_blocks = max_blocks.max(1);
+        let ncmds = nblocks.div_ceil(max_blocks).max(1) as usize;
+        if ncmds > u16::MAX as usize {
             return Err(Rejected {
                 bufs,
                 error: NvmeError::RequestTooLarge {
                     len: nblocks << ns.lba_shift,
                     commands: ncmds,
                     max_cmd: (max_blocks << ns.lba_shift) as usize,
-                    depth: self.depth,
+                    depth: u16::MAX as usize,
                 },
             });
         }
-        if ncmds > self.free_cid_top || self.free_req_top == 0 || self.dead.is_some() {
+        if self.free_req_top == 0 || self.dead.is_some() {
             return Err(Rejected {
                 bufs,
                 error: self.dead_error().unwrap_or(NvmeError::QueueFull {
                     qid: self.qid,
                     depth: self.depth,
-                    needed: ncmds,
+                    needed: 1,
                 }),
             });
         }
-        let (nsid, lba_shift) = (ns.nsid, ns.lba_shift);
-        let saved_cid_top = self.free_cid_top;
-        let saved_tail = self.sq.tail();
+        let mut c = Pending {
+            opcode,
+            nsid: ns.nsid,
+            lba_shift: ns.lba_shift,
+            slba,
+            nblocks,
+            max_blocks,
+            cdw12_flags,
+            data_offset,
+            done: 0,
+        };
+        // Commands sent now: all of them unless slots are short or requests wait before it.
+        let now = if self.pending_len == 0 {
+            ncmds.min(self.free_cid_top)
+        } else {
+            0
+        };
+        if now < ncmds {
+            // Queued: its later commands are built from `poll`; check them all now so that
+            // bad input is refused here, with nothing queued.
+            if let Err(e) = self.check_request(&c, &bufs) {
+                return Err(Rejected {
+                    bufs,
+                    error: e.into(),
+                });
+            }
+        }
         // One counter read per request: every command's deadline runs from here.
         let stamp = ubdirect_core::util::rdtsc();
         self.free_req_top -= 1;
         let rid = self.free_reqs[self.free_req_top];
-        let mut done_blocks = 0u64;
-        for _ in 0..ncmds {
-            let nlb = (nblocks - done_blocks).min(max_blocks);
+        if now > 0 {
+            if let Err(e) = self.send_cmds(rid, &mut c, &bufs, now, stamp) {
+                self.free_req_top += 1;
+                return Err(Rejected {
+                    bufs,
+                    error: e.into(),
+                });
+            }
+        }
+        let r = &mut self.reqs[rid as usize];
+        r.bufs = bufs;
+        r.tag = tag;
+        r.remaining = ncmds as u16;
+        r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
+            (nblocks << ns.lba_shift) as usize
+        } else {
+            0
+        };
+        r.opcode = opcode;
+        r.error = None;
+        self.in_flight += 1;
+        self.stats.requests += 1;
+        self.stats.commands += ncmds as u64;
+        if now < ncmds {
+            self.push_pending(rid, c);
+        }
+        if self.auto_ring {
+            self.ring();
+        }
+        Ok(())
+    }
+
+    /// Put the next `count` commands of request `rid` (described by `c`, data in `bufs`) into
+    /// the SQ and advance `c.done`. On a PRP error the commands of this call are taken back
+    /// (slots free, SQ tail restored) and `c` is unchanged.
+    #[inline(always)]
+    pub(super) fn send_cmds(
+        &mut self,
+        rid: u16,
+        c: &mut Pending,
+        bufs: &IoBufs,
+        count: usize,
+        stamp: u64,
+    ) -> std::result::Result<(), prp::PrpError> {
+        let saved_cid_top = self.free_cid_top;
+        let saved_tail = self.sq.tail();
+        let has_data = !matches!(bufs, IoBufs::None);
+        let mut done = c.done;
+        for _ in 0..count {
+            let nlb = (c.nblocks - done).min(c.max_blocks);
             self.free_cid_top -= 1;
             let cid = self.free_cids[self.free_cid_top];
-            let mut sqe = Sqe::new(opcode);
+            let mut sqe = Sqe::new(c.opcode);
             sqe.set_cid(cid);
-            sqe.nsid = nsid;
-            let has_data = !matches!(bufs, IoBufs::None);
+            sqe.nsid = c.nsid;
             if has_data {
-                let byte_off = (done_blocks << lba_shift) as usize;
-                let bytes = (nlb << lba_shift) as usize;
+                let byte_off = (done << c.lba_shift) as usize;
+                let bytes = (nlb << c.lba_shift) as usize;
                 let r = {
-                    let data = match &bufs {
-                        IoBufs::One(b) => DataRef::One { iova: b.iova() },
+                    let data = match bufs {
+                        IoBufs::One(b) => DataRef::One {
+                            iova: b.iova() + c.data_offset as u64,
+                        },
                         IoBufs::Sg(s) => DataRef::Sg(s),
                         IoBufs::None => DataRef::None,
                     };
@@ -88,18 +165,14 @@ impl IoQueuePair {
                             self.cmds[self.free_cids[i] as usize].active = false;
                         }
                         self.free_cid_top = saved_cid_top;
-                        self.free_req_top += 1;
                         self.sq.set_tail(saved_tail);
-                        return Err(Rejected {
-                            bufs,
-                            error: e.into(),
-                        });
+                        return Err(e);
                     }
                 }
             }
-            if opcode != io_opcode::FLUSH {
-                sqe.set_slba(slba + done_blocks);
-                sqe.cdw12 = (nlb as u32 - 1) | cdw12_flags;
+            if c.opcode != io_opcode::FLUSH {
+                sqe.set_slba(c.slba + done);
+                sqe.cdw12 = (nlb as u32 - 1) | c.cdw12_flags;
             }
             self.cmds[cid as usize] = CmdSlot {
                 req: rid,
@@ -113,24 +186,39 @@ impl IoQueuePair {
             } else {
                 self.sq.push(&sqe);
             }
-            done_blocks += nlb;
+            done += nlb;
         }
-        let r = &mut self.reqs[rid as usize];
-        r.bufs = bufs;
-        r.tag = tag;
-        r.remaining = ncmds as u16;
-        r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
-            (nblocks << lba_shift) as usize
-        } else {
-            0
-        };
-        r.opcode = opcode;
-        r.error = None;
-        self.in_flight += 1;
-        self.stats.requests += 1;
-        self.stats.commands += ncmds as u64;
-        if self.auto_ring {
-            self.ring();
+        c.done = done;
+        Ok(())
+    }
+
+    /// Check every command of a request that will be queued can be described by PRPs (nothing
+    /// written). Cold: only for requests that do not fit the free slots.
+    #[cold]
+    fn check_request(&self, c: &Pending, bufs: &IoBufs) -> std::result::Result<(), prp::PrpError> {
+        let mut done = 0u64;
+        while done < c.nblocks {
+            let nlb = (c.nblocks - done).min(c.max_blocks);
+            let (off, bytes) = (
+                (done << c.lba_shift) as usize,
+                (nlb << c.lba_shift) as usize,
+            );
+            match bufs {
+                IoBufs::None => return Ok(()),
+                IoBufs::One(b) => prp::check(
+                    PAGE_SIZE,
+                    [(b.iova() + (c.data_offset + off) as u64, bytes)],
+                )?,
+                IoBufs::Sg(sg) => prp::check(
+                    PAGE_SIZE,
+                    SubRange::new(
+                        sg.iter().map(|s| (s.buf.iova() + s.offset as u64, s.len)),
+                        off,
+                        bytes,
+                    ),
+                )?,
+            }
+            done += nlb;
         }
         Ok(())
     }

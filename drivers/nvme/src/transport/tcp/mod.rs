@@ -4,6 +4,7 @@
 //! TLS (NVMe/TCP secure channels) is out of scope.
 
 pub mod addr;
+pub mod block;
 pub mod buf;
 pub mod ctrl;
 pub mod digest;

@@ -33,6 +33,8 @@ pub struct TcpCompletion<B> {
     pub tag: u64,
     /// The buffer the command carried, back to the caller.
     pub buf: Option<B>,
+    /// The command's data length in bytes (moved in full when `result` is Ok).
+    pub len: u32,
     /// The CQE, or why the command failed.
     pub result: Result<Cqe, TcpError>,
 }
@@ -615,6 +617,7 @@ impl<B: DataBuf> TcpQueue<B> {
         done(TcpCompletion {
             tag: r.tag,
             buf: r.buf,
+            len: r.len,
             result,
         });
     }
@@ -651,6 +654,7 @@ impl<B: DataBuf> TcpQueue<B> {
                 done(TcpCompletion {
                     tag: r.tag,
                     buf: r.buf,
+                    len: r.len,
                     result: Err(TcpError::ConnectionLost {
                         cause: e.to_string(),
                     }),

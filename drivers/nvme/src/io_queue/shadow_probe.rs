@@ -1,0 +1,73 @@
+//! The probe behind [`crate::controller::ShadowDoorbells::Auto`]: reads through a queue pair
+//! with shadow doorbells, counting the doorbell updates EventIdx let go without an MMIO write.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::controller::{Controller, PAGE_SIZE};
+use crate::error::{NvmeError, Result, TIMEOUT_WAIT};
+use crate::io_types::{QueueOptions, Recovery};
+use crate::spec::command::io_opcode;
+use crate::spec::Sqe;
+
+use super::IoQueuePair;
+
+/// Issue `reads` one-block reads of block 0 of the first namespace without metadata whose
+/// blocks fit a page (data into the command slot's own page), up to `depth` in flight, each
+/// rung on its own and reaped on its own; within `deadline`. Returns (doorbell updates, updates that needed no MMIO
+/// write), or None when no namespace suits.
+pub(crate) fn probe_shadow(
+    ctrl: &Arc<Controller>,
+    reads: usize,
+    depth: usize,
+    deadline: Duration,
+) -> Result<Option<(u64, u64)>> {
+    let Some(ns) = ctrl
+        .namespaces()
+        .iter()
+        .find(|n| n.metadata_size == 0 && n.lba_size as usize <= PAGE_SIZE)
+    else {
+        return Ok(None);
+    };
+    let mut qp = IoQueuePair::new(
+        ctrl,
+        QueueOptions {
+            depth,
+            nsid: Some(ns.nsid),
+            shadow_doorbells: true,
+            recovery: Recovery::Report,
+            ..QueueOptions::default()
+        },
+    )?;
+    let before = qp.stats();
+    let end = Instant::now() + deadline;
+    let (mut sent, mut done) = (0usize, 0usize);
+    while done < reads {
+        while sent < reads && qp.free_slots() > 0 {
+            let mut sqe = Sqe::new(io_opcode::READ);
+            sqe.nsid = ns.nsid;
+            sqe.set_slba(0);
+            qp.queue_with_slot_page(sqe, ns.lba_size as usize, sent as u64, |_| {})
+                .map_err(|r| r.error)?;
+            qp.ring();
+            sent += 1;
+        }
+        // One completion per poll: every CQ head move is its own doorbell update, as every
+        // submission is, so the count shows how often EventIdx lets one go.
+        done += qp.poll(1, |_| {})?;
+        if done < reads && Instant::now() > end {
+            return Err(NvmeError::Timeout {
+                command: "Read",
+                cid: 0,
+                qid: qp.qid(),
+                waited: deadline,
+                then: TIMEOUT_WAIT,
+            });
+        }
+    }
+    let st = qp.stats();
+    let mmio = (st.sq_doorbell_writes + st.cq_doorbell_writes)
+        - (before.sq_doorbell_writes + before.cq_doorbell_writes);
+    let saved = st.shadow_only_updates - before.shadow_only_updates;
+    Ok(Some((mmio + saved, saved)))
+}

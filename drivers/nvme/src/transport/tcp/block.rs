@@ -1,0 +1,157 @@
+//! [`TcpBlockQueue`]: an NVMe/TCP I/O queue behind the block-queue seam
+//! ([`ubdirect_core::seams::BlockQueue`]) the pipeline drives, so a pipeline reads a remote
+//! namespace exactly as a local one: C2HData lands in the pipeline's pool buffers (a BAR-carved
+//! pool included).
+
+use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+use ubdirect_core::UbBuf;
+
+use super::error::TcpError;
+use super::fabrics;
+use super::queue::TcpQueue;
+use crate::info::NamespaceInfo;
+
+/// One NVMe/TCP I/O queue reading and writing namespace `ns`.
+#[derive(Debug)]
+pub struct TcpBlockQueue {
+    q: TcpQueue<UbBuf>,
+    nsid: u32,
+    lba: u32,
+    capacity: u64,
+    depth: usize,
+    max_transfer: usize,
+}
+
+fn kind_of(e: &TcpError) -> BlockErrorKind {
+    match e {
+        TcpError::Command { .. } => BlockErrorKind::Device,
+        TcpError::Timeout { .. } => BlockErrorKind::Timeout,
+        TcpError::Request { .. } => BlockErrorKind::InvalidRequest,
+        TcpError::Protocol { .. } | TcpError::HeaderDigest { .. } | TcpError::DataDigest { .. } => {
+            BlockErrorKind::Protocol
+        }
+        // The connection is gone: nothing more completes on it.
+        _ => BlockErrorKind::DeviceGone,
+    }
+}
+
+fn block_err(e: &TcpError) -> BlockError {
+    BlockError::new(kind_of(e), e.to_string())
+}
+
+impl TcpBlockQueue {
+    /// Wrap `q` (a connected I/O queue of `depth` entries) for namespace `ns`, at most
+    /// `max_transfer` bytes per request.
+    pub fn new(q: TcpQueue<UbBuf>, ns: &NamespaceInfo, depth: usize, max_transfer: usize) -> Self {
+        TcpBlockQueue {
+            q,
+            nsid: ns.nsid,
+            lba: ns.lba_size,
+            capacity: ns.size_bytes(),
+            depth,
+            max_transfer: max_transfer.max(ns.lba_size as usize),
+        }
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn submit(
+        &mut self,
+        write: bool,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let lba = self.lba as u64;
+        if len == 0
+            || offset % lba != 0
+            || len as u64 % lba != 0
+            || len > self.max_transfer
+            || len > buf.len()
+            || offset
+                .checked_add(len as u64)
+                .is_none_or(|e| e > self.capacity)
+        {
+            let msg = format!(
+                "{} of {len} bytes at {offset}: not a multiple of the {lba}-byte block, past the namespace's {} bytes, or over {} bytes per request",
+                if write { "write" } else { "read" },
+                self.capacity,
+                self.max_transfer
+            );
+            return Err((buf, BlockError::new(BlockErrorKind::InvalidRequest, msg)));
+        }
+        if self.q.free_slots() == 0 {
+            return Err((
+                buf,
+                BlockError::new(BlockErrorKind::QueueFull, "poll first"),
+            ));
+        }
+        let sqe = fabrics::rw(write, self.nsid, offset / lba, (len as u64 / lba) as u32);
+        let name = if write { "Write" } else { "Read" };
+        self.q
+            .submit(sqe, name, Some(write), Some(buf), 0, len as u32, tag)
+            .map_err(|(e, b)| {
+                let err = block_err(&e);
+                (b.expect("the buffer comes back on refusal"), err)
+            })
+    }
+}
+
+impl BlockQueue for TcpBlockQueue {
+    fn block_size(&self) -> u32 {
+        self.lba
+    }
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    fn depth(&self) -> usize {
+        self.depth
+    }
+    fn max_transfer(&self) -> usize {
+        self.max_transfer
+    }
+    fn submit_read(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        self.submit(false, buf, offset, len, tag)
+    }
+    fn submit_write(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        self.submit(true, buf, offset, len, tag)
+    }
+    fn ring(&mut self) -> Result<(), BlockError> {
+        // Sending happens in poll (a partial send is resumed there); nothing to ring.
+        Ok(())
+    }
+    /// Reaps everything one receive pass finished (up to 64 socket reads), which may be more
+    /// than `max`.
+    fn poll(
+        &mut self,
+        _max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, BlockError> {
+        let mut n = 0;
+        let r = self.q.poll(&mut |c| {
+            n += 1;
+            let Some(buf) = c.buf else { return };
+            f(BlockCompletion {
+                buf,
+                tag: c.tag,
+                result: c.result.map(|_| c.len as usize).map_err(|e| block_err(&e)),
+            })
+        });
+        r.map(|_| n).map_err(|e| block_err(&e))
+    }
+    fn in_flight(&self) -> usize {
+        self.q.in_flight()
+    }
+}
