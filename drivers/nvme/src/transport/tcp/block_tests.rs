@@ -11,7 +11,7 @@ use super::block::TcpBlockQueue;
 use super::pdu::CMD_HLEN;
 use super::queue::TcpQueue;
 use super::rx::Negotiated;
-use crate::info::Namespace;
+use crate::info::NamespaceInfo;
 
 const NEG: Negotiated = Negotiated {
     hdgst: false,
@@ -44,7 +44,7 @@ fn pair(depth: u16) -> (TcpBlockQueue, TcpStream) {
     t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let q: TcpQueue<ubdirect_core::UbBuf> =
         TcpQueue::new(c, NEG, 1, depth, 0, Duration::from_secs(5));
-    let ns = Namespace {
+    let ns = NamespaceInfo {
         nsid: 1,
         nsze: 1024,
         ncap: 1024,
