@@ -276,7 +276,8 @@ impl VirtioNet {
                     }
                     let size = pick_size(want, max)?;
                     let layout = RingLayout::new(size).expect("power of two <= 32768");
-                    let mem = DmaMem::alloc(registry, layout.total)?;
+                    // The ring on the device's NUMA node.
+                    let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
                     // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and
                     // lives in the Queue beside the ring for as long as the ring does.
                     let ring = unsafe { SplitRing::new(mem.as_ptr(), mem.iova(), size, event_idx) }
