@@ -14,6 +14,8 @@
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
 #         counts as a failure
+#      scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu   the ubd kernel without an
+#      IOMMU (vfio no-IOMMU mode), the *noiommu* tests only -> "guest[ubd-noiommu]: ..." (counted)
 #      scripts/vm/pair.sh per tests/guest/pair/*.sh       two guests (NVMe-oF target + initiator)
 #      -> "guest-pair[K]: N passed, N failed, N skipped" (TAP + target-side checks, counted)
 #   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
@@ -119,9 +121,15 @@ if ((host == 1)); then
 fi
 
 if ((guest == 1)); then
-    for k in $kernels; do
-        step "scripts/vm/suite.sh --kernel $k ${suite_args[*]}"
-        scripts/vm/suite.sh --kernel "$k" "${suite_args[@]}" 2>&1 | tee "$logs/guest-$k.log"
+    # The ubd kernel also boots once without an IOMMU for the tests named *noiommu*
+    # ("ubd-noiommu": suite.sh --kernel ubd --no-iommu --filter noiommu).
+    runs=$kernels
+    [[ " $kernels " == *" ubd "* && ( -z $filter || $filter == *noiommu* ) ]] && runs="$runs ubd-noiommu"
+    for k in $runs; do
+        kargs=(--kernel "$k" "${suite_args[@]}")
+        [[ $k == ubd-noiommu ]] && kargs=(--kernel ubd --no-iommu --filter noiommu)
+        step "scripts/vm/suite.sh ${kargs[*]}"
+        scripts/vm/suite.sh "${kargs[@]}" 2>&1 | tee "$logs/guest-$k.log"
         rc=${PIPESTATUS[0]}
         # The suite's closing lines, named by kernel: "guest-shell[6.12]: ...".
         mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest-$k.log" |
@@ -149,7 +157,7 @@ if ((guest == 1)); then
         fi
         # Two guests (tests/guest/pair/*.sh on the initiator): TAP counted by tap-count.awk, plus
         # the target-side checks pair.sh ran.
-        if [[ -z $filter || $filter == *pair* || $filter == *nvmet* ]]; then
+        if [[ $k != ubd-noiommu ]] && [[ -z $filter || $filter == *pair* || $filter == *nvmet* ]]; then
             pp=0 pf=0 ps=0
             for f in tests/guest/pair/*.sh; do
                 [[ -f $f ]] || continue

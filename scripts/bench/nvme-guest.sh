@@ -1,14 +1,15 @@
 #!/bin/sh
 # The guest half of scripts/bench/nvme.sh (runs in the guest's /ubd): ROUNDS interleaved rounds;
-# in each, for every depth, the floor loop and ubdirect perf (shadow doorbells on, then off) on
+# in each, for every depth, the floor loop and ubdirect perf (shadow doorbells auto, on, off) on
 # vfio-pci, then the kernel's polled io_uring paths (uring-iopoll, uring-cmd) with the controller
 # on the kernel nvme driver (poll_queues=1). One line per run:
 #   R <round> <engine> <qd> <iops> <mean_ns> <p50_ns> <p99_ns>
-# (engine "ubdirect-nosh" is ubdirect perf --no-shadow-doorbell); a failed run prints
+# (engine "ubdirect" is the default --shadow-doorbells auto, "ubdirect-on" / "ubdirect-nosh"
+# force them on / off); a failed run prints
 #   FAIL <round> <engine> <qd> <exit status> <first line of stderr>
 ADDR=${ADDR:-0000:00:10.0}
 ROUNDS=${ROUNDS:-3}
-DEPTHS=${DEPTHS:-"1 32 128"}
+DEPTHS=${DEPTHS:-"1 32 128 256"}
 SECS=${SECS:-2}
 
 # The total's figures: total comes after cores in the JSON, so the last match is the total's.
@@ -29,6 +30,7 @@ one() {
 
 echo 1 >/sys/module/nvme/parameters/poll_queues 2>/dev/null ||
     echo "# cannot set nvme poll_queues: the kernel engines will fail"
+bind-vfio "$ADDR" >/dev/null 2>&1 && ubdirect perf "$ADDR" -q 1 -t 0.2 2>&1 | grep -E '^shadow doorbells' | sed 's/^/# /'
 echo "# poll_queues=$(cat /sys/module/nvme/parameters/poll_queues 2>/dev/null) cpus=$(nproc) kernel=$(uname -r)"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
@@ -36,7 +38,8 @@ while [ "$r" -le "$ROUNDS" ]; do
     for q in $DEPTHS; do
         one "$r" floor "$q" --engine floor
         one "$r" ubdirect "$q"
-        one "$r" ubdirect-nosh "$q" --no-shadow-doorbell
+        one "$r" ubdirect-on "$q" --shadow-doorbells on
+        one "$r" ubdirect-nosh "$q" --shadow-doorbells off
     done
     bind-kernel "$ADDR" >/dev/null 2>&1 || echo "# bind-kernel $ADDR failed"
     i=0

@@ -2,13 +2,13 @@
 # NVMe against the floor and the kernel (issue 11), in ONE guest boot: a null-co NVMe
 # controller (QEMU's emulated controller in front of a null block driver, so the controller is
 # the limit) at 00:10.0, 1 vCPU, release build. Per round and depth: the floor loop
-# (`perf --engine floor`), ubdirect perf with shadow doorbells on and off, then the kernel's
+# (`perf --engine floor`), ubdirect perf with shadow doorbells auto (the default), on and off, then the kernel's
 # polled io_uring (`--engine uring-iopoll`: O_DIRECT + IOPOLL + registered buffers on
 # /dev/nvmeXn1; `--engine uring-cmd`: NVMe passthrough on /dev/ngXn1), 4 KiB random reads.
 # Prints every run, then medians per engine and depth and the ratios ubdirect / floor and
 # ubdirect / best kernel.
 #
-#   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128" SECS=2 BIN=target/release/ubdirect)
+#   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128 256" SECS=2 BIN=target/release/ubdirect)
 #
 # Build first: cargo build --release --bin ubdirect
 set -euo pipefail
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || { echo "nvme.sh: $BIN missing: cargo build --release --bin ubdirect" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
-DEPTHS=${DEPTHS:-"1 32 128"}
+DEPTHS=${DEPTHS:-"1 32 128 256"}
 SECS=${SECS:-2}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -33,7 +33,7 @@ for line in open(sys.argv[1]):
     f = line.split()
     if len(f) == 8 and f[0] == "R":
         runs[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
-engines = ["floor", "ubdirect", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
+engines = ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
 def med(e, q, i):
     v = [r[i] for r in runs.get((e, q), [])]
@@ -48,14 +48,14 @@ for q in depths:
         io = [r[0] for r in v]
         print(f"| {q} | {e} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | "
               f"{med(e,q,1)/1e3:.1f} | {med(e,q,2)/1e3:.1f} | {med(e,q,3)/1e3:.1f} |")
-print("\n| QD | ubdirect / floor (IOPS) | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect best / best kernel |")
-print("| ---: | ---: | ---: | ---: | --- | ---: |")
+print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
+print("| ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 for q in depths:
-    fl, u, un = med("floor", q, 0), med("ubdirect", q, 0), med("ubdirect-nosh", q, 0)
+    fl, u, uo, un = med("floor", q, 0), med("ubdirect", q, 0), med("ubdirect-on", q, 0), med("ubdirect-nosh", q, 0)
     ks = [(med(k, q, 0), k) for k in ("uring-iopoll", "uring-cmd") if med(k, q, 0)]
     best = max(ks) if ks else None
-    ub = max(x for x in (u, un) if x) if (u or un) else None
+    ub = u
     r = lambda a, b: f"{a/b:.2f}" if a and b else "n/a"
     lat = r(med("floor", q, 1), med("ubdirect", q, 1))
-    print(f"| {q} | {r(u, fl)} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(ub, best[0] if best else None)} |")
+    print(f"| {q} | {r(u, fl)} | {r(uo, fl)} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(ub, best[0] if best else None)} |")
 PY

@@ -62,6 +62,12 @@ pub struct LatencyNs {
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
+    /// 99.99th percentile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p9999: Option<f64>,
+    /// Standard deviation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stddev: Option<f64>,
     /// Maximum.
     pub max: f64,
 }

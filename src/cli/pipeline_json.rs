@@ -93,6 +93,8 @@ impl<'a> From<&'a PipelineReport> for RunJson<'a> {
                 p90: Some(l.p90_us * 1e3),
                 p99: l.p99_us * 1e3,
                 p999: l.p999_us * 1e3,
+                p9999: None,
+                stddev: None,
                 max: l.max_us * 1e3,
             },
             cycles_per_completion: r.cycles_per_completion,

@@ -4,49 +4,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use ubdirect_cuda::{resident_fraction, FileWindowRegistry, HostPinner, WindowError};
+use ubdirect_cuda::{resident_fraction, FileWindowRegistry, WindowError};
 
-/// Records every pin/unpin and what the pinned memory held at pin time.
-#[derive(Default)]
-struct FakePinner {
-    pinned: Mutex<Vec<(usize, usize)>>,
-    pins: Mutex<u64>,
-    unpins: Mutex<u64>,
-    first_bytes: Mutex<Vec<u8>>,
-}
-
-impl HostPinner for FakePinner {
-    fn pin(&self, ptr: *const u8, len: usize) -> Result<(), String> {
-        assert_eq!(ptr as usize % 4096, 0, "pinned ranges are page aligned");
-        assert_eq!(len % 4096, 0);
-        // SAFETY: the registry hands over a live read-only mapping of `len` bytes.
-        let first = unsafe { *ptr };
-        self.first_bytes.lock().unwrap().push(first);
-        self.pinned.lock().unwrap().push((ptr as usize, len));
-        *self.pins.lock().unwrap() += 1;
-        Ok(())
-    }
-    fn unpin(&self, ptr: *const u8, len: usize) {
-        let mut p = self.pinned.lock().unwrap();
-        let i = p
-            .iter()
-            .position(|&r| r == (ptr as usize, len))
-            .expect("unpin of a range that was pinned");
-        p.remove(i);
-        *self.unpins.lock().unwrap() += 1;
-    }
-}
-
-impl FakePinner {
-    fn live(&self) -> usize {
-        self.pinned.lock().unwrap().len()
-    }
-    fn pins(&self) -> u64 {
-        *self.pins.lock().unwrap()
-    }
-}
+mod support;
+use support::FakePinner;
 
 /// A file of `len` bytes where byte i is (i / 4096) as u8 (each page names itself).
 fn data_file(len: usize) -> (tempdir::Dir, File) {

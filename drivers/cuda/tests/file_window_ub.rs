@@ -6,43 +6,13 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ubdirect_core::{DmaDomain, RegionKind, UbRegistry};
 use ubdirect_cuda::{FileWindowRegistry, HostPinner, WindowError};
 
-/// Records the pinned ranges.
-#[derive(Default)]
-struct FakePinner {
-    pinned: Mutex<Vec<(usize, usize)>>,
-}
-
-impl HostPinner for FakePinner {
-    fn pin(&self, ptr: *const u8, len: usize) -> Result<(), String> {
-        let mut p = self.pinned.lock().unwrap();
-        assert!(
-            !p.iter()
-                .any(|&(a, l)| (ptr as usize) < a + l && a < ptr as usize + len),
-            "a range pinned twice"
-        );
-        p.push((ptr as usize, len));
-        Ok(())
-    }
-    fn unpin(&self, ptr: *const u8, len: usize) {
-        let mut p = self.pinned.lock().unwrap();
-        let i = p
-            .iter()
-            .position(|&r| r == (ptr as usize, len))
-            .expect("pinned");
-        p.remove(i);
-    }
-}
-
-impl FakePinner {
-    fn live(&self) -> usize {
-        self.pinned.lock().unwrap().len()
-    }
-}
+mod support;
+use support::FakePinner;
 
 /// A file of `len` bytes, byte i = (i / 4096) as u8; removed on drop.
 struct DataFile(PathBuf);
@@ -93,7 +63,7 @@ fn a_window_is_one_mapping_pinned_for_cuda_and_mapped_read_only_in_the_domain() 
         (1, 1, 1)
     );
     assert_eq!(
-        pinner.pinned.lock().unwrap()[0],
+        pinner.ranges()[0],
         (r.vaddr as usize, r.len),
         "CUDA pins the region's own mapping"
     );

@@ -325,9 +325,9 @@ fn timeout_sends_abort_and_the_buffers_still_come_back() {
         "{e}"
     );
     assert!(e.to_string().contains("an Abort was sent for it"), "{e}");
-    // Measured 758 us and 788 us (guest logs of two suite runs, 2026-11-30 12:26-12:44 UTC,
-    // TCG on the loaded 2-core host): ~3x.
-    assert!(at < std::time::Duration::from_micros(2_500), "{at:?}");
+    // Measured 758 us and 788 us (two suite runs, 2026-11-30 12:26-12:44 UTC), 39.9 ms and 20.2 ms
+    // (14:30-14:34, load average ~25): TCG on the shared 2-core host; ~3x the slowest.
+    assert!(at < std::time::Duration::from_millis(120), "{at:?}");
     let s = qp.stats();
     // One request of 8 MiB is 16 commands of 512 KiB (MDTS): each timed out and got its Abort.
     assert_eq!(s.commands, 16, "{s:?}");

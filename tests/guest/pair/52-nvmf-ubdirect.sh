@@ -4,7 +4,8 @@
 #   scripts/vm/pair.sh --bin target/debug/ubdirect -- 'pair_target_up 180 && sh tests/guest/pair/52-nvmf-ubdirect.sh'
 # The target guest (10.77.0.1) exports its nvme0 namespace as nqn.2026-11.io.ubdirect:test on
 # TCP 4420. Here (10.77.0.2): discover, identify, perf --verify write then read across the QEMU
-# socket link, and a write the host then finds in the TARGET's nvme0.img. Prints TAP.
+# socket link (the host then finds the first stamp in the TARGET's nvme0.img: UBD-TARGETCHECK),
+# and the refusals. Prints TAP.
 
 n=0
 t() {
@@ -22,6 +23,8 @@ t "perf -w write --verify across guests (stamps 16 MiB)" \
     'ubdirect perf $A -w write -q 16 -o 64K -t 2 --verify --offset 32M --span 16M >/tmp/w.out 2>&1 || { cat /tmp/w.out; false; }'
 t "perf -w read --verify finds the stamps, no mismatch" \
     'ubdirect perf $A -w read -q 16 -o 64K -t 2 --verify --offset 32M --span 16M >/tmp/r.out 2>&1 && grep -q ", 0 mismatches" /tmp/r.out && ! grep -q "verified 0 blocks" /tmp/r.out || { cat /tmp/r.out; false; }'
+# The host finds the first stamp (LBA 32 MiB / 512 = 0x10000, then "ubd-nvmf") in the TARGET's image.
+echo "UBD-TARGETCHECK nvmf-ubdirect-stamp file-bytes nvme0.img:$((32 << 20)) 0000010000000000666d766e2d646275"
 t "a wrong NQN is refused by name" \
     '! ubdirect identify nvmf-tcp://10.77.0.1:4420/nqn.2026-11.io.ubdirect:nope 2>/tmp/e.out && grep -q "Connect Invalid Parameters" /tmp/e.out'
 t "nothing on port 4999: refused" \

@@ -1,7 +1,8 @@
 //! Shadow doorbells only where they pay (issue 11). With [`ShadowDoorbells::Auto`] (the
 //! default) a controller that offers Doorbell Buffer Config gets it, then a short probe at open
 //! (reads of the first block of the first namespace, [`PROBE_READS`] of them, up to
-//! [`PROBE_DEPTH`] in flight, through a queue pair with shadow doorbells) counts the doorbell
+//! [`PROBE_DEPTH`] in flight, submitted and reaped in batches as `perf` does, through a queue
+//! pair with shadow doorbells) counts the doorbell
 //! updates that EventIdx let go without an MMIO write. When fewer than one in
 //! [`SAVE_ONE_IN`] was saved (QEMU's controller sets EventIdx to the value it has just seen,
 //! so it saves none and only pays for the shadow bookkeeping), the controller is reset without
@@ -43,7 +44,7 @@ pub struct ShadowDecision {
 /// Reads the `Auto` probe issues.
 pub const PROBE_READS: usize = 256;
 /// Reads in flight at most during the probe.
-pub const PROBE_DEPTH: usize = 16;
+pub const PROBE_DEPTH: usize = 8;
 /// Shadow doorbells stay on when at least one doorbell update in this many was saved.
 pub const SAVE_ONE_IN: u64 = 8;
 /// Deadline of the whole probe (or `admin_timeout` when shorter).

@@ -219,6 +219,7 @@ impl IoQueuePair {
         };
         // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
         let generation = ctrl.generation();
+        clear_shadow_slots(ctrl, qid);
         if let Err(e) = create_device_queues(ctrl, qid, entries, &sq, &cq) {
             ctrl.free_qid(qid);
             return Err(e);
@@ -376,6 +377,25 @@ pub(super) fn create_device_queues(
         return Err(e);
     }
     Ok(())
+}
+
+/// Zero queue `qid`'s shadow doorbell and EventIdx slots before its queues are created: a
+/// queue deleted earlier under the same id left its last tail / head there, which a controller
+/// reads as the new queue's (QEMU fetched stale SQ entries) and the doorbell logic takes as
+/// the previous value.
+fn clear_shadow_slots(ctrl: &Controller, qid: u16) {
+    if let Some((sq, cq)) = ctrl.shadow_slots(qid) {
+        for s in [sq, cq] {
+            // SAFETY: the slots point into the controller's live shadow pages (see
+            // doorbell::ShadowSlot); queue `qid` does not exist on the device now, so nothing
+            // else reads or writes these slots; volatile because the device may read them.
+            unsafe {
+                std::ptr::write_volatile(s.db, 0);
+                std::ptr::write_volatile(s.ei.cast_mut(), 0);
+            }
+        }
+        ubdirect_core::barrier::wmb();
+    }
 }
 
 /// The SQ tail and CQ head doorbells of queue `qid`, through the shadow slots when asked for

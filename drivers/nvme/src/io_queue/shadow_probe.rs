@@ -13,8 +13,9 @@ use crate::spec::Sqe;
 use super::IoQueuePair;
 
 /// Issue `reads` one-block reads of block 0 of the first namespace without metadata whose
-/// blocks fit a page (data into the command slot's own page), up to `depth` in flight, each
-/// rung on its own and reaped on its own; within `deadline`. Returns (doorbell updates, updates that needed no MMIO
+/// blocks fit a page (data into the command slot's own page), up to `depth` in flight on a
+/// ring of `8 * depth` entries, in batches (one SQ doorbell per batch, one CQ doorbell per
+/// poll); within `deadline`. Returns (doorbell updates, updates that needed no MMIO
 /// write), or None when no namespace suits.
 pub(crate) fn probe_shadow(
     ctrl: &Arc<Controller>,
@@ -29,10 +30,12 @@ pub(crate) fn probe_shadow(
     else {
         return Ok(None);
     };
+    // A ring much longer than the reads in flight, used the way `perf` and the pipeline use
+    // it: a batch of submissions, one SQ doorbell; every completion found, one CQ doorbell.
     let mut qp = IoQueuePair::new(
         ctrl,
         QueueOptions {
-            depth,
+            depth: depth * 8,
             nsid: Some(ns.nsid),
             shadow_doorbells: true,
             recovery: Recovery::Report,
@@ -43,18 +46,16 @@ pub(crate) fn probe_shadow(
     let end = Instant::now() + deadline;
     let (mut sent, mut done) = (0usize, 0usize);
     while done < reads {
-        while sent < reads && qp.free_slots() > 0 {
+        while sent < reads && sent - done < depth {
             let mut sqe = Sqe::new(io_opcode::READ);
             sqe.nsid = ns.nsid;
             sqe.set_slba(0);
             qp.queue_with_slot_page(sqe, ns.lba_size as usize, sent as u64, |_| {})
                 .map_err(|r| r.error)?;
-            qp.ring();
             sent += 1;
         }
-        // One completion per poll: every CQ head move is its own doorbell update, as every
-        // submission is, so the count shows how often EventIdx lets one go.
-        done += qp.poll(1, |_| {})?;
+        qp.ring();
+        done += qp.poll(depth, |_| {})?;
         if done < reads && Instant::now() > end {
             return Err(NvmeError::Timeout {
                 command: "Read",
