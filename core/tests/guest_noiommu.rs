@@ -31,10 +31,19 @@ fn noiommu_dma_address_of_a_hugepage_is_its_physical_address() {
     let a = noiommu::dma_address(p as usize + 0x1234, 4096).expect("hugepage memory");
     let phys = ubdirect_hugepages::virt_to_phys(p).unwrap();
     assert_eq!(a, phys + 0x1234);
-    assert_eq!(phys % (2 << 20), 0, "a 2 MiB hugepage is 2 MiB aligned: {phys:#x}");
+    assert_eq!(
+        phys % (2 << 20),
+        0,
+        "a 2 MiB hugepage is 2 MiB aligned: {phys:#x}"
+    );
     // The frame really is (the head of) a hugepage.
     let flags = kpageflags(phys / 4096);
-    assert_ne!(flags & KPF_HUGE, 0, "pfn {:#x} flags {flags:#x}", phys / 4096);
+    assert_ne!(
+        flags & KPF_HUGE,
+        0,
+        "pfn {:#x} flags {flags:#x}",
+        phys / 4096
+    );
 }
 
 #[test]
@@ -70,7 +79,10 @@ fn noiommu_domain_is_refused_without_both_opt_ins() {
     } else if std::path::Path::new("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode")
         .exists()
     {
-        assert!(m.contains("has not enabled vfio's unsafe no-IOMMU mode"), "{m}");
+        assert!(
+            m.contains("has not enabled vfio's unsafe no-IOMMU mode"),
+            "{m}"
+        );
     } else {
         // The Debian kernels: no CONFIG_VFIO_NOIOMMU.
         assert!(m.contains("CONFIG_VFIO_NOIOMMU"), "{m}");
