@@ -3,6 +3,7 @@
 #   1. scripts/deps.sh                                  (packages; quiet when installed)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
+#      RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
@@ -26,7 +27,7 @@
 #
 # Options (for iterating):
 #   --host-only | --guest-only     run only the host part (1-4) or only the guest part (1, 5)
-#   --no-lint                      skip fmt and clippy
+#   --no-lint                      skip fmt, clippy and doc
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
@@ -85,6 +86,12 @@ if ((lint == 1)); then
         note "clippy: ok ($(elapsed "$t"))" 0
     else
         note "clippy: FAILED ($(elapsed "$t"))" 1
+    fi
+    step "RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps"
+    if RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; then
+        note "doc: ok" 0
+    else
+        note "doc: FAILED (a broken intra-doc link or a missing doc comment: see above)" 1
     fi
 fi
 

@@ -1,9 +1,11 @@
-//! Discovery of the QEMU guest test bed's devices (see docs/CONTRACTS.md and
-//! scripts/vm/README.md).
+//! Discovery of the QEMU guest test bed's devices (see scripts/vm/README.md,
+//! "Writing a guest test").
 //!
 //! The guest's /init exports the PCI addresses of the test devices; guest tests read them here
 //! instead of hard-coding addresses. The module also knows the backing images' data pattern and
 //! formats the `UBD-HOSTCHECK` lines the host runs after the guest exits. std only.
+
+#![deny(missing_docs)]
 
 use std::fmt;
 
