@@ -11,7 +11,6 @@
 #   5. scripts/vm/suite.sh --kernel K                   guest tests in one QEMU boot per kernel K:
 #      Debian 6.12 (vfio type1), then ubd (built from linux-source-7.3, scripts/vm/kernel-build.sh)
 #      -> "guest-shell[K]: ...", "guest-rust[K]: ...", "hostcheck[K]: ...",
-#      and for ubd a no-IOMMU boot (--no-iommu --filter noiommu) -> "guest[ubd-noiommu]: ..."
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
 #         counts as a failure
@@ -146,21 +145,6 @@ if ((guest == 1)); then
         else
             for l in "${glines[@]}"; do summary+=("$l"); done
             ((rc == 0)) || failed=1
-        fi
-        # The no-IOMMU boot of the ubd kernel (intel_iommu=off, vfio no-IOMMU mode on): only the
-        # tests named *noiommu*, counted as guest[ubd-noiommu].
-        if [[ $k == ubd && (-z $filter || $filter == *noiommu*) ]]; then
-            step "scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu"
-            scripts/vm/suite.sh --kernel ubd --no-iommu "${suite_args[@]}" --filter noiommu 2>&1 | tee "$logs/guest-ubd-noiommu.log"
-            rc=${PIPESTATUS[0]}
-            mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest-ubd-noiommu.log" |
-                sed -E "s/^(guest-shell|guest-rust|hostcheck|guest|skips): /\\1[ubd-noiommu]: /")
-            if ((${#glines[@]} == 0)); then
-                note "guest[ubd-noiommu]: 0 passed, 1 failed (scripts/vm/suite.sh --kernel ubd --no-iommu exited $rc before its summary; see $logs/guest-ubd-noiommu.log)" 1
-            else
-                for l in "${glines[@]}"; do summary+=("$l"); done
-                ((rc == 0)) || failed=1
-            fi
         fi
         # Two guests (tests/guest/pair/*.sh on the initiator): TAP counted by tap-count.awk, plus
         # the target-side checks pair.sh ran.
