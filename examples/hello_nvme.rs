@@ -1,16 +1,17 @@
-//! The smallest embedding of the NVMe driver: open a controller bound to vfio-pci, identify it,
-//! write a block from a pool buffer, read it back into another, compare.
+//! The smallest embedding of the NVMe driver, in the model a storage engine uses: open a
+//! controller bound to vfio-pci, take a namespace handle, then submit -> ring -> poll -> reap.
+//! It writes one block-sized pattern from a pool buffer, reads it back into another, compares.
 //!
 //! ```sh
 //! scripts/setup.sh            # hugepages + bind the NVMe controller to vfio-pci
 //! cargo run --example hello_nvme -- 0000:00:04.0 [LBA]
 //! ```
-//! It writes one 4 KiB block at LBA (default: the last 4 KiB of namespace 1): use a scratch disk.
+//! It writes 4 KiB at LBA (default: the last 4 KiB of the first namespace): use a scratch disk.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ubdirect::dma::{DmaDomain, PoolConfig, UbPool, UbRegistry};
-use ubdirect::nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect::dma::PoolConfig;
+use ubdirect::nvme::{Env, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -22,63 +23,88 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Ring the doorbell once, then poll until the request tagged `tag` completes (at most 5 s):
+/// its buffer window comes back with the completion.
+fn reap(qp: &mut IoQueuePair, tag: u64) -> Result<IoBuf, Box<dyn std::error::Error>> {
+    qp.ring();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut done = None;
+    while done.is_none() {
+        if Instant::now() > deadline {
+            return Err(format!("request {tag} did not complete within 5 s").into());
+        }
+        qp.poll(8, |c| {
+            if c.tag == tag {
+                done = Some(c)
+            }
+        })?;
+    }
+    let c = done.expect("set by the poll");
+    c.result?;
+    match c.bufs {
+        IoBufs::One(buf) => Ok(buf),
+        _ => Err("a one-buffer request comes back with its buffer".into()),
+    }
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().ok_or("usage: hello_nvme <pci-address> [lba]")?;
 
-    // One DMA domain and registry for the process; the pool's hugepages are mapped once.
-    let registry = UbRegistry::new(DmaDomain::new()?);
-    let ctrl = Controller::open(&registry, addr.parse()?, ControllerOptions::default())?;
-    let info = ctrl.info();
-    println!(
-        "{addr}: {} (sn {}, fw {}), {} namespace(s)",
-        info.mn,
-        info.sn,
-        info.fr,
-        ctrl.namespaces().len()
-    );
-    let ns = ctrl
-        .namespaces()
-        .first()
-        .ok_or("the controller has no active namespace")?;
-    println!(
-        "namespace {}: {} blocks of {} bytes",
-        ns.nsid, ns.nsze, ns.lba_size
-    );
-
-    let len = 4096usize.max(ns.lba_size as usize);
-    let blocks = (len / ns.lba_size as usize) as u64;
-    let lba = match args.next() {
-        Some(s) => s.parse()?,
-        None => ns.nsze - blocks,
-    };
-    let pool = UbPool::with_hugepages(
-        &registry,
-        PoolConfig {
+    // One call opens the DMA domain, the controller, then the buffer pool (its hugepages are
+    // mapped for the device's DMA, so it comes after the device).
+    let env = Env::builder()
+        .nvme(addr.as_str())
+        .pool(PoolConfig {
             block_size: 2 << 20,
             block_count: 2,
-        },
-        None,
-    )?;
-    let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default())?;
-    let timeout = Duration::from_secs(5);
+        })
+        .open()?;
+    let (ctrl, pool) = (env.controller(0), env.pool());
+    let info = ctrl.info();
+    println!("{addr}: {} (sn {}, fw {})", info.mn, info.sn, info.fr);
+    // The namespace handle carries what a request is checked against: LBA size, size, MDTS.
+    let ns = ctrl.first_namespace()?;
+    println!(
+        "namespace {}: {} blocks of {} bytes, {} blocks per command",
+        ns.nsid(),
+        ns.blocks(),
+        ns.lba_size(),
+        ns.max_blocks_per_command()
+    );
 
-    // The buffer moves into the request and comes back with the completion.
-    let mut out = pool.get()?;
-    for (i, b) in out.as_mut_slice()[..len].iter_mut().enumerate() {
+    let len = 4096usize.max(ns.lba_size() as usize);
+    let blocks = (len / ns.lba_size() as usize) as u64;
+    let lba = match args.next() {
+        Some(s) => Lba(s.parse()?),
+        None => ns
+            .last_blocks(blocks)
+            .ok_or("the namespace is smaller than 4 KiB")?,
+    };
+    // One queue pair per thread: this one is ours.
+    let mut qp = IoQueuePair::new(ctrl, QueueOptions::default())?;
+
+    // The buffer window moves into the request and comes back with the completion.
+    let mut out = IoBuf::prefix(pool.get()?, len)?;
+    for (i, b) in out.as_mut_slice().iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31) ^ 0x5a;
     }
-    let out = qp
-        .write_blocking(ns.nsid, lba, out, 0, len, true, timeout)
-        .map_err(|r| r.error)?;
-    let back = qp
-        .read_blocking(ns.nsid, lba, pool.get()?, 0, len, timeout)
-        .map_err(|r| r.error)?;
+    qp.submit_write(&ns, lba, out, IoFlags::FUA, 1)?;
+    let out = reap(&mut qp, 1)?;
 
-    if out.as_slice()[..len] == back.as_slice()[..len] {
-        println!("wrote and read back {len} bytes at LBA {lba}: identical");
+    qp.submit_read(
+        &ns,
+        lba,
+        IoBuf::prefix(pool.get()?, len)?,
+        IoFlags::empty(),
+        2,
+    )?;
+    let back = reap(&mut qp, 2)?;
+
+    if out.as_slice() == back.as_slice() {
+        println!("wrote and read back {len} bytes at {lba}: identical");
         Ok(())
     } else {
-        Err(format!("data read back at LBA {lba} differs from what was written").into())
+        Err(format!("data read back at {lba} differs from what was written").into())
     }
 }

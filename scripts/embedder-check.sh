@@ -9,6 +9,9 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 manifest="$repo/examples/embedder-nvme-only/Cargo.toml"
 forbidden=(clap indicatif cudarc io-uring tracing-subscriber)
+# The workspace's versions: its lock file, trimmed by cargo to what the embedder uses (the
+# example's own Cargo.lock is git-ignored, so it never drifts from the workspace's).
+cp "$repo/Cargo.lock" "$repo/examples/embedder-nvme-only/Cargo.lock"
 
 tree=$(cargo tree --manifest-path "$manifest" -e normal --prefix none) || {
     echo "embedder: FAILED: cargo tree --manifest-path $manifest failed (see above)" >&2

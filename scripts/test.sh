@@ -3,6 +3,7 @@
 #   1. scripts/deps.sh                                  (packages; quiet when installed)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
+#      RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
@@ -13,6 +14,8 @@
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
 #         counts as a failure
+#      scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu   the ubd kernel without an
+#      IOMMU (vfio no-IOMMU mode), the *noiommu* tests only -> "guest[ubd-noiommu]: ..." (counted)
 #      scripts/vm/pair.sh per tests/guest/pair/*.sh       two guests (NVMe-oF target + initiator)
 #      -> "guest-pair[K]: N passed, N failed, N skipped" (TAP + target-side checks, counted)
 #   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
@@ -23,7 +26,7 @@
 #
 # Options (for iterating):
 #   --host-only | --guest-only     run only the host part (1-4) or only the guest part (1, 5)
-#   --no-lint                      skip fmt and clippy
+#   --no-lint                      skip fmt, clippy and doc
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
@@ -83,6 +86,12 @@ if ((lint == 1)); then
     else
         note "clippy: FAILED ($(elapsed "$t"))" 1
     fi
+    step "RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps"
+    if RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; then
+        note "doc: ok" 0
+    else
+        note "doc: FAILED (a broken intra-doc link or a missing doc comment: see above)" 1
+    fi
 fi
 
 if ((host == 1)); then
@@ -118,9 +127,15 @@ if ((host == 1)); then
 fi
 
 if ((guest == 1)); then
-    for k in $kernels; do
-        step "scripts/vm/suite.sh --kernel $k ${suite_args[*]}"
-        scripts/vm/suite.sh --kernel "$k" "${suite_args[@]}" 2>&1 | tee "$logs/guest-$k.log"
+    # The ubd kernel also boots once without an IOMMU for the tests named *noiommu*
+    # ("ubd-noiommu": suite.sh --kernel ubd --no-iommu --filter noiommu).
+    runs=$kernels
+    [[ " $kernels " == *" ubd "* && ( -z $filter || $filter == *noiommu* ) ]] && runs="$runs ubd-noiommu"
+    for k in $runs; do
+        kargs=(--kernel "$k" "${suite_args[@]}")
+        [[ $k == ubd-noiommu ]] && kargs=(--kernel ubd --no-iommu --filter noiommu)
+        step "scripts/vm/suite.sh ${kargs[*]}"
+        scripts/vm/suite.sh "${kargs[@]}" 2>&1 | tee "$logs/guest-$k.log"
         rc=${PIPESTATUS[0]}
         # The suite's closing lines, named by kernel: "guest-shell[6.12]: ...".
         mapfile -t glines < <(grep -E '^(guest-shell|guest-rust|hostcheck|guest|skips): |^skip not allowed by ' "$logs/guest-$k.log" |
@@ -133,7 +148,7 @@ if ((guest == 1)); then
         fi
         # Two guests (tests/guest/pair/*.sh on the initiator): TAP counted by tap-count.awk, plus
         # the target-side checks pair.sh ran.
-        if [[ -z $filter || $filter == *pair* || $filter == *nvmet* ]]; then
+        if [[ $k != ubd-noiommu ]] && [[ -z $filter || $filter == *pair* || $filter == *nvmet* ]]; then
             pp=0 pf=0 ps=0
             for f in tests/guest/pair/*.sh; do
                 [[ -f $f ]] || continue

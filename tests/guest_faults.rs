@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
 use ubdirect_diag::kmsg::{parse_iommu_fault, IommuFault};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 use ubdirect_virtio_net::pattern;
 use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
@@ -357,9 +358,15 @@ fn poll_until_error(qp: &mut IoQueuePair, limit: Duration) -> Option<NvmeError> 
 fn submit_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>, n: u64, tag0: u64) {
     for i in 0..n {
         let tag = tag0 + i;
-        qp.submit_read(1, tag * 2048, pool.get().expect("buffer"), 0, 1 << 20, tag)
-            .map_err(|r| r.error)
-            .expect("submit");
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(tag * 2048),
+            IoBuf::prefix(pool.get().expect("buffer"), 1 << 20).unwrap(),
+            IoFlags::empty(),
+            tag,
+        )
+        .map_err(|r| r.error)
+        .expect("submit");
     }
 }
 
@@ -367,8 +374,14 @@ fn submit_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>, n: u64, tag0: u64) {
 fn assert_nvme0_works() {
     let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 1);
     let b = qp
-        .read_blocking(1, 8, bed.pool.get().unwrap(), 0, 4096, T)
-        .expect("nvme0 reads again after the scenario");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(8),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .expect("nvme0 reads again after the scenario")
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
 }
 
@@ -472,8 +485,14 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     if child_mode().is_some() {
         // 16 buffers for the reads + 1 for the submission after the error.
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 17);
-        qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
-            .expect("warm-up read");
+        qp.read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .expect("warm-up read")
+        .into_buf();
         let cmd = CommandRegister::open(bed.ctrl.device().address());
         submit_reads(&mut qp, &bed.pool, 8, 0);
         qp.ring();
@@ -489,7 +508,13 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
         // A second poll keeps failing (no completion can arrive) and does not hang.
         let again = poll_again_until_error(&mut qp);
         saw("in-flight-after-errors", qp.in_flight());
-        if let Err(r) = qp.submit_read(1, 0, bed.pool.get().expect("a buffer"), 0, 4096, 99) {
+        if let Err(r) = qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().expect("a buffer"), 4096).unwrap(),
+            IoFlags::empty(),
+            99,
+        ) {
             saw("submit-after-error-kind", nvme_kind(&r.error));
         }
         saw("second-error", &again);
@@ -571,7 +596,12 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
         {
             let mut qp = queue(&bed.ctrl, Duration::from_secs(10));
             saw("qid-after-reset", qp.qid());
-            match qp.read_blocking(1, 16, bed.pool.get().expect("a free buffer"), 0, 4096, T) {
+            match qp.read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(16),
+                IoBuf::prefix(bed.pool.get().expect("a free buffer"), 4096).unwrap(),
+                T,
+            ) {
                 Ok(b) => {
                     match testbed::check_pattern(NVME0_NS1.id, 16 * 512, &b.as_slice()[..4096]) {
                         Ok(()) => saw("read-after-reset", "pattern ok"),
@@ -595,8 +625,14 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
             .expect("reopen after the reset");
         let mut qp = queue(&ctrl, Duration::from_secs(10));
         let b = qp
-            .read_blocking(1, 8, pool.get().expect("a free buffer"), 0, 4096, T)
-            .expect("read after reopening");
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(8),
+                IoBuf::prefix(pool.get().expect("a free buffer"), 4096).unwrap(),
+                T,
+            )
+            .expect("read after reopening")
+            .into_buf();
         testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
         saw("reopened-read", "pattern ok");
         return;
@@ -639,8 +675,14 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
     const TEST: &str = "nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported";
     if child_mode().is_some() {
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 4);
-        qp.read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
-            .expect("warm-up read");
+        qp.read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .expect("warm-up read")
+        .into_buf();
         let slab = driver_slab(&bed);
         saw("slab", format!("iova {:#x} len {:#x}", slab.iova, slab.len));
         let mut kmsg = Kmsg::from_now();
@@ -700,7 +742,12 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         region
             .revoke_dma()
             .expect("revoke the pool region's IOMMU mapping");
-        let r = qp.read_blocking(1, 0, buf, 0, 8192, T);
+        let r = qp.read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(buf, 8192).unwrap(),
+            T,
+        );
         match &r {
             Ok(_) => saw("read-status", "success"),
             Err(e) => saw(
@@ -1092,9 +1139,15 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
         let mut buf = bed.pool.get().unwrap();
         while t.elapsed() < Duration::from_secs(3) {
             buf = qp
-                .read_blocking(1, reads % 64 * 8, buf, 0, 4096, T)
+                .read_blocking(
+                    &qp.namespace(1).unwrap(),
+                    Lba(reads % 64 * 8),
+                    IoBuf::prefix(buf, 4096).unwrap(),
+                    T,
+                )
                 .map_err(|r| r.error)
-                .expect("read while the removal is pending");
+                .expect("read while the removal is pending")
+                .into_buf();
             testbed::check_pattern(NVME0_NS1.id, reads % 64 * 4096, &buf.as_slice()[..4096])
                 .expect("data while the removal is pending");
             reads += 1;

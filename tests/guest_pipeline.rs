@@ -19,6 +19,7 @@ use ubdirect::pipeline::{
 use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
 use ubdirect_cuda::checksum_at;
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{
     self as testbed, BackingImage, GPUBAR_FILE, NVME0_NS1, NVME1_NS1, NVME1_NS2,
 };
@@ -89,10 +90,12 @@ fn fill(n: &mut Nvme, img: &BackingImage, base: u64, len: u64, seed: Option<u64>
             None => testbed::fill_pattern(img.id, base + off, &mut buf.as_mut_slice()[..l]),
         }
         sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..l], off));
-        let nsid = n.qp.default_nsid();
+        let ns = n.qp.default_namespace().expect("the queue's namespace");
+        let io = IoBuf::prefix(buf, l).expect("a window inside the buffer");
         buf =
-            n.qp.write_blocking(nsid, (base + off) / lba_size, buf, 0, l, false, T)
-                .unwrap_or_else(|r| panic!("write: {}", r.error));
+            n.qp.write_blocking(&ns, Lba((base + off) / lba_size), io, IoFlags::empty(), T)
+                .unwrap_or_else(|r| panic!("write: {}", r.error))
+                .into_buf();
         off += l as u64;
     }
     sum

@@ -34,7 +34,7 @@ pub enum CoreError {
         addr: PciAddress,
     },
     /// The device is bound to another driver (or none).
-    #[error("PCI device {addr} is bound to {}, not vfio-pci: run scripts/setup.sh (or `ubdirect setup bind {addr}`) to bind it to vfio-pci", driver.as_deref().map(|d| format!("driver {d}")).unwrap_or_else(|| "no driver".into()))]
+    #[error("PCI device {addr} is bound to {}, not vfio-pci: bind it to vfio-pci (scripts/setup.sh does)", driver.as_deref().map(|d| format!("driver {d}")).unwrap_or_else(|| "no driver".into()))]
     NotBoundToVfio {
         /// The device.
         addr: PciAddress,
@@ -78,7 +78,7 @@ pub enum CoreError {
         largest_free: u64,
     },
     /// The memory overlaps memory this domain already maps.
-    #[error("memory [{vaddr:#x}, +{len:#x}) is already mapped in this DMA domain: register each region once and share the Arc<UbRegion>")]
+    #[error("memory [{vaddr:#x}, +{len:#x}) is already mapped in this DMA domain (each region is registered once)")]
     AlreadyMapped {
         /// Start of the memory.
         vaddr: usize,
@@ -94,7 +94,7 @@ pub enum CoreError {
         len: usize,
     },
     /// The device's IOMMU group is held by another process or another domain of this one.
-    #[error("IOMMU group {group} of {addr} is already in use (by another process, or by another DmaDomain of this process): stop that user, or open the device in the same DmaDomain")]
+    #[error("IOMMU group {group} of {addr} is already in use (by another process, or by another DMA domain of this process)")]
     GroupBusy {
         /// The device.
         addr: PciAddress,
@@ -102,7 +102,7 @@ pub enum CoreError {
         group: u32,
     },
     /// The device is already open in this domain.
-    #[error("PCI device {addr} is already open in this DMA domain: share the Arc<PciDevice> instead of opening it twice")]
+    #[error("PCI device {addr} is already open in this DMA domain")]
     AlreadyOpen {
         /// The device.
         addr: PciAddress,
@@ -247,6 +247,44 @@ impl CoreError {
         CoreError::Io {
             op: op.into(),
             source: std::io::Error::last_os_error(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Library errors state facts; advice for the command line (subcommands, how to share
+    /// handles) is the CLI's (src/cli/errors.rs maps these variants).
+    #[test]
+    fn device_errors_state_facts_without_cli_or_embedder_advice() {
+        let addr: PciAddress = "0000:00:04.0".parse().unwrap();
+        let errs = [
+            CoreError::NotBoundToVfio {
+                addr,
+                driver: Some("nvme".into()),
+            },
+            CoreError::GroupBusy { addr, group: 7 },
+            CoreError::AlreadyOpen { addr },
+        ];
+        let facts = [
+            "PCI device 0000:00:04.0 is bound to driver nvme, not vfio-pci",
+            "IOMMU group 7 of 0000:00:04.0 is already in use",
+            "PCI device 0000:00:04.0 is already open in this DMA domain",
+        ];
+        for (e, fact) in errs.iter().zip(facts) {
+            let m = e.to_string();
+            assert!(m.starts_with(fact), "{m}");
+            for advice in [
+                "ubdirect ",
+                "setup bind",
+                "Arc<",
+                "instead of",
+                "same DmaDomain",
+            ] {
+                assert!(!m.contains(advice), "{advice:?} in {m:?}");
+            }
         }
     }
 }

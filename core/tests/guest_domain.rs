@@ -1,5 +1,5 @@
 //! Guest tests of the VFIO DMA domain, PCI device access and the UB registry on real vfio-pci
-//! devices (see docs/CONTRACTS.md, "Guest test convention"). Run by scripts/test.sh in the
+//! devices (see scripts/vm/README.md, "Writing a guest test"). Run by scripts/test.sh in the
 //! QEMU guest; on the host they are listed as ignored.
 
 use std::path::Path;

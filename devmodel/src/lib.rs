@@ -11,6 +11,8 @@
 //! Each model has a well-behaved mode (fast host tests) and a hostile mode in which a
 //! [`nvme::Tamper`] (for fuzzing: [`nvme::Hostile`], built from generated input) rewrites what the device shows the driver.
 
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod dma;
 pub mod fuzz;

@@ -6,5 +6,7 @@
 //! - [`topology::preflight`]: the doctor's rules (findings with a severity and the fix).
 //! - [`kmsg`]: IOMMU DMA-fault records from the kernel log (`/dev/kmsg`).
 
+#![deny(missing_docs)]
+
 pub mod kmsg;
 pub mod topology;

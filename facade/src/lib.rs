@@ -32,6 +32,8 @@
 //! # Ok::<(), ubdirect::dma::CoreError>(())
 //! ```
 
+#![deny(missing_docs)]
+
 /// Hugepage reservation, inspection and allocation.
 pub use ubdirect_hugepages as hugepages;
 

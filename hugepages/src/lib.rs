@@ -3,6 +3,8 @@
 //!
 //! Knows nothing of VFIO: `ubdirect-core` maps this memory into an IOMMU domain.
 
+#![deny(missing_docs)]
+
 mod error;
 mod mem;
 mod page_size;

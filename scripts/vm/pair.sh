@@ -54,8 +54,11 @@ UBD_VM_RUN_DIR_FILE=$work/target.dir "$UBD_VM_DIR/run.sh" --kernel "$target_kern
     --peer "listen:$sock:10.77.0.1/24" -- "PATH=/ubd/scripts/vm:\$PATH; $target_cmd" \
     >"$work/target.out" 2>&1 &
 tpid=$!
-# The initiator's QEMU connects to the socket the target's QEMU makes (after its preparation).
-for _ in $(seq 600); do
+# The initiator's QEMU connects to the socket the target's QEMU makes (after its preparation,
+# which can take minutes when the kernel cache is (re)built on a loaded host: seen > 5 min).
+# Bounded by the target's own deadline: no socket while it lives means it is still preparing.
+end=$((SECONDS + timeout + 60))
+while ((SECONDS < end)); do
     [[ -S $sock ]] && break
     kill -0 "$tpid" 2>/dev/null || break
     sleep 0.5

@@ -59,6 +59,13 @@ if ((${#explicit_bins[@]} == 0)); then
             and .executable != null) | .executable' "$json" | tail -n1)
         [[ -n $cli ]] && test_bins+=(--bin "$cli")
     fi
+    # The embedding examples run in the guest too (tests/guest_examples.rs runs them by name).
+    cargo build "${cargo_q[@]}" --workspace --examples --message-format=json-render-diagnostics >"$json" ||
+        vm_die "cargo build --examples failed"
+    while read -r ex; do
+        [[ -n $ex ]] && test_bins+=(--bin "$ex")
+    done < <(jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("example"))
+        and .executable != null) | .executable' "$json")
     cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json-render-diagnostics >"$json" ||
         vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
     mapfile -t all_bins < <(jq -r 'select(.reason == "compiler-artifact" and .profile.test == true
@@ -68,7 +75,7 @@ if ((${#explicit_bins[@]} == 0)); then
         args=(--list --ignored --format terse)
         [[ -n $filter && $name != *"$filter"* ]] && args+=("$filter")
         count=$("$b" "${args[@]}" 2>/dev/null | grep -c ': test$' || true)
-        # docs/CONTRACTS.md: guest tests live in <crate>/tests/guest_*.rs. Ignored tests of other
+        # scripts/vm/README.md: guest tests live in <crate>/tests/guest_*.rs. Ignored tests of other
         # binaries belong to other runners (e.g. "gpu:" tests for a CUDA machine).
         if [[ $name != guest_* ]]; then
             ((count == 0)) || vm_log "not a guest test binary (not tests/guest_*.rs), left out: $name ($count ignored)"

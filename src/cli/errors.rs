@@ -27,11 +27,11 @@ const RERUN_CONTROLLER: &str = "run the command again (opening the controller re
 const PHRASES: &[(&str, &str)] = &[
     ("--qd must be at least 1", "--queue-depth must be at least 1"),
     (
-        "is already in use (by another process, or by another DmaDomain of this process): stop that user, or open the device in the same DmaDomain",
+        "is already in use (by another process, or by another DMA domain of this process)",
         "is already in use by another program (another ubdirect, QEMU, DPDK or SPDK): stop it and run again",
     ),
     (
-        "is already open in this DMA domain: share the Arc<PciDevice> instead of opening it twice",
+        "is already open in this DMA domain",
         "is named twice on the command line: name two different devices",
     ),
     (
@@ -96,7 +96,7 @@ const PHRASES: &[(&str, &str)] = &[
         "give the pool more blocks (--blocks or --pool-size) or keep fewer requests in flight",
     ),
     (
-        "register each region once and share the Arc<UbRegion>",
+        "is already mapped in this DMA domain (each region is registered once)",
         "this is a bug in ubdirect: please report it",
     ),
     (

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use ubdirect_core::{DmaDomain, UbRegistry};
-use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, Namespace};
+use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
 use super::{CliResult, Outcome};
 
@@ -42,7 +42,7 @@ struct IdentifyJson<'a> {
     address: &'a str,
     controller: &'a ControllerInfo,
     registers: Registers,
-    namespaces: &'a [Namespace],
+    namespaces: &'a [NamespaceInfo],
 }
 
 /// Run it.
@@ -125,7 +125,7 @@ fn print_controller(addr: &str, c: &ControllerInfo, r: &Registers) {
     );
 }
 
-fn print_namespace(ns: &Namespace) {
+fn print_namespace(ns: &NamespaceInfo) {
     println!("NVME Identify Namespace {}:", ns.nsid);
     println!("nsze    : {:#x}", ns.nsze);
     println!("ncap    : {:#x}", ns.ncap);

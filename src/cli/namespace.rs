@@ -1,7 +1,7 @@
 //! `--ns N`: the one spelling of an NVMe namespace across the subcommands, and the error that
 //! lists the namespace ids a controller has when the one asked for is not among them.
 
-use ubdirect_nvme::{Controller, Namespace};
+use ubdirect_nvme::{Controller, NamespaceInfo};
 
 /// The namespace `nsid` of `ctrl` at `addr` (`None`: the first active one), or an error naming
 /// the active namespace ids.
@@ -9,10 +9,10 @@ pub fn pick<'a>(
     ctrl: &'a Controller,
     addr: &str,
     nsid: Option<u32>,
-) -> Result<&'a Namespace, String> {
+) -> Result<&'a NamespaceInfo, String> {
     let active: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid).collect();
     let found = match nsid {
-        Some(n) => ctrl.namespace(n),
+        Some(n) => ctrl.namespace_info(n),
         None => ctrl.namespaces().first(),
     };
     found.ok_or_else(|| not_active(addr, nsid, &active))

@@ -7,7 +7,7 @@ use ubdirect_nvme::transport::tcp::addr::{discovery_address, is_tcp_address, Tcp
 use ubdirect_nvme::transport::tcp::ctrl::{discover, TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics::DiscoveryRecord;
 use ubdirect_nvme::transport::tcp::host::HostIdentity;
-use ubdirect_nvme::{ControllerInfo, Namespace};
+use ubdirect_nvme::{ControllerInfo, NamespaceInfo};
 
 use super::{print_table, CliResult, Outcome};
 
@@ -116,7 +116,7 @@ struct IdentifyJson<'a> {
     controller: &'a ControllerInfo,
     cap: String,
     in_capsule_bytes: u32,
-    namespaces: &'a [Namespace],
+    namespaces: &'a [NamespaceInfo],
 }
 
 /// `identify nvmf-tcp://ADDR:PORT/SUBNQN[/NSID]`: the controller and the namespace(s).

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
-use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
-    Controller, ControllerOptions, IoQueuePair, QueueOptions, Recovery, ShadowDoorbells,
+    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions,
+    Recovery, ShadowDoorbells,
 };
 
 use super::json::LatencyNs;
@@ -938,13 +939,24 @@ fn worker(
         Rng(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
     let mut seq = ios_in_span * index as u64 / job.cores as u64;
     let mut slots = vec![Slot::default(); depth];
-    let mut free: Vec<(usize, UbBuf)> = Vec::with_capacity(depth);
+    let ns = match ctrl.namespace(job.nsid) {
+        Ok(ns) => ns,
+        Err(e) => {
+            start.wait();
+            return Err(e.to_string());
+        }
+    };
+    let mut free: Vec<(usize, IoBuf)> = Vec::with_capacity(depth);
     for i in 0..depth {
-        match pool.get() {
+        match pool
+            .get()
+            .map_err(|e| e.to_string())
+            .and_then(|b| IoBuf::prefix(b, job.io_size).map_err(|e| e.to_string()))
+        {
             Ok(b) => free.push((i, b)),
             Err(e) => {
                 start.wait();
-                return Err(e.to_string());
+                return Err(e);
             }
         }
     }
@@ -982,7 +994,12 @@ fn worker(
                     _ => false,
                 };
                 if write && job.verify {
-                    stamp(&mut buf, lba, job.lba_size as usize, blocks_per_io);
+                    stamp(
+                        buf.as_mut_slice(),
+                        lba,
+                        job.lba_size as usize,
+                        blocks_per_io,
+                    );
                 }
                 slots[slot] = Slot {
                     submitted: rdtsc(),
@@ -990,9 +1007,9 @@ fn worker(
                     write,
                 };
                 let r = if write {
-                    qp.submit_write(job.nsid, lba, buf, 0, job.io_size, false, slot as u64)
+                    qp.submit_write(&ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
                 } else {
-                    qp.submit_read(job.nsid, lba, buf, 0, job.io_size, slot as u64)
+                    qp.submit_read(&ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
                 };
                 if let Err(rej) = r {
                     return Err(format!("submit failed: {}", rej.error));
@@ -1016,9 +1033,9 @@ fn worker(
                     reads += 1;
                     hist_r.record(lat);
                 }
-                let buf = match c.bufs.into_one() {
-                    Some(b) => b,
-                    None => return,
+                // Every request here moves one buffer window, which comes back.
+                let IoBufs::One(buf) = c.bufs else {
+                    return;
                 };
                 match c.result {
                     Err(e) => {
@@ -1026,8 +1043,12 @@ fn worker(
                         first_error.get_or_insert_with(|| e.to_string());
                     }
                     Ok(_) if job.verify && !s.write => {
-                        let (v, bad) =
-                            check_stamps(&buf, s.lba, job.lba_size as usize, blocks_per_io);
+                        let (v, bad) = check_stamps(
+                            buf.as_slice(),
+                            s.lba,
+                            job.lba_size as usize,
+                            blocks_per_io,
+                        );
                         verified += v;
                         verify_errors += bad;
                     }
@@ -1098,8 +1119,7 @@ fn worker(
 }
 
 /// Stamp every block of a write with the magic and its LBA.
-fn stamp(buf: &mut UbBuf, lba: u64, lba_size: usize, blocks: u64) {
-    let s = buf.as_mut_slice();
+fn stamp(s: &mut [u8], lba: u64, lba_size: usize, blocks: u64) {
     for b in 0..blocks as usize {
         let o = b * lba_size;
         s[o..o + 8].copy_from_slice(&STAMP_MAGIC.to_le_bytes());
@@ -1108,8 +1128,7 @@ fn stamp(buf: &mut UbBuf, lba: u64, lba_size: usize, blocks: u64) {
 }
 
 /// Check the stamps found in a read: (stamped blocks seen, blocks whose stamp names another LBA).
-fn check_stamps(buf: &UbBuf, lba: u64, lba_size: usize, blocks: u64) -> (u64, u64) {
-    let s = buf.as_slice();
+fn check_stamps(s: &[u8], lba: u64, lba_size: usize, blocks: u64) -> (u64, u64) {
     let (mut seen, mut bad) = (0, 0);
     for b in 0..blocks as usize {
         let o = b * lba_size;

@@ -76,7 +76,7 @@ pub struct BlockCompletion {
 }
 
 /// One queue pair of a block device (NVMe I/O queue, io_uring ring). Submits do not ring the
-/// doorbell; [`BlockQueue::flush`] does, once for everything queued since the last flush.
+/// doorbell; [`BlockQueue::ring`] does, once for everything queued since the last ring.
 pub trait BlockQueue: Send {
     /// Logical block size in bytes.
     fn block_size(&self) -> u32;
@@ -102,8 +102,9 @@ pub trait BlockQueue: Send {
         len: usize,
         tag: u64,
     ) -> std::result::Result<(), (UbBuf, BlockError)>;
-    /// Ring doorbells for everything queued since the last flush (batching).
-    fn flush(&mut self) -> std::result::Result<(), BlockError>;
+    /// Ring doorbells for everything queued since the last ring (batching). Not a device
+    /// cache flush (NVMe Flush is `ubdirect_nvme::IoQueuePair::submit_flush`).
+    fn ring(&mut self) -> std::result::Result<(), BlockError>;
     /// Reap up to `max` completions, calling `f` for each. Never allocates.
     fn poll(
         &mut self,

@@ -42,7 +42,8 @@ impl PoolConfig {
         self.block_size.checked_mul(self.block_count)
     }
 
-    fn validate(&self) -> Result<usize> {
+    /// Check the settings without allocating: the bytes the pool needs, or why they are refused.
+    pub fn validate(&self) -> Result<usize> {
         if !self.block_size.is_power_of_two() || self.block_size < 4096 {
             return Err(CoreError::InvalidArgument(format!(
                 "pool block size {} must be a power of two >= 4096",

@@ -136,8 +136,9 @@ mod tests {
 
         let e = DeviceSysfs::check_in(&t.0, a("00:05.0")).unwrap_err();
         assert!(
-            e.to_string()
-                .contains("bound to driver nvme, not vfio-pci: run scripts/setup.sh"),
+            e.to_string().contains(
+                "bound to driver nvme, not vfio-pci: bind it to vfio-pci (scripts/setup.sh does)"
+            ),
             "{e}"
         );
         let e = DeviceSysfs::check_in(&t.0, a("00:06.0")).unwrap_err();

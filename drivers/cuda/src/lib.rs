@@ -9,6 +9,8 @@
 //! libcuda is loaded at run time: without it every entry point returns [`CudaError::NoDriver`]
 //! (cudarc itself would panic, so [`driver_available`] is checked first).
 
+#![deny(missing_docs)]
+
 mod checksum;
 mod dmabuf;
 mod error;

@@ -1,4 +1,4 @@
-//! Identify data decoded into plain, serialisable structs ([`ControllerInfo`], [`Namespace`]).
+//! Identify data decoded into plain, serialisable structs ([`ControllerInfo`], [`NamespaceInfo`]).
 
 use serde::Serialize;
 
@@ -96,9 +96,10 @@ pub struct LbaFormatInfo {
     pub in_use: bool,
 }
 
-/// An active namespace.
+/// An active namespace as Identify Namespace reports it (I/O uses the
+/// [`crate::Namespace`] handle).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Namespace {
+pub struct NamespaceInfo {
     /// Namespace ID.
     pub nsid: u32,
     /// Size in logical blocks.
@@ -117,11 +118,11 @@ pub struct Namespace {
     pub lbaf: Vec<LbaFormatInfo>,
 }
 
-impl Namespace {
+impl NamespaceInfo {
     /// Decode an Identify Namespace page. [`NvmeError::DeviceInput`] when FLBAS selects a
     /// format beyond NLBAF, the format's LBADS is not a size in 512 B..=2 GiB, or NSZE blocks
     /// of that size do not fit in 64 bits of bytes.
-    pub fn from_identify(nsid: u32, id: &IdentifyNamespace) -> Result<Namespace, NvmeError> {
+    pub fn from_identify(nsid: u32, id: &IdentifyNamespace) -> Result<NamespaceInfo, NvmeError> {
         let idx = id.lba_format_index();
         if idx >= id.lba_format_count() || idx > id.nlbaf as usize {
             return Err(NvmeError::DeviceInput {
@@ -151,7 +152,7 @@ impl Namespace {
                 in_use: i == idx,
             })
             .collect();
-        Ok(Namespace {
+        Ok(NamespaceInfo {
             nsid,
             nsze: id.nsze.get(),
             ncap: id.ncap.get(),
@@ -184,7 +185,7 @@ mod tests {
         p[128..132].copy_from_slice(&[0, 0, 9, 0]);
         p[132..136].copy_from_slice(&[0, 0, 12, 0]);
         let id = IdentifyNamespace::ref_from_bytes(&p[..]).unwrap();
-        let ns = Namespace::from_identify(2, id).unwrap();
+        let ns = NamespaceInfo::from_identify(2, id).unwrap();
         assert_eq!(ns.lba_size, 4096);
         assert_eq!(ns.size_bytes(), 8 << 20);
         assert_eq!(ns.lbaf.len(), 2);
@@ -193,7 +194,7 @@ mod tests {
         p[132..136].copy_from_slice(&[0, 0, 0, 0]);
         let id = IdentifyNamespace::ref_from_bytes(&p[..]).unwrap();
         assert!(matches!(
-            Namespace::from_identify(2, id),
+            NamespaceInfo::from_identify(2, id),
             Err(NvmeError::DeviceInput {
                 field: "LBAF.LBADS",
                 value: 0,

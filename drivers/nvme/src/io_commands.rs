@@ -1,13 +1,13 @@
 //! The NVM I/O commands of [`IoQueuePair`]: validation before anything is queued, then
 //! Read / Write (FUA) / Flush / Write Zeroes / Dataset Management (deallocate).
 
-use ubdirect_core::UbBuf;
-
 use crate::controller::PAGE_SIZE;
 use crate::error::NvmeError;
+use crate::io_flags::IoFlags;
 use crate::io_queue::{IoQueuePair, NsLimits};
-use crate::io_types::{IoBufs, Rejected, SgList};
-use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE, RW_FUA};
+use crate::io_types::{IoBuf, IoBufs, Rejected, SgList};
+use crate::namespace::{Lba, Namespace};
+use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE};
 use crate::spec::Sqe;
 
 /// Most blocks in one command's 16-bit zero-based NLB field.
@@ -41,19 +41,10 @@ fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
     }
 }
 
+/// The window's IOVA must be dword aligned (PRP entry rule).
 #[inline]
-fn check_one(buf: &UbBuf, offset: usize, len: usize) -> Result<(), NvmeError> {
-    match offset.checked_add(len) {
-        Some(need) if need <= buf.len() => {}
-        _ => {
-            return Err(NvmeError::BufferTooSmall {
-                need: offset.saturating_add(len),
-                have: buf.len(),
-                offset,
-            })
-        }
-    }
-    let iova = buf.iova() + offset as u64;
+fn check_one(buf: &IoBuf) -> Result<(), NvmeError> {
+    let iova = buf.iova();
     if iova & 3 != 0 {
         return Err(crate::prp::PrpError::Misaligned { iova }.into());
     }
@@ -103,132 +94,114 @@ fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
 }
 
 impl IoQueuePair {
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn data_cmd(
         &mut self,
         opcode: u8,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         bufs: IoBufs,
-        offset: usize,
-        len: usize,
-        flags: u32,
+        flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected> {
         let checked = (|| {
-            let ns = self.ns_limits(nsid)?;
-            let nlb = check_range(&ns, slba, len)?;
-            match &bufs {
-                IoBufs::One(b) => check_one(b, offset, len)?,
-                IoBufs::Sg(sg) => check_sg(sg, len)?,
+            let ns = self.ns_limits(ns.nsid())?;
+            let len = match &bufs {
+                IoBufs::One(b) => {
+                    check_one(b)?;
+                    b.len()
+                }
+                IoBufs::Sg(sg) => {
+                    let len = sg.total_len();
+                    check_sg(sg, len)?;
+                    len
+                }
                 IoBufs::None => {
                     return Err(NvmeError::InvalidArgument("a data transfer needs a buffer"))
                 }
-            }
+            };
+            let nlb = check_range(&ns, slba.0, len)?;
             Ok((ns, nlb))
         })();
         match checked {
             Ok((ns, nlb)) => {
                 let max_blocks = (ns.max_cmd >> ns.lba_shift) as u64;
-                self.queue_request(opcode, ns, slba, nlb, max_blocks, flags, bufs, offset, tag)
+                self.queue_request(
+                    opcode,
+                    ns,
+                    slba.0,
+                    nlb,
+                    max_blocks,
+                    flags.bits(),
+                    bufs,
+                    0,
+                    tag,
+                )
             }
             Err(error) => Err(Rejected { bufs, error }),
         }
     }
 
-    /// Queue a read of `len` bytes from LBA `slba` of namespace `nsid` into `buf` at `offset`.
-    /// `len` must be a multiple of the LBA size; requests above MDTS become several commands
-    /// completed as one. Returns the buffer with the reason when refused (nothing is queued):
-    /// a validation error, or [`NvmeError::QueueFull`] (poll, then resubmit).
+    /// Queue a read from `slba` of `ns` into `buf`'s window (its length, a multiple of the LBA
+    /// size, is the transfer). Requests above the per-command limit become several commands
+    /// completed as one. Checked against the namespace before anything is queued: when refused
+    /// the buffer comes back with the reason (a validation error, or [`NvmeError::QueueFull`]:
+    /// poll, then resubmit). The request reaches the device at the next [`Self::ring`].
     #[inline]
     pub fn submit_read(
         &mut self,
-        nsid: u32,
-        slba: u64,
-        buf: UbBuf,
-        offset: usize,
-        len: usize,
+        ns: &Namespace,
+        slba: Lba,
+        buf: IoBuf,
+        flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected> {
-        self.data_cmd(
-            io_opcode::READ,
-            nsid,
-            slba,
-            IoBufs::One(buf),
-            offset,
-            len,
-            0,
-            tag,
-        )
+        self.data_cmd(io_opcode::READ, ns, slba, IoBufs::One(buf), flags, tag)
     }
 
-    /// Queue a write of `len` bytes of `buf` at `offset` to LBA `slba`; `fua` forces it to
-    /// media before completion. Same rules as [`IoQueuePair::submit_read`].
-    #[allow(clippy::too_many_arguments)]
+    /// Queue a write of `buf`'s window to `slba` of `ns` ([`IoFlags::FUA`]: on media before it
+    /// completes). Same rules as [`IoQueuePair::submit_read`].
     #[inline]
     pub fn submit_write(
         &mut self,
-        nsid: u32,
-        slba: u64,
-        buf: UbBuf,
-        offset: usize,
-        len: usize,
-        fua: bool,
+        ns: &Namespace,
+        slba: Lba,
+        buf: IoBuf,
+        flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected> {
-        let flags = if fua { RW_FUA } else { 0 };
-        self.data_cmd(
-            io_opcode::WRITE,
-            nsid,
-            slba,
-            IoBufs::One(buf),
-            offset,
-            len,
-            flags,
-            tag,
-        )
+        self.data_cmd(io_opcode::WRITE, ns, slba, IoBufs::One(buf), flags, tag)
     }
 
-    /// Queue a read of the whole scatter list (its total length) from LBA `slba`. The first
+    /// Queue a read of the whole scatter list (its total length) from `slba`. The first
     /// segment may start at any dword; later ones must start, and earlier ones end, on 4 KiB.
     pub fn submit_readv(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         sg: Box<SgList>,
+        flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected> {
-        let len = sg.total_len();
-        self.data_cmd(io_opcode::READ, nsid, slba, IoBufs::Sg(sg), 0, len, 0, tag)
+        self.data_cmd(io_opcode::READ, ns, slba, IoBufs::Sg(sg), flags, tag)
     }
 
-    /// Queue a write of the whole scatter list to LBA `slba`.
+    /// Queue a write of the whole scatter list to `slba`. Same rules as
+    /// [`IoQueuePair::submit_readv`].
     pub fn submit_writev(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         sg: Box<SgList>,
-        fua: bool,
+        flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected> {
-        let len = sg.total_len();
-        let flags = if fua { RW_FUA } else { 0 };
-        self.data_cmd(
-            io_opcode::WRITE,
-            nsid,
-            slba,
-            IoBufs::Sg(sg),
-            0,
-            len,
-            flags,
-            tag,
-        )
+        self.data_cmd(io_opcode::WRITE, ns, slba, IoBufs::Sg(sg), flags, tag)
     }
 
-    /// Queue a Flush of namespace `nsid` (volatile write cache to media).
-    pub fn submit_flush(&mut self, nsid: u32, tag: u64) -> Result<(), Rejected> {
-        let ns = self.ns_limits(nsid).map_err(|error| Rejected {
+    /// Queue an NVMe Flush of `ns` (its volatile write cache to media).
+    pub fn submit_flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), Rejected> {
+        let ns = self.ns_limits(ns.nsid()).map_err(|error| Rejected {
             bufs: IoBufs::None,
             error,
         })?;
@@ -238,14 +211,14 @@ impl IoQueuePair {
     /// Queue Write Zeroes of `nlb` blocks at `slba` (split at 65536 blocks per command).
     pub fn submit_write_zeroes(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         nlb: u64,
         tag: u64,
     ) -> Result<(), Rejected> {
         let ns = self
-            .ns_limits(nsid)
-            .and_then(|ns| check_lbas(&ns, slba, nlb).map(|_| ns))
+            .ns_limits(ns.nsid())
+            .and_then(|ns| check_lbas(&ns, slba.0, nlb).map(|_| ns))
             .map_err(|error| Rejected {
                 bufs: IoBufs::None,
                 error,
@@ -253,7 +226,7 @@ impl IoQueuePair {
         self.queue_request(
             io_opcode::WRITE_ZEROES,
             ns,
-            slba,
+            slba.0,
             nlb,
             MAX_NLB,
             0,
@@ -266,13 +239,14 @@ impl IoQueuePair {
     /// Queue Dataset Management with the Deallocate attribute for `nlb` blocks at `slba`.
     pub fn submit_deallocate(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         nlb: u32,
         tag: u64,
     ) -> Result<(), Rejected> {
+        let slba = slba.0;
         let ns = self
-            .ns_limits(nsid)
+            .ns_limits(ns.nsid())
             .and_then(|ns| check_lbas(&ns, slba, nlb as u64).map(|_| ns))
             .map_err(|error| Rejected {
                 bufs: IoBufs::None,

@@ -63,33 +63,113 @@ impl SgList {
     }
 }
 
-/// The data buffers of a request, moved in at submission and handed back at completion.
+/// A window of a [`UbBuf`]: `len` bytes at `offset`. The buffer moves into a request with its
+/// window and comes back the same at completion. Built checked: the window lies inside the
+/// buffer.
+#[derive(Debug)]
+pub struct IoBuf {
+    buf: UbBuf,
+    offset: usize,
+    len: usize,
+}
+
+/// An [`IoBuf`] window that does not fit its buffer: the buffer comes back with the reason.
+#[derive(Debug)]
+pub struct IoBufError {
+    /// The buffer, unchanged.
+    pub buf: UbBuf,
+    /// [`NvmeError::BufferTooSmall`] with the figures.
+    pub error: NvmeError,
+}
+
+impl std::fmt::Display for IoBufError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for IoBufError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl IoBuf {
+    /// The `len` bytes of `buf` at `offset`; refused (buffer back) when they pass its end.
+    pub fn new(buf: UbBuf, offset: usize, len: usize) -> Result<IoBuf, IoBufError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= buf.len() => Ok(IoBuf { buf, offset, len }),
+            _ => Err(IoBufError {
+                error: NvmeError::BufferTooSmall {
+                    need: offset.saturating_add(len),
+                    have: buf.len(),
+                    offset,
+                },
+                buf,
+            }),
+        }
+    }
+    /// The first `len` bytes of `buf` (`IoBuf::new(buf, 0, len)`).
+    pub fn prefix(buf: UbBuf, len: usize) -> Result<IoBuf, IoBufError> {
+        IoBuf::new(buf, 0, len)
+    }
+    /// Byte offset of the window in the buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Bytes in the window (the transfer length).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for an empty window (refused by every request).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// IOVA of the window's first byte.
+    pub fn iova(&self) -> u64 {
+        self.buf.iova() + self.offset as u64
+    }
+    /// The window's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf.as_slice()[self.offset..self.offset + self.len]
+    }
+    /// The window's bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf.as_mut_slice()[self.offset..self.offset + self.len]
+    }
+    /// The whole buffer.
+    pub fn buf(&self) -> &UbBuf {
+        &self.buf
+    }
+    /// Give the buffer back.
+    pub fn into_buf(self) -> UbBuf {
+        self.buf
+    }
+}
+
+impl From<UbBuf> for IoBuf {
+    /// The whole buffer as the window.
+    fn from(buf: UbBuf) -> IoBuf {
+        let len = buf.len();
+        IoBuf {
+            buf,
+            offset: 0,
+            len,
+        }
+    }
+}
+
+/// The data buffers of a request, moved in at submission and handed back at completion: the
+/// same variant that was submitted (the blocking helpers return it typed).
 #[derive(Debug, Default)]
 pub enum IoBufs {
     /// No data (Flush, Write Zeroes, Dataset Management).
     #[default]
     None,
-    /// One buffer; the data sits at the offset given at submission.
-    One(UbBuf),
+    /// One buffer window.
+    One(IoBuf),
     /// A scatter list (boxed to keep every request small; reuse the box across requests).
     Sg(Box<SgList>),
-}
-
-impl IoBufs {
-    /// The single buffer, if this is [`IoBufs::One`].
-    pub fn into_one(self) -> Option<UbBuf> {
-        match self {
-            IoBufs::One(b) => Some(b),
-            _ => None,
-        }
-    }
-    /// The scatter list, if this is [`IoBufs::Sg`].
-    pub fn into_sg(self) -> Option<Box<SgList>> {
-        match self {
-            IoBufs::Sg(s) => Some(s),
-            _ => None,
-        }
-    }
 }
 
 /// A finished request.

@@ -1,15 +1,38 @@
 //! ubdirect-nvme: a userspace poll-mode NVMe driver over vfio-pci.
 //!
+//! # The model
+//! - [`Env`] opens the DMA domain, the controllers, then the buffer pool (the pool's memory is
+//!   mapped for device DMA, so a device must be open first: `Env` makes that order the only one).
+//! - A [`Namespace`] handle (from [`Controller::namespace`] / [`Controller::first_namespace`])
+//!   carries the nsid, the LBA size, the size in blocks and the per-command limit (MDTS).
+//! - Requests are in [`Lba`]s (a byte offset does not compile there) with an [`IoBuf`]: a window
+//!   (offset, length) of a pool buffer; [`IoFlags`] for FUA and limited retry. Each request is
+//!   checked against the namespace before anything is queued; a refused one comes back as
+//!   [`Rejected`] with its buffers and nothing changed on the device.
+//! - One [`IoQueuePair`] per thread (`Send`, not `Sync`; the [`Controller`] is shared):
+//!   `submit_*` queues, [`IoQueuePair::ring`] writes the SQ doorbell once for the batch,
+//!   [`IoQueuePair::poll`] reaps completions, each handing back exactly the buffers submitted
+//!   ([`IoBufs::One`] for one window, [`IoBufs::Sg`] for a scatter list, [`IoBufs::None`]). The
+//!   I/O path allocates nothing and makes no system call. Every wait has a deadline
+//!   ([`QueueOptions::io_timeout`], then [`Recovery`]).
+//! - The `*_blocking` helpers (submit, ring, wait for that one request) are conveniences for
+//!   tools and tests over the same calls, with the same types, returned typed.
+//! - Limits: 4 KiB memory pages, PRP lists only (no SGL), no metadata / protection information
+//!   (a namespace formatted with metadata is refused), polled completions (no interrupts).
+//!
 //! ```no_run
-//! # use std::{sync::Arc, time::Duration};
-//! # use ubdirect_core::{DmaDomain, UbRegistry, UbPool, PoolConfig};
-//! # use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+//! # use std::time::Duration;
+//! # use ubdirect_core::PoolConfig;
+//! # use ubdirect_nvme::{Env, IoBuf, IoQueuePair, Lba, QueueOptions};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let registry = UbRegistry::new(DmaDomain::new()?);
-//! let ctrl = Controller::open(&registry, "0000:00:04.0".parse()?, ControllerOptions::default())?;
-//! let pool = UbPool::with_hugepages(&registry, PoolConfig { block_size: 1 << 20, block_count: 8 }, None)?;
-//! let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default())?;
-//! let buf = qp.read_blocking(1, 0, pool.get()?, 0, 4096, Duration::from_secs(5))?;
+//! let env = Env::builder()
+//!     .nvme("0000:00:04.0")
+//!     .pool(PoolConfig { block_size: 1 << 20, block_count: 8 })
+//!     .open()?;
+//! let ns = env.controller(0).first_namespace()?;
+//! let mut qp = IoQueuePair::new(env.controller(0), QueueOptions::default())?;
+//! let buf = IoBuf::prefix(env.pool().get()?, 4096)?;
+//! let buf = qp.read_blocking(&ns, Lba(0), buf, Duration::from_secs(5))?;
 //! # Ok(()) }
 //! ```
 
@@ -22,16 +45,19 @@ compile_error!(
 
 pub mod admin;
 mod admin_queue;
-mod block_queue;
-mod blocking;
+mod block_queue_seam;
+mod blocking_helpers;
 pub mod cmb;
 pub mod controller;
 mod doorbell;
+pub mod env;
 pub mod error;
 pub mod info;
 mod io_commands;
+mod io_flags;
 pub mod io_queue;
 pub mod io_types;
+mod namespace;
 pub mod perf;
 pub mod prp;
 mod ring;
@@ -39,16 +65,19 @@ pub mod spec;
 pub mod status;
 pub mod transport;
 
-pub use block_queue::to_block_error;
+pub use block_queue_seam::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
 pub use controller::{Controller, ControllerOptions, ShadowDecision, ShadowDoorbells};
+pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
-pub use info::{ControllerInfo, LbaFormatInfo, Namespace};
+pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};
+pub use io_flags::IoFlags;
 pub use io_queue::IoQueuePair;
 pub use io_types::{
-    IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment, SgList,
-    MAX_SEGMENTS,
+    IoBuf, IoBufError, IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment,
+    SgList, MAX_SEGMENTS,
 };
+pub use namespace::{Lba, Namespace};
 pub use status::NvmeStatus;
 
 // The threading contract: a controller is shared, a queue pair moves to its thread.

@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::{Hostile, NvmeConfig, NvmeModel};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 /// One request: write (true) or read, first block, blocks.
 fn request() -> impl Strategy<Value = (bool, u64, usize)> {
@@ -63,9 +64,9 @@ proptest! {
             let len = blocks * 512;
             let slba = slba.min(2048 - blocks as u64);
             let r = if write {
-                qp.submit_write(1, slba, buf, 0, len, false, tag as u64)
+                qp.submit_write(&qp.namespace(1).unwrap(), Lba(slba), IoBuf::prefix(buf, len).unwrap(), IoFlags::empty(), tag as u64)
             } else {
-                qp.submit_read(1, slba, buf, 0, len, tag as u64)
+                qp.submit_read(&qp.namespace(1).unwrap(), Lba(slba), IoBuf::prefix(buf, len).unwrap(), IoFlags::empty(), tag as u64)
             };
             if r.is_ok() {
                 submitted.insert(tag as u64);

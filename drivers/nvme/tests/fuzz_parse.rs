@@ -11,7 +11,7 @@ use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::spec::identify::{IdentifyController, IdentifyNamespace};
 use ubdirect_nvme::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Cap, Csts, Version};
 use ubdirect_nvme::spec::Cqe;
-use ubdirect_nvme::{ControllerInfo, Namespace, NvmeError, NvmeStatus};
+use ubdirect_nvme::{ControllerInfo, NamespaceInfo, NvmeError, NvmeStatus};
 use zerocopy::FromBytes;
 
 fn ns_template() -> [u8; 4096] {
@@ -30,7 +30,7 @@ proptest! {
     fn fuzz_identify_namespace(p in page(ns_template(), 384), nsid in any::<u32>()) {
         fuzz_support::tick("fuzz_identify_namespace");
         let id = IdentifyNamespace::ref_from_bytes(&p[..]).unwrap();
-        match Namespace::from_identify(nsid, id) {
+        match NamespaceInfo::from_identify(nsid, id) {
             Ok(ns) => {
                 prop_assert!(ns.lba_size.is_power_of_two() && ns.lba_size >= 512);
                 prop_assert!(ns.nsze.checked_mul(ns.lba_size as u64).is_some());

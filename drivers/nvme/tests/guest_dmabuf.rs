@@ -9,6 +9,7 @@ mod common;
 use common::T;
 use ubdirect_core::vfio::BackendKind;
 use ubdirect_core::{PciDevice, PoolConfig, RegionKind, UbPool};
+use ubdirect_nvme::{IoBuf, Lba};
 use ubdirect_testbed::{self as testbed, GPUBAR_FILE, NVME0_NS1};
 
 /// The NVMe test bed, or None (after a skip line) when its domain is not on iommufd.
@@ -98,8 +99,14 @@ fn nvme_reads_into_a_bar_imported_as_a_dmabuf() {
         let buf = bar_pool.get().unwrap();
         let bar_off = buf.iova() - region.iova + off as u64;
         let buf = qp
-            .read_blocking(1, lba, buf, off, len, T)
-            .expect("read into the dma-buf BAR");
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::new(buf, off, len).unwrap(),
+                T,
+            )
+            .expect("read into the dma-buf BAR")
+            .into_buf();
         testbed::check_pattern(NVME0_NS1.id, lba * 512, &buf.as_slice()[off..off + len])
             .expect("pattern via the BAR mmap");
         println!(
@@ -190,8 +197,14 @@ fn a_revoked_bar_dmabuf_takes_no_more_dma_and_nothing_crashes() {
     let buf = bar_pool.get().unwrap();
     let bar_off = buf.iova() - region.iova;
     let buf = qp
-        .read_blocking(1, lba_before, buf, 0, len, T)
-        .expect("read into the BAR before the revocation");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba_before),
+            IoBuf::prefix(buf, len).unwrap(),
+            T,
+        )
+        .expect("read into the BAR before the revocation")
+        .into_buf();
     // The exporter revokes: memory decoding of the ivshmem device off (vfio-pci moves its
     // dma-bufs to revoked; iommufd drops the IOAS's translation of them).
     let cmd = dev.config_read_u16(0x04).expect("command register");
@@ -199,7 +212,12 @@ fn a_revoked_bar_dmabuf_takes_no_more_dma_and_nothing_crashes() {
         .expect("memory decoding off");
     // The NVMe now writes into an IOVA without translation: the IOMMU blocks it (the
     // controller still completes; the guest kernel logs a DMAR fault). Nothing crashes.
-    let r = qp.read_blocking(1, lba_after, buf, 0, len, T);
+    let r = qp.read_blocking(
+        &qp.namespace(1).unwrap(),
+        Lba(lba_after),
+        IoBuf::prefix(buf, len).unwrap(),
+        T,
+    );
     println!(
         "read after the revocation: {:?}",
         r.as_ref().map(|_| "completed")

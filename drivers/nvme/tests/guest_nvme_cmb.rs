@@ -12,6 +12,7 @@ use std::sync::Arc;
 use common::{fill_random, T};
 use ubdirect_core::{DmaDomain, PoolConfig, RegionKind, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 fn cmb_addr() -> String {
@@ -95,8 +96,14 @@ fn cmb_region_receives_a_peer_read_from_nvme0() {
         assert!(region.contains_iova(buf.iova(), buf.len()));
         buf.as_mut_slice().fill(0xee);
         let buf = qp
-            .read_blocking(1, lba, buf, off, len, T)
-            .expect("nvme0 reads into the CMB");
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::new(buf, off, len).unwrap(),
+                T,
+            )
+            .expect("nvme0 reads into the CMB")
+            .into_buf();
         // The CPU reads the CMB through the BAR mapping: the image's bytes, and the bytes
         // before the read's offset untouched.
         let s = buf.as_slice();
@@ -136,10 +143,25 @@ fn io_through_submission_queues_in_the_cmb_is_verified() {
         let mut w = pool.get().unwrap();
         fill_random(i + 1, &mut w.as_mut_slice()[..len]);
         let w = q
-            .write_blocking(1, lba, w, 0, len, false, T)
-            .expect("write");
+            .write_blocking(
+                &q.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::prefix(w, len).unwrap(),
+                IoFlags::empty(),
+                T,
+            )
+            .expect("write")
+            .into_buf();
         let r = pool.get().unwrap();
-        let r = q.read_blocking(1, lba, r, 0, len, T).expect("read back");
+        let r = q
+            .read_blocking(
+                &q.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::prefix(r, len).unwrap(),
+                T,
+            )
+            .expect("read back")
+            .into_buf();
         assert!(
             r.as_slice()[..len] == w.as_slice()[..len],
             "command {i}: the bytes read back through a CMB SQ differ from those written"

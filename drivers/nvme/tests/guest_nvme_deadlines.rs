@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::T;
+use common::{one, T};
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::UbBuf;
 use ubdirect_nvme::spec::command::admin_opcode;
@@ -17,6 +17,7 @@ use ubdirect_nvme::{
     ControllerOptions, IoBufs, IoCompletion, IoQueuePair, NvmeError, QueueOptions, Recovery,
     Segment, SgList,
 };
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
@@ -64,8 +65,14 @@ impl Busy {
     /// Queue the lost read, then `BUSY` ordinary ones.
     fn start(bed: &common::Bed, qp: &mut IoQueuePair) -> Busy {
         qp.lose_next_command();
-        qp.submit_read(1, LOST_LBA, bed.pool.get().unwrap(), 0, 8192, LOST)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(LOST_LBA),
+            IoBuf::prefix(bed.pool.get().unwrap(), 8192).unwrap(),
+            IoFlags::empty(),
+            LOST,
+        )
+        .unwrap();
         let mut b = Busy {
             next: 0,
             completed: 0,
@@ -79,8 +86,14 @@ impl Busy {
     }
 
     fn submit(&mut self, qp: &mut IoQueuePair, buf: UbBuf) {
-        qp.submit_read(1, lba_of(self.next), buf, 0, 4096, self.next)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(lba_of(self.next)),
+            IoBuf::prefix(buf, 4096).unwrap(),
+            IoFlags::empty(),
+            self.next,
+        )
+        .unwrap();
         self.next += 1;
     }
 
@@ -99,7 +112,7 @@ impl Busy {
             let tag = c.tag;
             match c.result {
                 Ok(_) => {
-                    let b = c.bufs.into_one().unwrap();
+                    let b = one(c.bufs).into_buf();
                     testbed::check_pattern(NVME0_NS1.id, lba_of(tag) * 512, &b.as_slice()[..4096])
                         .unwrap_or_else(|m| panic!("tag {tag}: {m:?}"));
                     self.completed += 1;
@@ -107,7 +120,7 @@ impl Busy {
                 }
                 Err(NvmeError::FailedByReset { .. }) => {
                     self.failed_back += 1;
-                    again.push(c.bufs.into_one().expect("failed back with its buffer"));
+                    again.push(one(c.bufs).into_buf());
                 }
                 Err(e) => panic!("busy read {tag} failed: {e}"),
             }
@@ -202,7 +215,7 @@ fn a_lost_command_is_requeued_after_a_controller_reset() {
     let before = busy.completed;
     let c = lost.take().unwrap();
     assert_eq!(c.result.unwrap(), 8192);
-    let b = c.bufs.into_one().unwrap();
+    let b = one(c.bufs).into_buf();
     testbed::check_pattern(NVME0_NS1.id, LOST_LBA * 512, &b.as_slice()[..8192]).unwrap();
     let s = qp.stats();
     println!("lost read back after {at:?} ({before} other reads meanwhile): {s:?}");
@@ -252,7 +265,7 @@ fn a_lost_command_fails_back_with_its_buffer_after_a_controller_reset() {
         "{e}"
     );
     assert!(e.to_string().contains("submit it again"), "{e}");
-    let b = c.bufs.into_one().expect("the buffer comes back");
+    let b = one(c.bufs).into_buf();
     assert_eq!(b.len(), 8192);
     let s = qp.stats();
     println!("lost read failed back after {at:?}: {s:?}");
@@ -284,8 +297,14 @@ fn a_queue_that_reports_dies_when_another_queue_resets_the_controller() {
     let mut reporter = queue(&bed, Recovery::Report);
     let mut recovering = queue(&bed, Recovery::Requeue);
     let b = reporter
-        .read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
-        .unwrap();
+        .read_blocking(
+            &reporter.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     let t0 = Instant::now();
     let mut busy = Busy::start(&bed, &mut recovering);
     let mut lost = None;
@@ -299,7 +318,14 @@ fn a_queue_that_reports_dies_when_another_queue_resets_the_controller() {
         matches!(e, NvmeError::ResetUnderQueue { outstanding: 0, .. }),
         "{e}"
     );
-    let r = reporter.read_blocking(1, 0, b, 0, 4096, T).unwrap_err();
+    let r = reporter
+        .read_blocking(
+            &reporter.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(b, 4096).unwrap(),
+            T,
+        )
+        .unwrap_err();
     assert!(
         matches!(r.error, NvmeError::ResetUnderQueue { .. }),
         "{}",
@@ -309,8 +335,14 @@ fn a_queue_that_reports_dies_when_another_queue_resets_the_controller() {
     // Its id is free again: a new queue pair works.
     let mut again = queue(&bed, Recovery::Report);
     let b = again
-        .read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
-        .unwrap();
+        .read_blocking(
+            &again.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 0, &b.as_slice()[..4096]).unwrap();
 }
 
@@ -387,8 +419,9 @@ fn block_queue_poll_keeps_completions_of_native_requests() {
         })
         .unwrap();
     }
-    qp.submit_readv(1, 16, sg, 41).unwrap();
-    qp.submit_flush(1, 42).unwrap();
+    qp.submit_readv(&qp.namespace(1).unwrap(), Lba(16), sg, IoFlags::empty(), 41)
+        .unwrap();
+    qp.submit_flush(&qp.namespace(1).unwrap(), 42).unwrap();
     BlockQueue::submit_read(&mut qp, bed.pool.get().unwrap(), 0, 4096, 43).unwrap();
     qp.ring();
     let mut seam = Vec::new();

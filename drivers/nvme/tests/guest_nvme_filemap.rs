@@ -18,6 +18,7 @@ use std::time::Duration;
 use common::{fill_random, T};
 use ubdirect_core::{PoolConfig, RegionKind, UbPool, UbRegion, UbRegistry};
 use ubdirect_diag::kmsg::Kmsg;
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const LEN: usize = 1 << 20;
@@ -93,12 +94,25 @@ fn nvme_writes_straight_from_a_registered_file_mapping() {
         .check_file_region(&region)
         .expect("file unchanged");
     let src = qp
-        .write_blocking(1, SCRATCH_LBA, src, 0, LEN, true, T)
-        .unwrap_or_else(|r| panic!("NVMe WRITE from the file region: {}", r.error));
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(SCRATCH_LBA),
+            IoBuf::prefix(src, LEN).unwrap(),
+            IoFlags::FUA,
+            T,
+        )
+        .unwrap_or_else(|r| panic!("NVMe WRITE from the file region: {}", r.error))
+        .into_buf();
     let dst = bed.pool.get().unwrap();
     let dst = qp
-        .read_blocking(1, SCRATCH_LBA, dst, 0, LEN, T)
-        .unwrap_or_else(|r| panic!("read back: {}", r.error));
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(SCRATCH_LBA),
+            IoBuf::prefix(dst, LEN).unwrap(),
+            T,
+        )
+        .unwrap_or_else(|r| panic!("read back: {}", r.error))
+        .into_buf();
     let first_diff = dst.as_slice()[..LEN]
         .iter()
         .zip(&f.bytes)
@@ -132,10 +146,17 @@ fn the_device_cannot_write_into_a_registered_file_mapping() {
     let iova = target.iova();
     let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
     // An NVMe READ makes the device WRITE into the buffer: here, into the read-only file region.
-    let r = qp.read_blocking(1, 0, target, 0, 8192, T);
+    let r = qp.read_blocking(
+        &qp.namespace(1).unwrap(),
+        Lba(0),
+        IoBuf::prefix(target, 8192).unwrap(),
+        T,
+    );
     // QEMU's VT-d blocks the write and the controller still completes the READ with success
     // (as for an unmapped buffer, RELIABILITY "lost direct path"): the kernel log shows it.
-    let target = r.unwrap_or_else(|r| panic!("READ into the file region: {}", r.error));
+    let target = r
+        .unwrap_or_else(|r| panic!("READ into the file region: {}", r.error))
+        .into_buf();
     std::thread::sleep(Duration::from_millis(200));
     let faults = kmsg
         .faults_for(&[bed.ctrl.device().address()])
@@ -168,8 +189,14 @@ fn the_device_cannot_write_into_a_registered_file_mapping() {
     // The controller still works: the same READ into a pool buffer lands.
     let buf = bed.pool.get().unwrap();
     let buf = qp
-        .read_blocking(1, 0, buf, 0, 8192, T)
-        .expect("read into the pool");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(buf, 8192).unwrap(),
+            T,
+        )
+        .expect("read into the pool")
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 0, &buf.as_slice()[..8192]).expect("pattern");
 }
 
@@ -196,12 +223,25 @@ fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
     let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
     let lba = SCRATCH_LBA + (LEN / 512) as u64;
     let src = qp
-        .write_blocking(1, lba, src, 0, LEN, true, T)
-        .unwrap_or_else(|r| panic!("NVMe WRITE from the truncated file's region: {}", r.error));
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(src, LEN).unwrap(),
+            IoFlags::FUA,
+            T,
+        )
+        .unwrap_or_else(|r| panic!("NVMe WRITE from the truncated file's region: {}", r.error))
+        .into_buf();
     let dst = bed.pool.get().unwrap();
     let dst = qp
-        .read_blocking(1, lba, dst, 0, LEN, T)
-        .unwrap_or_else(|r| panic!("read back: {}", r.error));
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(dst, LEN).unwrap(),
+            T,
+        )
+        .unwrap_or_else(|r| panic!("read back: {}", r.error))
+        .into_buf();
     let first_diff = dst.as_slice()[..LEN]
         .iter()
         .zip(&f.bytes)

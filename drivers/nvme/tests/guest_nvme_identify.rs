@@ -6,6 +6,7 @@ mod common;
 use ubdirect_nvme::spec::command::feature;
 use ubdirect_nvme::spec::identify::OACS_DOORBELL_BUFFER_CONFIG;
 use ubdirect_nvme::NvmeError;
+use ubdirect_nvme::{IoBuf, Lba};
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
@@ -60,7 +61,7 @@ fn nvme1_identify_two_namespaces_and_small_mdts() {
         (2, 4096, (64 << 20) / 4096)
     );
     assert_eq!(bed.ctrl.active_namespace_ids().unwrap(), vec![1, 2]);
-    assert!(bed.ctrl.namespace(3).is_none());
+    assert!(bed.ctrl.namespace_info(3).is_none());
 }
 
 #[test]
@@ -138,8 +139,14 @@ fn controller_reset_brings_admin_and_io_back() {
     let bed = common::open(0, 1 << 20, 2);
     let mut qp = bed.qp(16, 1);
     let buf = qp
-        .read_blocking(1, 8, bed.pool.get().unwrap(), 0, 4096, common::T)
-        .unwrap();
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(8),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            common::T,
+        )
+        .unwrap()
+        .into_buf();
     let e = bed.ctrl.reset().unwrap_err();
     assert!(e.to_string().contains("drop every IoQueuePair"), "{e}");
     drop(qp);
@@ -152,8 +159,14 @@ fn controller_reset_brings_admin_and_io_back() {
         let mut qp = bed.qp(16, 1);
         assert_eq!(qp.uses_shadow_doorbells(), bed.ctrl.shadow_doorbells());
         let b = qp
-            .read_blocking(1, 8 + round, bed.pool.get().unwrap(), 0, 4096, common::T)
-            .unwrap();
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(8 + round),
+                IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+                common::T,
+            )
+            .unwrap()
+            .into_buf();
         testbed::check_pattern(NVME0_NS1.id, (8 + round) * 512, &b.as_slice()[..4096]).unwrap();
     }
     drop(buf);

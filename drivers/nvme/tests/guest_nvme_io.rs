@@ -7,11 +7,12 @@
 
 mod common;
 
-use common::{fill_random, T};
+use common::{fill_random, one, T};
 use ubdirect_core::UbBuf;
 use ubdirect_nvme::{
     ControllerOptions, IoBufs, IoQueuePair, NvmeError, Segment, SgList, ShadowDoorbells,
 };
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1, NVME1_NS1, NVME1_NS2};
 
 const GUARD: u8 = 0xa5;
@@ -64,8 +65,14 @@ fn read_check(
     let mut buf = buf;
     guard_fill(&mut buf);
     let buf = qp
-        .read_blocking(nsid, lba, buf, off, len, T)
-        .unwrap_or_else(|r| panic!("read ns{nsid} lba {lba} len {len} off {off}: {}", r.error));
+        .read_blocking(
+            &qp.namespace(nsid).unwrap(),
+            Lba(lba),
+            IoBuf::new(buf, off, len).unwrap(),
+            T,
+        )
+        .unwrap_or_else(|r| panic!("read ns{nsid} lba {lba} len {len} off {off}: {}", r.error))
+        .into_buf();
     if let Err(m) = testbed::check_pattern(id, lba * lba_size, &buf.as_slice()[off..off + len]) {
         panic!("ns{nsid} lba {lba} len {len} buffer offset {off}: {m:?}");
     }
@@ -111,13 +118,30 @@ fn writes_read_back_512b_to_8mib_at_unaligned_offsets() {
                 &mut src.as_mut_slice()[off..off + len],
             );
             src = qp
-                .write_blocking(1, lba, src, off, len, j % 2 == 0, T)
-                .unwrap_or_else(|r| panic!("write lba {lba} len {len} off {off}: {}", r.error));
+                .write_blocking(
+                    &qp.namespace(1).unwrap(),
+                    Lba(lba),
+                    IoBuf::new(src, off, len).unwrap(),
+                    if j % 2 == 0 {
+                        IoFlags::FUA
+                    } else {
+                        IoFlags::empty()
+                    },
+                    T,
+                )
+                .unwrap_or_else(|r| panic!("write lba {lba} len {len} off {off}: {}", r.error))
+                .into_buf();
             let doff = OFFSETS[(j + 1) % OFFSETS.len()];
             guard_fill(&mut dst);
             dst = qp
-                .read_blocking(1, lba, dst, doff, len, T)
-                .unwrap_or_else(|r| panic!("read back: {}", r.error));
+                .read_blocking(
+                    &qp.namespace(1).unwrap(),
+                    Lba(lba),
+                    IoBuf::new(dst, doff, len).unwrap(),
+                    T,
+                )
+                .unwrap_or_else(|r| panic!("read back: {}", r.error))
+                .into_buf();
             assert!(
                 src.as_slice()[off..off + len] == dst.as_slice()[doff..doff + len],
                 "len {len}: data read back at buffer offset {doff} differs from what was written from offset {off}"
@@ -131,9 +155,17 @@ fn writes_read_back_512b_to_8mib_at_unaligned_offsets() {
     src.as_mut_slice()[..32].copy_from_slice(&pattern);
     let lba = 131_000u64; // near the end, outside every other test's range
     src = qp
-        .write_blocking(1, lba, src, 0, 512, true, T)
-        .expect("fua write");
-    qp.flush_blocking(1, T).expect("flush");
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(src, 512).unwrap(),
+            IoFlags::FUA,
+            T,
+        )
+        .expect("fua write")
+        .into_buf();
+    qp.flush_blocking(&qp.namespace(1).unwrap(), T)
+        .expect("flush");
     drop(src);
     println!(
         "{}",
@@ -176,11 +208,24 @@ fn mdts_splitting_on_nvme1_and_page_crossing_offsets() {
     let mut dst = bed.pool.get().unwrap();
     fill_random(77, &mut buf.as_mut_slice()[20..20 + 300 * 512]);
     let buf = qp
-        .write_blocking(1, 70_000, buf, 20, 300 * 512, false, T)
-        .expect("write");
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(70_000),
+            IoBuf::new(buf, 20, 300 * 512).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .expect("write")
+        .into_buf();
     dst = qp
-        .read_blocking(1, 70_000, dst, 4, 300 * 512, T)
-        .expect("read");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(70_000),
+            IoBuf::new(dst, 4, 300 * 512).unwrap(),
+            T,
+        )
+        .expect("read")
+        .into_buf();
     assert!(buf.as_slice()[20..20 + 300 * 512] == dst.as_slice()[4..4 + 300 * 512]);
 }
 
@@ -192,7 +237,15 @@ fn four_kib_lba_namespace() {
     let buf = bed.pool.get().unwrap();
     let buf = read_check(&mut qp, buf, 2, 3, 4096, NVME1_NS2.id, 0, 65536);
     let mut buf = read_check(&mut qp, buf, 2, 100, 4096, NVME1_NS2.id, 516, 3 * 4096);
-    let r = qp.submit_read(2, 0, buf, 0, 512, 1).unwrap_err();
+    let r = qp
+        .submit_read(
+            &qp.namespace(2).unwrap(),
+            Lba(0),
+            IoBuf::prefix(buf, 512).unwrap(),
+            IoFlags::empty(),
+            1,
+        )
+        .unwrap_err();
     assert!(
         matches!(
             r.error,
@@ -205,14 +258,27 @@ fn four_kib_lba_namespace() {
         "{}",
         r.error
     );
-    buf = r.bufs.into_one().unwrap();
+    buf = one(r.bufs).into_buf();
     fill_random(5, &mut buf.as_mut_slice()[..1 << 20]);
     let buf = qp
-        .write_blocking(2, 12_000, buf, 0, 1 << 20, false, T)
-        .expect("write");
+        .write_blocking(
+            &qp.namespace(2).unwrap(),
+            Lba(12_000),
+            IoBuf::prefix(buf, 1 << 20).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .expect("write")
+        .into_buf();
     let dst = qp
-        .read_blocking(2, 12_000, bed.pool.get().unwrap(), 4096, 1 << 20, T)
-        .expect("read");
+        .read_blocking(
+            &qp.namespace(2).unwrap(),
+            Lba(12_000),
+            IoBuf::new(bed.pool.get().unwrap(), 4096, 1 << 20).unwrap(),
+            T,
+        )
+        .expect("read")
+        .into_buf();
     assert!(buf.as_slice()[..1 << 20] == dst.as_slice()[4096..4096 + (1 << 20)]);
 }
 
@@ -223,8 +289,22 @@ fn both_namespaces_through_one_queue() {
     let mut qp = bed.qp(64, 1);
     let a = bed.pool.get().unwrap();
     let b = bed.pool.get().unwrap();
-    qp.submit_read(1, 64, a, 0, 8192, 1).unwrap();
-    qp.submit_read(2, 8, b, 0, 8192, 2).unwrap();
+    qp.submit_read(
+        &qp.namespace(1).unwrap(),
+        Lba(64),
+        IoBuf::prefix(a, 8192).unwrap(),
+        IoFlags::empty(),
+        1,
+    )
+    .unwrap();
+    qp.submit_read(
+        &qp.namespace(2).unwrap(),
+        Lba(8),
+        IoBuf::prefix(b, 8192).unwrap(),
+        IoFlags::empty(),
+        2,
+    )
+    .unwrap();
     qp.ring();
     let mut got = Vec::new();
     qp.wait_for(2, T, |c| got.push(c)).unwrap();
@@ -236,7 +316,7 @@ fn both_namespaces_through_one_queue() {
             (NVME1_NS2.id, 8 * 4096)
         };
         assert_eq!(c.result.as_ref().unwrap(), &8192);
-        let buf = c.bufs.into_one().unwrap();
+        let buf = one(c.bufs).into_buf();
         testbed::check_pattern(id, off, &buf.as_slice()[..8192]).unwrap();
     }
 }
@@ -259,7 +339,9 @@ fn scatter_list_of_three_buffers() {
     let total = sg.total_len();
     assert_eq!(total, 12_800);
     let lba = 4000u64;
-    let sg = qp.readv_blocking(1, lba, sg, T).expect("readv");
+    let sg = qp
+        .readv_blocking(&qp.namespace(1).unwrap(), Lba(lba), sg, T)
+        .expect("readv");
     let mut pos = lba * 512;
     for s in sg.iter() {
         testbed::check_pattern(
@@ -284,7 +366,9 @@ fn scatter_list_of_three_buffers() {
         len: 512,
     })
     .unwrap();
-    let r = qp.submit_readv(1, 0, bad, 9).unwrap_err();
+    let r = qp
+        .submit_readv(&qp.namespace(1).unwrap(), Lba(0), bad, IoFlags::empty(), 9)
+        .unwrap_err();
     assert!(
         r.error.to_string().contains("breaks page alignment"),
         "{}",
@@ -303,10 +387,24 @@ fn scatter_list_of_three_buffers() {
         );
         w.push(s).unwrap();
     }
-    let w = qp.writev_blocking(1, 90_000, w, T).expect("writev");
+    let w = qp
+        .writev_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(90_000),
+            w,
+            IoFlags::empty(),
+            T,
+        )
+        .expect("writev");
     let dst = qp
-        .read_blocking(1, 90_000, bed.pool.get().unwrap(), 0, total, T)
-        .expect("read");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(90_000),
+            IoBuf::prefix(bed.pool.get().unwrap(), total).unwrap(),
+            T,
+        )
+        .expect("read")
+        .into_buf();
     let mut pos = 0;
     for s in w.iter() {
         assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
@@ -324,15 +422,30 @@ fn write_zeroes_deallocate_and_flush() {
     let mut buf = bed.pool.get().unwrap();
     buf.as_mut_slice()[..65536].fill(0xee);
     let buf = qp
-        .write_blocking(1, lba, buf, 0, 65536, false, T)
-        .expect("write");
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(buf, 65536).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .expect("write")
+        .into_buf();
     assert_ne!(
         info.oncs & ubdirect_nvme::spec::identify::ONCS_WRITE_ZEROES,
         0
     );
-    qp.write_zeroes_blocking(1, lba + 8, 64, T)
+    qp.write_zeroes_blocking(&qp.namespace(1).unwrap(), Lba(lba + 8), 64, T)
         .expect("write zeroes");
-    let buf = qp.read_blocking(1, lba, buf, 0, 65536, T).expect("read");
+    let buf = qp
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(buf, 65536).unwrap(),
+            T,
+        )
+        .expect("read")
+        .into_buf();
     let s = buf.as_slice();
     assert!(
         s[..4096].iter().all(|&b| b == 0xee),
@@ -348,18 +461,23 @@ fn write_zeroes_deallocate_and_flush() {
     );
     // Write Zeroes above the 16-bit NLB limit is split into several commands.
     let before = qp.stats().commands;
-    qp.write_zeroes_blocking(1, 65_000, 65536 + 100, T)
+    qp.write_zeroes_blocking(&qp.namespace(1).unwrap(), Lba(65_000), 65536 + 100, T)
         .expect("large write zeroes");
     assert_eq!(qp.stats().commands - before, 2);
     assert_ne!(info.oncs & ubdirect_nvme::spec::identify::ONCS_DSM, 0);
-    qp.deallocate_blocking(1, lba, 128, T).expect("deallocate");
-    qp.flush_blocking(1, T).expect("flush");
-    let e = qp.write_zeroes_blocking(1, 131_000, 100, T).unwrap_err();
+    qp.deallocate_blocking(&qp.namespace(1).unwrap(), Lba(lba), 128, T)
+        .expect("deallocate");
+    qp.flush_blocking(&qp.namespace(1).unwrap(), T)
+        .expect("flush");
+    let e = qp
+        .write_zeroes_blocking(&qp.namespace(1).unwrap(), Lba(131_000), 100, T)
+        .unwrap_err();
     assert!(
         matches!(e, NvmeError::LbaOutOfRange { nsze: 131_072, .. }),
         "{e}"
     );
-    let e = qp.flush_blocking(7, T).unwrap_err();
+    // A namespace that is not active has no handle: nothing to submit against.
+    let e = qp.namespace(7).unwrap_err();
     assert!(
         matches!(e, NvmeError::NamespaceMissing { nsid: 7, active: 1 }),
         "{e}"
@@ -370,24 +488,37 @@ fn roundtrip_many(qp: &mut IoQueuePair, bufs: &mut Vec<UbBuf>, base: u64) {
     for i in 0..64u64 {
         let mut b = bufs.pop().unwrap();
         fill_random(i + base, &mut b.as_mut_slice()[..4096]);
-        qp.submit_write(1, base + i * 8, b, 0, 4096, false, i)
-            .unwrap();
+        qp.submit_write(
+            &qp.namespace(1).unwrap(),
+            Lba(base + i * 8),
+            IoBuf::prefix(b, 4096).unwrap(),
+            IoFlags::empty(),
+            i,
+        )
+        .unwrap();
     }
     qp.ring();
     qp.wait_for(64, T, |c| {
         c.result.unwrap();
-        bufs.push(c.bufs.into_one().unwrap());
+        bufs.push(one(c.bufs).into_buf());
     })
     .unwrap();
     for i in 0..64u64 {
         let b = bufs.pop().unwrap();
-        qp.submit_read(1, base + i * 8, b, 0, 4096, i).unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(base + i * 8),
+            IoBuf::prefix(b, 4096).unwrap(),
+            IoFlags::empty(),
+            i,
+        )
+        .unwrap();
     }
     qp.ring();
     let mut expect = vec![0u8; 4096];
     qp.wait_for(64, T, |c| {
         c.result.unwrap();
-        let b = c.bufs.into_one().unwrap();
+        let b = one(c.bufs).into_buf();
         fill_random(c.tag + base, &mut expect);
         assert!(
             b.as_slice()[..4096] == expect[..],
@@ -453,8 +584,14 @@ fn auto_ring_submits_without_explicit_ring() {
     let bed = common::open(0, 1 << 20, 4);
     let mut qp = bed.qp(16, 1);
     qp.set_auto_ring(true);
-    qp.submit_read(1, 16, bed.pool.get().unwrap(), 0, 4096, 3)
-        .unwrap();
+    qp.submit_read(
+        &qp.namespace(1).unwrap(),
+        Lba(16),
+        IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+        IoFlags::empty(),
+        3,
+    )
+    .unwrap();
     let mut got = None;
     qp.wait_for(1, T, |c| got = Some(c))
         .expect("completes without ring()");
@@ -463,7 +600,7 @@ fn auto_ring_submits_without_explicit_ring() {
     testbed::check_pattern(
         NVME0_NS1.id,
         16 * 512,
-        &c.bufs.into_one().unwrap().as_slice()[..4096],
+        &one(c.bufs).into_buf().as_slice()[..4096],
     )
     .unwrap();
 }
@@ -487,7 +624,9 @@ fn scatter_list_split_at_mdts_on_nvme1() {
     }
     let before = qp.stats().commands;
     let lba = 2000u64;
-    let sg = qp.readv_blocking(1, lba, sg, T).expect("readv");
+    let sg = qp
+        .readv_blocking(&qp.namespace(1).unwrap(), Lba(lba), sg, T)
+        .expect("readv");
     assert_eq!(qp.stats().commands - before, 3);
     let mut pos = lba * 512;
     for s in sg.iter() {
@@ -508,10 +647,24 @@ fn scatter_list_split_at_mdts_on_nvme1() {
         );
         w.push(s).unwrap();
     }
-    let w = qp.writev_blocking(1, 110_000, w, T).expect("writev");
+    let w = qp
+        .writev_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(110_000),
+            w,
+            IoFlags::empty(),
+            T,
+        )
+        .expect("writev");
     let dst = qp
-        .read_blocking(1, 110_000, bed.pool.get().unwrap(), 4, 40960, T)
-        .expect("read");
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(110_000),
+            IoBuf::new(bed.pool.get().unwrap(), 4, 40960).unwrap(),
+            T,
+        )
+        .expect("read")
+        .into_buf();
     let mut pos = 4;
     for s in w.iter() {
         assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);

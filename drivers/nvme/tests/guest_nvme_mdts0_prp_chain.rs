@@ -8,6 +8,7 @@ mod common;
 
 use common::{fill_random, T};
 use ubdirect_nvme::ControllerOptions;
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed as testbed;
 
 #[test]
@@ -55,15 +56,30 @@ fn prp_lists_chained_over_several_list_pages() {
         );
         let before = qp.stats().commands;
         src = qp
-            .write_blocking(nsid, 0, src, soff, len, false, T)
-            .expect("write");
+            .write_blocking(
+                &qp.namespace(nsid).unwrap(),
+                Lba(0),
+                IoBuf::new(src, soff, len).unwrap(),
+                IoFlags::empty(),
+                T,
+            )
+            .expect("write")
+            .into_buf();
         assert_eq!(
             qp.stats().commands - before,
             1,
             "one command of {len} bytes"
         );
         dst.as_mut_slice().fill(0xa5);
-        dst = qp.read_blocking(nsid, 0, dst, doff, len, T).expect("read");
+        dst = qp
+            .read_blocking(
+                &qp.namespace(nsid).unwrap(),
+                Lba(0),
+                IoBuf::new(dst, doff, len).unwrap(),
+                T,
+            )
+            .expect("read")
+            .into_buf();
         assert!(
             src.as_slice()[soff..soff + len] == dst.as_slice()[doff..doff + len],
             "len {len}: data differs"

@@ -6,8 +6,9 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::T;
+use common::{one, T};
 use ubdirect_core::UbBuf;
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 struct Counting;
 
@@ -50,9 +51,21 @@ fn submit_and_poll_allocate_nothing() {
         let mut tag = 0;
         while let Some(b) = free.pop() {
             let r = if tag % 3 == 0 {
-                qp.submit_write(1, 100_000 + tag * 64, b, 0, 32 << 10, false, tag)
+                qp.submit_write(
+                    &qp.namespace(1).unwrap(),
+                    Lba(100_000 + tag * 64),
+                    IoBuf::prefix(b, 32 << 10).unwrap(),
+                    IoFlags::empty(),
+                    tag,
+                )
             } else {
-                qp.submit_read(1, tag * 64 + n % 7, b, 0, 32 << 10, tag)
+                qp.submit_read(
+                    &qp.namespace(1).unwrap(),
+                    Lba(tag * 64 + n % 7),
+                    IoBuf::prefix(b, 32 << 10).unwrap(),
+                    IoFlags::empty(),
+                    tag,
+                )
             };
             r.unwrap();
             tag += 1;
@@ -62,15 +75,23 @@ fn submit_and_poll_allocate_nothing() {
         while free.len() < 16 {
             qp.poll(16, |c| {
                 assert!(c.result.is_ok());
-                free.push(c.bufs.into_one().unwrap());
+                free.push(one(c.bufs).into_buf());
             })
             .unwrap();
             assert!(start.elapsed() < T);
         }
         // A refused submission (LBA out of range) gives the buffer back without allocating.
         let b = free.pop().unwrap();
-        let r = qp.submit_read(1, u64::MAX - 1, b, 0, 512, 0).unwrap_err();
-        free.push(r.bufs.into_one().unwrap());
+        let r = qp
+            .submit_read(
+                &qp.namespace(1).unwrap(),
+                Lba(u64::MAX - 1),
+                IoBuf::prefix(b, 512).unwrap(),
+                IoFlags::empty(),
+                0,
+            )
+            .unwrap_err();
+        free.push(one(r.bufs).into_buf());
     };
     round(&mut qp, &mut free, 0);
     let before = ALLOCS.load(Ordering::Relaxed);

@@ -6,6 +6,7 @@ mod common;
 
 use common::T;
 use ubdirect_core::{PciDevice, PoolConfig, UbPool};
+use ubdirect_nvme::{IoBuf, Lba};
 use ubdirect_testbed::{self as testbed, GPUBAR_FILE, NVME0_NS1};
 
 #[test]
@@ -40,8 +41,14 @@ fn nvme_reads_into_a_bar_region() {
         let buf = bar_pool.get().unwrap();
         let bar_off = buf.iova() - region.iova + off as u64;
         let buf = qp
-            .read_blocking(1, lba, buf, off, len, T)
-            .expect("read into the BAR");
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::new(buf, off, len).unwrap(),
+                T,
+            )
+            .expect("read into the BAR")
+            .into_buf();
         // The CPU sees the bytes through the BAR mapping too.
         testbed::check_pattern(NVME0_NS1.id, lba * 512, &buf.as_slice()[off..off + len])
             .expect("pattern via BAR mmap");

@@ -4,9 +4,10 @@
 
 mod common;
 
-use common::T;
+use common::{one, T};
 use ubdirect_core::seams::{BlockErrorKind, BlockQueue};
 use ubdirect_core::{PoolConfig, UbPool};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_nvme::{IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
@@ -17,11 +18,23 @@ fn queue_full_returns_the_buffer() {
     let mut qp = bed.qp(4, 1);
     assert_eq!(qp.depth(), 4);
     for i in 0..4 {
-        qp.submit_read(1, i * 8, bed.pool.get().unwrap(), 0, 4096, i)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(i * 8),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            i,
+        )
+        .unwrap();
     }
     let r = qp
-        .submit_read(1, 64, bed.pool.get().unwrap(), 0, 4096, 99)
+        .submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(64),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            99,
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -39,7 +52,7 @@ fn queue_full_returns_the_buffer() {
         .error
         .to_string()
         .contains("poll completions, then resubmit"));
-    let back = r.bufs.into_one().expect("the buffer comes back");
+    let back = one(r.bufs).into_buf();
     assert_eq!(qp.in_flight(), 4);
     qp.ring();
     let mut tags = Vec::new();
@@ -51,7 +64,15 @@ fn queue_full_returns_the_buffer() {
     tags.sort();
     assert_eq!(tags, vec![0, 1, 2, 3]);
     // Now the resubmission goes through.
-    let buf = qp.read_blocking(1, 64, back, 0, 4096, T).unwrap();
+    let buf = qp
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(64),
+            IoBuf::prefix(back, 4096).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 64 * 512, &buf.as_slice()[..4096]).unwrap();
 }
 
@@ -65,8 +86,14 @@ fn ring_wraps_many_times() {
     let mut done = 0u64;
     let lba_of = |i: u64| (i * 8) % 32768;
     while next < qp.depth() as u64 {
-        qp.submit_read(1, lba_of(next), bed.pool.get().unwrap(), 0, 4096, next)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(lba_of(next)),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            next,
+        )
+        .unwrap();
         next += 1;
     }
     qp.ring();
@@ -74,7 +101,7 @@ fn ring_wraps_many_times() {
     while done < total {
         qp.poll(16, |c| {
             c.result.expect("read ok");
-            let b = c.bufs.into_one().unwrap();
+            let b = one(c.bufs).into_buf();
             testbed::check_pattern(NVME0_NS1.id, lba_of(c.tag) * 512, &b.as_slice()[..4096])
                 .unwrap_or_else(|m| panic!("tag {}: {m:?}", c.tag));
             free.push(b);
@@ -83,7 +110,14 @@ fn ring_wraps_many_times() {
         .unwrap();
         while let Some(b) = free.pop() {
             if next < total {
-                qp.submit_read(1, lba_of(next), b, 0, 4096, next).unwrap();
+                qp.submit_read(
+                    &qp.namespace(1).unwrap(),
+                    Lba(lba_of(next)),
+                    IoBuf::prefix(b, 4096).unwrap(),
+                    IoFlags::empty(),
+                    next,
+                )
+                .unwrap();
                 next += 1;
             }
         }
@@ -119,19 +153,24 @@ fn queue_pairs_on_several_threads() {
                     for i in 0..8u64 {
                         let mut b = pool.get().unwrap();
                         common::fill_random(base + round * 8 + i, &mut b.as_mut_slice()[..16384]);
-                        qp.submit_write(1, base + (round * 8 + i) * 32, b, 0, 16384, false, i)
-                            .unwrap();
+                        qp.submit_write(
+                            &qp.namespace(1).unwrap(),
+                            Lba(base + (round * 8 + i) * 32),
+                            IoBuf::prefix(b, 16384).unwrap(),
+                            IoFlags::empty(),
+                            i,
+                        )
+                        .unwrap();
                     }
                     qp.ring();
-                    qp.wait_for(8, T, |c| bufs.push(c.bufs.into_one().unwrap()))
+                    qp.wait_for(8, T, |c| bufs.push(one(c.bufs).into_buf()))
                         .unwrap();
                     for (i, b) in bufs.drain(..).enumerate() {
                         qp.submit_read(
-                            1,
-                            base + (round * 8 + i as u64) * 32,
-                            b,
-                            0,
-                            16384,
+                            &qp.namespace(1).unwrap(),
+                            Lba(base + (round * 8 + i as u64) * 32),
+                            IoBuf::prefix(b, 16384).unwrap(),
+                            IoFlags::empty(),
                             i as u64,
                         )
                         .unwrap();
@@ -142,7 +181,7 @@ fn queue_pairs_on_several_threads() {
                         c.result.unwrap();
                         common::fill_random(base + round * 8 + c.tag, &mut expect);
                         assert!(
-                            c.bufs.into_one().unwrap().as_slice()[..16384] == expect[..],
+                            one(c.bufs).into_buf().as_slice()[..16384] == expect[..],
                             "thread {t} round {round}"
                         );
                     })
@@ -177,7 +216,7 @@ fn block_queue_seam() {
     let (_b, e) = q.submit_read(b, 64 << 20, 512, 6).unwrap_err();
     assert!(e.message.contains("past the end"), "{}", e.message);
     assert_eq!(q.in_flight(), 1);
-    q.flush().unwrap();
+    q.ring().unwrap();
     let mut n = 0;
     let start = std::time::Instant::now();
     while n == 0 && start.elapsed() < T {
@@ -205,35 +244,63 @@ fn every_validation_error_is_refused_with_its_message() {
     let mut buf = bed.pool.get().unwrap();
     let cases: Vec<(Submit, &str)> = vec![
         (
-            Box::new(|q, b| q.submit_read(9, 0, b, 0, 512, 0)),
-            "namespace 9 is not an active namespace",
-        ),
-        (
-            Box::new(|q, b| q.submit_read(1, 131_071, b, 0, 1024, 0)),
+            Box::new(|q, b| {
+                q.submit_read(
+                    &q.namespace(1).unwrap(),
+                    Lba(131_071),
+                    IoBuf::prefix(b, 1024).unwrap(),
+                    IoFlags::empty(),
+                    0,
+                )
+            }),
             "LBA range 131071+2 is past the end of namespace 1 (131072 blocks)",
         ),
         (
-            Box::new(|q, b| q.submit_read(1, u64::MAX, b, 0, 512, 0)),
+            Box::new(|q, b| {
+                q.submit_read(
+                    &q.namespace(1).unwrap(),
+                    Lba(u64::MAX),
+                    IoBuf::prefix(b, 512).unwrap(),
+                    IoFlags::empty(),
+                    0,
+                )
+            }),
             "past the end",
         ),
         (
-            Box::new(|q, b| q.submit_read(1, 0, b, 0, 700, 0)),
+            Box::new(|q, b| {
+                q.submit_read(
+                    &q.namespace(1).unwrap(),
+                    Lba(0),
+                    IoBuf::prefix(b, 700).unwrap(),
+                    IoFlags::empty(),
+                    0,
+                )
+            }),
             "transfer length 700 is not a positive multiple",
         ),
         (
-            Box::new(|q, b| q.submit_read(1, 0, b, 0, 0, 0)),
+            Box::new(|q, b| {
+                q.submit_read(
+                    &q.namespace(1).unwrap(),
+                    Lba(0),
+                    IoBuf::prefix(b, 0).unwrap(),
+                    IoFlags::empty(),
+                    0,
+                )
+            }),
             "transfer length 0",
         ),
         (
-            Box::new(|q, b| q.submit_read(1, 0, b, 0, 16384, 0)),
-            "buffer of 8192 bytes is too small for a 16384-byte transfer",
-        ),
-        (
-            Box::new(|q, b| q.submit_write(1, 0, b, 7680, 1024, false, 0)),
-            "too small",
-        ),
-        (
-            Box::new(|q, b| q.submit_read(1, 0, b, 2, 512, 0)),
+            Box::new(|q, b| {
+                q.submit_read(
+                    &q.namespace(1).unwrap(),
+                    Lba(0),
+                    IoBuf::new(b, 2, 512).unwrap(),
+                    IoFlags::empty(),
+                    0,
+                )
+            }),
             "is not dword aligned",
         ),
     ];
@@ -242,9 +309,26 @@ fn every_validation_error_is_refused_with_its_message() {
         let msg = r.error.to_string();
         assert!(msg.contains(want), "want {want:?} in {msg:?}");
         assert!(r.error.is_invalid_request(), "{msg}");
-        buf = r.bufs.into_one().expect("buffer comes back");
+        buf = one(r.bufs).into_buf();
         assert_eq!(qp.in_flight(), 0, "{want}: nothing queued");
     }
+    // A window past the buffer's end is refused when the IoBuf is built, the buffer back.
+    let e = IoBuf::prefix(buf, 16384).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("buffer of 8192 bytes is too small for a 16384-byte transfer"),
+        "{e}"
+    );
+    let e = IoBuf::new(e.buf, 7680, 1024).unwrap_err();
+    assert!(e.to_string().contains("too small"), "{e}");
+    buf = e.buf;
+    // A namespace that is not active has no handle.
+    let e = qp.namespace(9).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("namespace 9 is not an active namespace"),
+        "{e}"
+    );
     assert_eq!(qp.stats(), stats, "no command reached the queue");
     assert_eq!(qp.free_slots(), 8);
     // A queue pair on a missing namespace is refused too.
@@ -262,7 +346,15 @@ fn every_validation_error_is_refused_with_its_message() {
         "{e}"
     );
     // The queue still works after all that.
-    let buf = qp.read_blocking(1, 0, buf, 0, 512, T).unwrap();
+    let buf = qp
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(buf, 512).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 0, &buf.as_slice()[..512]).unwrap();
     // A second pool in the same domain serves the same queue.
     let pool2 = UbPool::with_hugepages(
@@ -274,8 +366,14 @@ fn every_validation_error_is_refused_with_its_message() {
         None,
     )
     .unwrap();
-    qp.read_blocking(1, 1, pool2.get().unwrap(), 0, 4096, T)
-        .unwrap();
+    qp.read_blocking(
+        &qp.namespace(1).unwrap(),
+        Lba(1),
+        IoBuf::prefix(pool2.get().unwrap(), 4096).unwrap(),
+        T,
+    )
+    .unwrap()
+    .into_buf();
 }
 
 #[test]
@@ -297,8 +395,14 @@ fn timeout_sends_abort_and_the_buffers_still_come_back() {
     // quiet host can finish within the empty polls that come before the first idle check).
     let mut saw_timeout = None;
     let mut back = None;
-    qp.submit_read(1, 0, bed.pool.get().unwrap(), 0, 8 << 20, 7)
-        .unwrap();
+    qp.submit_read(
+        &qp.namespace(1).unwrap(),
+        Lba(0),
+        IoBuf::prefix(bed.pool.get().unwrap(), 8 << 20).unwrap(),
+        IoFlags::empty(),
+        7,
+    )
+    .unwrap();
     let start = std::time::Instant::now();
     while back.is_none() {
         match qp.poll(1, |c| back = Some(c)) {
@@ -334,7 +438,7 @@ fn timeout_sends_abort_and_the_buffers_still_come_back() {
     assert_eq!((s.timeouts, s.aborts_sent, s.resets), (16, 16, 0), "{s:?}");
     // QEMU does not abort a command it had not fetched (the Abort completes with "not
     // aborted"): once rung, the read completes intact.
-    let b = c.bufs.into_one().unwrap();
+    let b = one(c.bufs).into_buf();
     c.result
         .expect("QEMU completes the read the Abort did not stop");
     testbed::check_pattern(NVME0_NS1.id, 0, &b.as_slice()[..8 << 20]).unwrap();
@@ -347,8 +451,14 @@ fn dropping_a_busy_queue_pair_deletes_it_and_returns_the_buffers() {
     let bed = common::open(0, 1 << 20, 8);
     let mut qp = bed.qp(16, 1);
     for i in 0..8u64 {
-        qp.submit_read(1, i * 2048, bed.pool.get().unwrap(), 0, 1 << 20, i)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(i * 2048),
+            IoBuf::prefix(bed.pool.get().unwrap(), 1 << 20).unwrap(),
+            IoFlags::empty(),
+            i,
+        )
+        .unwrap();
     }
     qp.ring();
     assert_eq!(bed.pool.stats().in_use, 8);
@@ -357,7 +467,13 @@ fn dropping_a_busy_queue_pair_deletes_it_and_returns_the_buffers() {
     assert_eq!(bed.ctrl.io_queues_in_use(), 0);
     let mut qp = bed.qp(16, 1);
     let b = qp
-        .read_blocking(1, 0, bed.pool.get().unwrap(), 0, 4096, T)
-        .unwrap();
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     testbed::check_pattern(NVME0_NS1.id, 0, &b.as_slice()[..4096]).unwrap();
 }

@@ -6,11 +6,12 @@ mod model_support;
 
 use std::time::{Duration, Instant};
 
-use model_support::{fast_opts, model, within};
+use model_support::{fast_opts, model, one, within};
 use ubdirect_core::{PoolConfig, UbBuf, UbPool};
 use ubdirect_devmodel::nvme::{NvmeConfig, Tamper};
 use ubdirect_nvme::spec::command::{admin_opcode, io_opcode};
 use ubdirect_nvme::{Controller, IoCompletion, IoQueuePair, NvmeError, QueueOptions, Recovery};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const IO_TIMEOUT: Duration = Duration::from_millis(200);
 const LOST: u64 = 1 << 40;
@@ -94,11 +95,23 @@ fn start(b: &Bed, qp: &mut IoQueuePair) {
         opcode: io_opcode::READ,
         done: false,
     })));
-    qp.submit_read(1, 100, b.pool.get().unwrap(), 0, 4096, LOST)
-        .unwrap();
+    qp.submit_read(
+        &qp.namespace(1).unwrap(),
+        Lba(100),
+        IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+        IoFlags::empty(),
+        LOST,
+    )
+    .unwrap();
     for t in 0..4 {
-        qp.submit_read(1, t * 8, b.pool.get().unwrap(), 0, 4096, t)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(t * 8),
+            IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            t,
+        )
+        .unwrap();
     }
     qp.ring();
 }
@@ -115,12 +128,19 @@ fn busy_poll(
             *lost = Some(c);
         } else {
             c.result.as_ref().expect("ordinary reads succeed");
-            again.push((c.tag, c.bufs.into_one().unwrap()));
+            again.push((c.tag, one(c.bufs).into_buf()));
         }
     });
     let n = again.len() as u64;
     for (t, b) in again {
-        qp.submit_read(1, t * 8, b, 0, 4096, t).unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(t * 8),
+            IoBuf::prefix(b, 4096).unwrap(),
+            IoFlags::empty(),
+            t,
+        )
+        .unwrap();
     }
     qp.ring();
     (r, n)
@@ -251,8 +271,14 @@ fn a_lost_command_fails_back_with_its_buffer() {
         assert_eq!(qp.stats().failed_back, 1);
         drop(done);
         let r = qp
-            .read_blocking(1, 0, b.pool.get().unwrap(), 0, 4096, Duration::from_secs(5))
-            .unwrap();
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(0),
+                IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+                Duration::from_secs(5),
+            )
+            .unwrap()
+            .into_buf();
         drop(r);
         assert_eq!(b.pool.stats().in_use, 0);
     });
@@ -269,10 +295,22 @@ fn wait_for_keeps_a_completion_that_came_with_a_malformed_one() {
             seen: 0,
             cid: 0x7fff,
         })));
-        qp.submit_read(1, 0, b.pool.get().unwrap(), 0, 4096, 1)
-            .unwrap();
-        qp.submit_read(1, 8, b.pool.get().unwrap(), 0, 4096, 2)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            1,
+        )
+        .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(8),
+            IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            2,
+        )
+        .unwrap();
         qp.ring();
         // The first completion's id is out of range (skipped, malformed), the second is good:
         // both arrive in one poll. Before the fix wait_for returned the error and lost tag 2.

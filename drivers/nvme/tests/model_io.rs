@@ -9,6 +9,7 @@ use model_support::{fast_opts, model};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, ShadowDoorbells};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -80,18 +81,33 @@ fn write_then_read_back_through_a_queue_pair() {
         *b = (i * 7 + 3) as u8;
     }
     // 40 KiB at LBA 8: a PRP list (more than two pages).
-    let w = qp.write_blocking(1, 8, w, 0, 40 << 10, false, T).unwrap();
+    let w = qp
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(8),
+            IoBuf::prefix(w, 40 << 10).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     let mut medium = vec![0u8; 40 << 10];
     m.read_medium(1, 8 * 512, &mut medium);
     assert_eq!(&medium[..], &w.as_slice()[..40 << 10]);
     let r = qp
-        .read_blocking(1, 8, pool.get().unwrap(), 512, 40 << 10, T)
-        .unwrap();
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(8),
+            IoBuf::new(pool.get().unwrap(), 512, 40 << 10).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     assert_eq!(
         &r.as_slice()[512..512 + (40 << 10)],
         &w.as_slice()[..40 << 10]
     );
-    qp.flush_blocking(1, T).unwrap();
+    qp.flush_blocking(&qp.namespace(1).unwrap(), T).unwrap();
     drop(qp);
     assert_eq!(m.io_sq_count(), 0, "dropping the pair deletes its queues");
     assert!(m.dma_faults().is_empty());
@@ -124,11 +140,26 @@ fn reset_brings_queues_back() {
     assert!(qp.uses_shadow_doorbells());
     let mut b = pool.get().unwrap();
     b.as_mut_slice()[..4].copy_from_slice(b"ubd!");
-    let b = qp.write_blocking(1, 0, b, 0, 4096, true, T).unwrap();
+    let b = qp
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(b, 4096).unwrap(),
+            IoFlags::FUA,
+            T,
+        )
+        .unwrap()
+        .into_buf();
     drop(b);
     let r = qp
-        .read_blocking(1, 0, pool.get().unwrap(), 0, 4096, T)
-        .unwrap();
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(pool.get().unwrap(), 4096).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     assert_eq!(&r.as_slice()[..4], b"ubd!");
     assert!(m.dma_faults().is_empty());
 }

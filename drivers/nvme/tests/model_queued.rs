@@ -7,10 +7,11 @@ mod model_support;
 
 use std::time::Duration;
 
-use model_support::{fast_opts, model};
+use model_support::{fast_opts, model, one};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::{Controller, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -60,7 +61,16 @@ fn a_request_of_more_commands_than_the_queue_holds_is_queued_and_completes() {
         *b = byte(i, 1);
     }
     let before = qp.stats();
-    let w = qp.write_blocking(1, 64, w, 8, len, false, T).unwrap();
+    let w = qp
+        .write_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(64),
+            IoBuf::new(w, 8, len).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     let st = qp.stats();
     assert_eq!(st.commands - before.commands, 15, "240 KiB / 16 KiB");
     assert_eq!(st.queued_requests - before.queued_requests, 1);
@@ -69,8 +79,14 @@ fn a_request_of_more_commands_than_the_queue_holds_is_queued_and_completes() {
     m.read_medium(1, 64 * 512, &mut medium);
     assert!(medium[..] == w.as_slice()[8..8 + len], "written data");
     let r = qp
-        .read_blocking(1, 64, pool.get().unwrap(), 4, len, T)
-        .unwrap();
+        .read_blocking(
+            &qp.namespace(1).unwrap(),
+            Lba(64),
+            IoBuf::new(pool.get().unwrap(), 4, len).unwrap(),
+            T,
+        )
+        .unwrap()
+        .into_buf();
     assert!(r.as_slice()[4..4 + len] == medium[..], "read back");
     assert!(m.dma_faults().is_empty());
 }
@@ -105,14 +121,27 @@ fn requests_beyond_the_free_slots_wait_in_order_and_all_complete() {
     let mut w = Some(w);
     for k in 0..8u64 {
         w = Some(
-            qp.write_blocking(1, k * 128, w.take().unwrap(), 0, 64 << 10, false, T)
-                .unwrap(),
+            qp.write_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(k * 128),
+                IoBuf::prefix(w.take().unwrap(), 64 << 10).unwrap(),
+                IoFlags::empty(),
+                T,
+            )
+            .unwrap()
+            .into_buf(),
         );
     }
     drop(w);
     for k in 0..8u64 {
-        qp.submit_read(1, k * 128, pool.get().unwrap(), 0, 64 << 10, k)
-            .unwrap_or_else(|r| panic!("read {k} refused: {}", r.error));
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(k * 128),
+            IoBuf::prefix(pool.get().unwrap(), 64 << 10).unwrap(),
+            IoFlags::empty(),
+            k,
+        )
+        .unwrap_or_else(|r| panic!("read {k} refused: {}", r.error));
     }
     assert_eq!(qp.in_flight(), 8);
     assert_eq!(
@@ -124,7 +153,7 @@ fn requests_beyond_the_free_slots_wait_in_order_and_all_complete() {
     let mut tags = Vec::new();
     qp.wait_for(8, T, |c| {
         assert_eq!(c.result.as_ref().ok(), Some(&(64 << 10)), "tag {}", c.tag);
-        let b = c.bufs.into_one().unwrap();
+        let b = one(c.bufs).into_buf();
         assert!(
             b.as_slice()
                 .iter()
@@ -144,11 +173,23 @@ fn requests_beyond_the_free_slots_wait_in_order_and_all_complete() {
     assert_eq!((qp.in_flight(), qp.pending_requests()), (0, 0));
     // Request slots are the limit: a ninth request in flight is QueueFull.
     for k in 0..8u64 {
-        qp.submit_read(1, k * 128, pool.get().unwrap(), 0, 4096, k)
-            .unwrap();
+        qp.submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(k * 128),
+            IoBuf::prefix(pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            k,
+        )
+        .unwrap();
     }
     let r = qp
-        .submit_read(1, 0, pool.get().unwrap(), 0, 4096, 9)
+        .submit_read(
+            &qp.namespace(1).unwrap(),
+            Lba(0),
+            IoBuf::prefix(pool.get().unwrap(), 4096).unwrap(),
+            IoFlags::empty(),
+            9,
+        )
         .unwrap_err();
     assert!(
         matches!(

@@ -8,11 +8,12 @@ mod model_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_support::{fast_opts, model};
+use model_support::{fast_opts, model, one};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::NvmeConfig;
 use ubdirect_nvme::controller::{ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
 
@@ -59,15 +60,21 @@ fn run_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>) -> u64 {
     let mut sent = 0u64;
     while done < 256 {
         while sent < 256 && !bufs.is_empty() {
-            qp.submit_read(1, sent % 64, bufs.pop().unwrap(), 0, 4096, sent)
-                .unwrap();
+            qp.submit_read(
+                &qp.namespace(1).unwrap(),
+                Lba(sent % 64),
+                IoBuf::prefix(bufs.pop().unwrap(), 4096).unwrap(),
+                IoFlags::empty(),
+                sent,
+            )
+            .unwrap();
             sent += 1;
         }
         qp.ring();
         done += qp
             .wait_for(1, T, |c| {
                 c.result.unwrap();
-                bufs.push(c.bufs.into_one().unwrap());
+                bufs.push(one(c.bufs).into_buf());
             })
             .unwrap();
     }

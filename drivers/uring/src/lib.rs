@@ -5,6 +5,8 @@
 //! optional SQPOLL. It implements the same `BlockQueue` seam as an NVMe queue pair, so the
 //! pipeline runs unchanged on machines without vfio and as the A/B baseline.
 
+#![deny(missing_docs)]
+
 mod error;
 mod fixed;
 mod options;

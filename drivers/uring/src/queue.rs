@@ -408,7 +408,7 @@ impl BlockQueue for UringQueue {
         self.submit(buf, offset, len, tag, true)
             .map_err(|(b, e)| (b, crate::error::to_block_error(&e)))
     }
-    fn flush(&mut self) -> Result<(), BlockError> {
+    fn ring(&mut self) -> Result<(), BlockError> {
         self.flush_inner()
             .map_err(|e| crate::error::to_block_error(&e))
     }

@@ -340,7 +340,7 @@ fn an_o_direct_queue_sleeps_in_the_kernel_instead_of_spinning() {
             .map_err(|(_, e)| e)
             .unwrap();
     }
-    q.flush().unwrap();
+    q.ring().unwrap();
     let (mut polls, mut got) = (0u64, 0usize);
     while got < 4 {
         polls += 1;
@@ -371,7 +371,7 @@ fn an_o_direct_queue_sleeps_in_the_kernel_instead_of_spinning() {
     q.submit_read(pool.get().unwrap(), 0, BS, 0)
         .map_err(|(_, e)| e)
         .unwrap();
-    q.flush().unwrap();
+    q.ring().unwrap();
     let _ = wait_all(&mut q, 1);
     assert_eq!(q.idle_waits(), 0);
 }

@@ -1,7 +1,7 @@
 //! The direct pipeline loop: one polling thread keeps the source queue full to `qd` with pool
 //! blocks, hands each completed block to the sink, and each sink-completed block back to the
 //! pool (and so to the source). Nothing on this path allocates; doorbells are batched (one
-//! flush per round of submissions).
+//! ring per round of submissions).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -200,7 +200,7 @@ where
                 queued += 1;
             }
             if queued > 0 {
-                if let Err(e) = src.flush() {
+                if let Err(e) = src.ring() {
                     err.get_or_insert(PipelineError::Source(e));
                 }
             }

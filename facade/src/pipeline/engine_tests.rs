@@ -105,7 +105,7 @@ impl BlockQueue for MemQueue {
             BlockError::new(BlockErrorKind::InvalidRequest, "read-only"),
         ))
     }
-    fn flush(&mut self) -> Result<(), BlockError> {
+    fn ring(&mut self) -> Result<(), BlockError> {
         self.flushes += 1;
         self.flushed.extend(self.queued.drain(..));
         Ok(())

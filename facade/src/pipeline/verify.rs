@@ -52,7 +52,7 @@ pub fn queue_checksum<Q: BlockQueue + ?Sized>(
             .ok_or_else(|| PipelineError::Verify("buffer lost".into()))?;
         src.submit_read(b, start + off, want.next_multiple_of(lbs) as usize, off)
             .map_err(|(_, e)| PipelineError::Source(e))?;
-        src.flush().map_err(PipelineError::Source)?;
+        src.ring().map_err(PipelineError::Source)?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let mut err = None;
         while buf.is_none() {

@@ -5,7 +5,7 @@ use ubdirect_core::DmaMem;
 use zerocopy::FromBytes;
 
 use crate::error::{NvmeError, Result};
-use crate::info::Namespace;
+use crate::info::NamespaceInfo;
 use crate::spec::command::{admin_opcode, cns, feature};
 use crate::spec::identify::{IdentifyController, IdentifyNamespace};
 use crate::spec::Sqe;
@@ -148,7 +148,7 @@ impl Controller {
         let max_cmd = self.max_command_bytes();
         for nsid in ids {
             let id = self.identify_namespace(nsid)?;
-            match Namespace::from_identify(nsid, &id) {
+            match NamespaceInfo::from_identify(nsid, &id) {
                 Ok(ns) if ns.lba_size as usize > max_cmd => tracing::warn!(
                     nsid,
                     lba_size = ns.lba_size,

@@ -10,7 +10,7 @@ use ubdirect_core::Mmio;
 
 use crate::admin_queue::{read_csts, AdminQueue};
 use crate::error::{NvmeError, Result};
-use crate::info::Namespace;
+use crate::info::NamespaceInfo;
 use crate::spec::command::{admin_opcode, cns, feature};
 use crate::spec::identify::IdentifyNamespace;
 use crate::spec::regs::{
@@ -163,7 +163,7 @@ impl Controller {
             sqe.cdw10 = cns::NAMESPACE as u32;
             a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
             let id = super::admin_cmds::read_page::<IdentifyNamespace>(&a.data);
-            let same = Namespace::from_identify(ns.nsid, &id).is_ok_and(|n| {
+            let same = NamespaceInfo::from_identify(ns.nsid, &id).is_ok_and(|n| {
                 n.nsze == ns.nsze
                     && n.lba_size == ns.lba_size
                     && n.metadata_size == ns.metadata_size

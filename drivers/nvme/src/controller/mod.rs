@@ -19,7 +19,7 @@ use ubdirect_core::{DmaMem, Mmio, PciAddress, PciDevice, UbRegistry};
 use crate::admin_queue::AdminQueue;
 use crate::doorbell::ShadowSlot;
 use crate::error::{NvmeError, Result};
-use crate::info::{ControllerInfo, Namespace};
+use crate::info::{ControllerInfo, NamespaceInfo};
 use crate::spec::identify::OACS_DOORBELL_BUFFER_CONFIG;
 use crate::spec::regs::{
     cq_head_doorbell, sq_tail_doorbell, Cap, Cc, Version, REG_CAP, REG_CC, REG_VS,
@@ -107,7 +107,7 @@ pub struct Controller {
     version: Version,
     opts: ControllerOptions,
     info: Option<ControllerInfo>,
-    namespaces: Vec<Namespace>,
+    namespaces: Vec<NamespaceInfo>,
     io_queues_granted: u16,
     qids: Mutex<Vec<QidUse>>,
     /// An admin command timed out: the admin queue does not answer until a reset, so further
@@ -280,12 +280,30 @@ impl Controller {
             .expect("identify data is set before the controller is handed out")
     }
     /// Active namespaces with a usable LBA format, in NSID order.
-    pub fn namespaces(&self) -> &[Namespace] {
+    pub fn namespaces(&self) -> &[NamespaceInfo] {
         &self.namespaces
     }
-    /// Namespace `nsid`, if active.
-    pub fn namespace(&self, nsid: u32) -> Option<&Namespace> {
+    /// Identify data of namespace `nsid`, if active.
+    pub fn namespace_info(&self, nsid: u32) -> Option<&NamespaceInfo> {
         self.namespaces.iter().find(|n| n.nsid == nsid)
+    }
+    /// The I/O handle of active namespace `nsid`: [`NvmeError::NamespaceMissing`] when it is not
+    /// active, [`NvmeError::Unsupported`] when its format carries metadata.
+    pub fn namespace(&self, nsid: u32) -> Result<crate::Namespace> {
+        match self.namespace_info(nsid) {
+            Some(info) => crate::Namespace::new(info, self.max_command_bytes()),
+            None => Err(NvmeError::NamespaceMissing {
+                nsid,
+                active: self.namespaces.len(),
+            }),
+        }
+    }
+    /// The I/O handle of the first active namespace (lowest nsid).
+    pub fn first_namespace(&self) -> Result<crate::Namespace> {
+        match self.namespaces.first() {
+            Some(info) => crate::Namespace::new(info, self.max_command_bytes()),
+            None => Err(NvmeError::NamespaceMissing { nsid: 1, active: 0 }),
+        }
     }
     /// I/O queue pairs granted by the controller.
     pub fn io_queues_granted(&self) -> u16 {

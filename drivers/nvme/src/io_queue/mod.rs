@@ -179,18 +179,7 @@ impl IoQueuePair {
         let ns: Box<[NsLimits]> = ctrl
             .namespaces()
             .iter()
-            .map(|n| {
-                let by_nlb = (n.lba_size as usize) << 16;
-                let max_cmd = max_cmd_ctrl.min(by_nlb) / n.lba_size as usize * n.lba_size as usize;
-                NsLimits {
-                    nsid: n.nsid,
-                    lba_size: n.lba_size,
-                    lba_shift: n.lba_size.trailing_zeros(),
-                    nsze: n.nsze,
-                    max_cmd,
-                    has_metadata: n.metadata_size != 0,
-                }
-            })
+            .map(|n| crate::namespace::limits(n, max_cmd_ctrl))
             .collect();
         let qid = ctrl.alloc_qid()?;
         let registry = ctrl.registry().clone();

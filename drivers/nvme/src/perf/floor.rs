@@ -75,7 +75,7 @@ impl FloorQueue {
     /// of namespace `nsid` in flight (capped by the controller's MQES).
     pub fn new(ctrl: &Arc<Controller>, nsid: u32, depth: usize) -> Result<FloorQueue> {
         let ns = ctrl
-            .namespace(nsid)
+            .namespace_info(nsid)
             .ok_or(NvmeError::NamespaceMissing {
                 nsid,
                 active: ctrl.namespaces().len(),

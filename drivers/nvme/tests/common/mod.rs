@@ -86,3 +86,11 @@ pub fn fill_random(seed: u64, buf: &mut [u8]) {
         chunk.copy_from_slice(&b[..chunk.len()]);
     }
 }
+
+/// The one buffer window a single-buffer request hands back (a test fails on anything else).
+pub fn one(bufs: ubdirect_nvme::IoBufs) -> ubdirect_nvme::IoBuf {
+    match bufs {
+        ubdirect_nvme::IoBufs::One(b) => b,
+        other => panic!("a single-buffer request came back with {other:?}"),
+    }
+}

@@ -55,3 +55,11 @@ pub fn open_hostile(
 
 #[allow(unused_imports)] // not every test binary that includes this module needs it
 pub use ubdirect_devmodel::within;
+
+/// The one buffer window a single-buffer request hands back (a test fails on anything else).
+pub fn one(bufs: ubdirect_nvme::IoBufs) -> ubdirect_nvme::IoBuf {
+    match bufs {
+        ubdirect_nvme::IoBufs::One(b) => b,
+        other => panic!("a single-buffer request came back with {other:?}"),
+    }
+}

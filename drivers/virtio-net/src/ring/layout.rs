@@ -50,9 +50,9 @@ pub struct RingLayout {
     pub size: u16,
     /// Offset of the descriptor table (16-byte aligned).
     pub desc: usize,
-    /// Offset of the driver area: flags, idx, ring[size], used_event.
+    /// Offset of the driver area: flags, idx, `ring[size]`, used_event.
     pub avail: usize,
-    /// Offset of the device area: flags, idx, ring[size], avail_event (64-byte aligned so the
+    /// Offset of the device area: flags, idx, `ring[size]`, avail_event (64-byte aligned so the
     /// device's writes do not share a cache line with the driver's).
     pub used: usize,
     /// Total bytes needed.

@@ -25,7 +25,7 @@ fn bad(input: &str, reason: &str) -> TcpError {
     }
 }
 
-/// "HOST[:PORT]" (or "[V6][:PORT]") with `default_port` when none is given.
+/// `"HOST[:PORT]"` (or `"[V6][:PORT]"`) with `default_port` when none is given.
 pub fn host_port(input: &str, hp: &str, default_port: u16) -> Result<String, TcpError> {
     if hp.is_empty() {
         return Err(bad(input, "the host is missing"));
@@ -99,7 +99,7 @@ impl std::str::FromStr for TcpTarget {
     }
 }
 
-/// A discovery address "HOST[:PORT]" (port 8009 by default), with or without the scheme.
+/// A discovery address `"HOST[:PORT]"` (port 8009 by default), with or without the scheme.
 pub fn discovery_address(input: &str) -> Result<String, TcpError> {
     let hp = input
         .strip_prefix(SCHEME)

@@ -9,7 +9,7 @@ use ubdirect_core::UbBuf;
 use super::error::TcpError;
 use super::fabrics;
 use super::queue::TcpQueue;
-use crate::info::Namespace;
+use crate::info::NamespaceInfo;
 
 /// One NVMe/TCP I/O queue reading and writing namespace `ns`.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ fn block_err(e: &TcpError) -> BlockError {
 impl TcpBlockQueue {
     /// Wrap `q` (a connected I/O queue of `depth` entries) for namespace `ns`, at most
     /// `max_transfer` bytes per request.
-    pub fn new(q: TcpQueue<UbBuf>, ns: &Namespace, depth: usize, max_transfer: usize) -> Self {
+    pub fn new(q: TcpQueue<UbBuf>, ns: &NamespaceInfo, depth: usize, max_transfer: usize) -> Self {
         TcpBlockQueue {
             q,
             nsid: ns.nsid,
@@ -128,7 +128,7 @@ impl BlockQueue for TcpBlockQueue {
     ) -> Result<(), (UbBuf, BlockError)> {
         self.submit(true, buf, offset, len, tag)
     }
-    fn flush(&mut self) -> Result<(), BlockError> {
+    fn ring(&mut self) -> Result<(), BlockError> {
         // Sending happens in poll (a partial send is resumed there); nothing to ring.
         Ok(())
     }

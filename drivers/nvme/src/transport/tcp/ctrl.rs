@@ -3,7 +3,7 @@
 //! further connection joined by Fabrics Connect with the admin queue's controller ID.
 //!
 //! The controller data it reads back (Identify Controller / Namespace, CAP, CSTS) are decoded
-//! by the same code as the PCIe transport's ([`ControllerInfo`], [`Namespace`], [`Cap`]).
+//! by the same code as the PCIe transport's ([`ControllerInfo`], [`NamespaceInfo`], [`Cap`]).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN}
 use super::host::HostIdentity;
 use super::queue::TcpQueue;
 use super::sock;
-use crate::info::{ControllerInfo, Namespace};
+use crate::info::{ControllerInfo, NamespaceInfo};
 use crate::spec::command::{admin_opcode, cns};
 use crate::spec::identify::{IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
 use crate::spec::regs::{Cap, Cc, Csts};
@@ -251,7 +251,7 @@ impl TcpController {
     }
 
     /// Identify Namespace `nsid`.
-    pub fn namespace(&self, nsid: u32) -> TcpResult<Namespace> {
+    pub fn namespace(&self, nsid: u32) -> TcpResult<NamespaceInfo> {
         let page = identify(
             &mut self.admin(),
             cns::NAMESPACE,
@@ -259,7 +259,7 @@ impl TcpController {
             self.opts.admin_timeout,
         )?;
         let id = IdentifyNamespace::ref_from_bytes(&page[..]).unwrap();
-        Namespace::from_identify(nsid, id).map_err(|_| TcpError::DeviceInput {
+        NamespaceInfo::from_identify(nsid, id).map_err(|_| TcpError::DeviceInput {
             field: "Identify Namespace",
             value: nsid as u64,
             reason: "the namespace's format is unusable (no LBA format in use, or zero size): check the NSID",

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use ubdirect_core::UbBuf;
-
 use crate::error::NvmeError;
+use crate::io_flags::IoFlags;
 use crate::io_queue::IoQueuePair;
-use crate::io_types::{IoBufs, IoCompletion, Rejected, SgList};
+use crate::io_types::{IoBuf, IoBufs, IoCompletion, Rejected, SgList};
+use crate::namespace::{Lba, Namespace};
 
 const BLOCKING_TAG: u64 = u64::MAX;
 
@@ -133,108 +133,135 @@ impl IoQueuePair {
             .map_err(|r| r.error)
     }
 
-    /// [`Self::run_blocking`] for a command on one buffer, which comes back.
+    /// [`Self::run_blocking`] for a command on one buffer window, which comes back.
     fn run_blocking_one(
         &mut self,
         timeout: Duration,
-        buf: UbBuf,
-        submit: impl FnOnce(&mut Self, UbBuf) -> Result<(), Rejected>,
-    ) -> Result<UbBuf, Rejected> {
-        self.run_blocking(timeout, IoBufs::One(buf), |q, b| {
-            submit(q, b.into_one().expect("one buffer"))
+        buf: IoBuf,
+        submit: impl FnOnce(&mut Self, IoBuf) -> Result<(), Rejected>,
+    ) -> Result<IoBuf, Rejected> {
+        self.run_blocking(timeout, IoBufs::One(buf), |q, b| match b {
+            IoBufs::One(b) => submit(q, b),
+            other => Err(wrong_kind(other)),
         })
-        .map(|(b, _)| b.into_one().expect("one buffer comes back"))
+        .and_then(|(b, _)| match b {
+            IoBufs::One(b) => Ok(b),
+            other => Err(wrong_kind(other)),
+        })
     }
 
-    /// Read `len` bytes at LBA `slba` into `buf` at `offset` and wait (at most `timeout`).
+    /// [`Self::run_blocking`] for a command on a scatter list, which comes back.
+    fn run_blocking_sg(
+        &mut self,
+        timeout: Duration,
+        sg: Box<SgList>,
+        submit: impl FnOnce(&mut Self, Box<SgList>) -> Result<(), Rejected>,
+    ) -> Result<Box<SgList>, Rejected> {
+        self.run_blocking(timeout, IoBufs::Sg(sg), |q, b| match b {
+            IoBufs::Sg(sg) => submit(q, sg),
+            other => Err(wrong_kind(other)),
+        })
+        .and_then(|(b, _)| match b {
+            IoBufs::Sg(sg) => Ok(sg),
+            other => Err(wrong_kind(other)),
+        })
+    }
+
+    /// Read `buf`'s window from `slba` of `ns` and wait (at most `timeout`); the same window
+    /// comes back.
     pub fn read_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
-        buf: UbBuf,
-        offset: usize,
-        len: usize,
+        ns: &Namespace,
+        slba: Lba,
+        buf: IoBuf,
         timeout: Duration,
-    ) -> Result<UbBuf, Rejected> {
+    ) -> Result<IoBuf, Rejected> {
         self.run_blocking_one(timeout, buf, |q, buf| {
-            q.submit_read(nsid, slba, buf, offset, len, BLOCKING_TAG)
+            q.submit_read(ns, slba, buf, IoFlags::empty(), BLOCKING_TAG)
         })
     }
 
-    /// Write `len` bytes of `buf` at `offset` to LBA `slba` and wait (at most `timeout`).
-    #[allow(clippy::too_many_arguments)]
+    /// Write `buf`'s window to `slba` of `ns` and wait (at most `timeout`).
     pub fn write_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
-        buf: UbBuf,
-        offset: usize,
-        len: usize,
-        fua: bool,
+        ns: &Namespace,
+        slba: Lba,
+        buf: IoBuf,
+        flags: IoFlags,
         timeout: Duration,
-    ) -> Result<UbBuf, Rejected> {
+    ) -> Result<IoBuf, Rejected> {
         self.run_blocking_one(timeout, buf, |q, buf| {
-            q.submit_write(nsid, slba, buf, offset, len, fua, BLOCKING_TAG)
+            q.submit_write(ns, slba, buf, flags, BLOCKING_TAG)
         })
     }
 
     /// Read into a scatter list and wait.
     pub fn readv_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         sg: Box<SgList>,
         timeout: Duration,
     ) -> Result<Box<SgList>, Rejected> {
-        self.run_blocking(timeout, IoBufs::Sg(sg), |q, b| {
-            q.submit_readv(nsid, slba, b.into_sg().expect("sg"), BLOCKING_TAG)
+        self.run_blocking_sg(timeout, sg, |q, sg| {
+            q.submit_readv(ns, slba, sg, IoFlags::empty(), BLOCKING_TAG)
         })
-        .map(|(b, _)| b.into_sg().expect("sg comes back"))
     }
 
     /// Write a scatter list and wait.
     pub fn writev_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         sg: Box<SgList>,
+        flags: IoFlags,
         timeout: Duration,
     ) -> Result<Box<SgList>, Rejected> {
-        self.run_blocking(timeout, IoBufs::Sg(sg), |q, b| {
-            q.submit_writev(nsid, slba, b.into_sg().expect("sg"), false, BLOCKING_TAG)
+        self.run_blocking_sg(timeout, sg, |q, sg| {
+            q.submit_writev(ns, slba, sg, flags, BLOCKING_TAG)
         })
-        .map(|(b, _)| b.into_sg().expect("sg comes back"))
     }
 
-    /// Flush and wait.
-    pub fn flush_blocking(&mut self, nsid: u32, timeout: Duration) -> Result<(), NvmeError> {
-        self.run_blocking_no_data(timeout, |q| q.submit_flush(nsid, BLOCKING_TAG))
+    /// NVMe Flush of `ns` and wait.
+    pub fn flush_blocking(&mut self, ns: &Namespace, timeout: Duration) -> Result<(), NvmeError> {
+        self.run_blocking_no_data(timeout, |q| q.submit_flush(ns, BLOCKING_TAG))
     }
 
     /// Write Zeroes and wait.
     pub fn write_zeroes_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         nlb: u64,
         timeout: Duration,
     ) -> Result<(), NvmeError> {
         self.run_blocking_no_data(timeout, |q| {
-            q.submit_write_zeroes(nsid, slba, nlb, BLOCKING_TAG)
+            q.submit_write_zeroes(ns, slba, nlb, BLOCKING_TAG)
         })
     }
 
     /// Deallocate (DSM) and wait.
     pub fn deallocate_blocking(
         &mut self,
-        nsid: u32,
-        slba: u64,
+        ns: &Namespace,
+        slba: Lba,
         nlb: u32,
         timeout: Duration,
     ) -> Result<(), NvmeError> {
         self.run_blocking_no_data(timeout, |q| {
-            q.submit_deallocate(nsid, slba, nlb, BLOCKING_TAG)
+            q.submit_deallocate(ns, slba, nlb, BLOCKING_TAG)
         })
+    }
+}
+
+/// A completion whose buffers are not the kind submitted: the queue hands back what it was
+/// given, so this is a driver bug, reported rather than panicking.
+fn wrong_kind(bufs: IoBufs) -> Rejected {
+    Rejected {
+        bufs,
+        error: NvmeError::InvalidArgument(
+            "internal: a completion came back with other buffers than its request",
+        ),
     }
 }
 

@@ -4,8 +4,10 @@ use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQue
 use ubdirect_core::UbBuf;
 
 use crate::error::NvmeError;
+use crate::io_flags::IoFlags;
 use crate::io_queue::IoQueuePair;
-use crate::io_types::{IoBufs, IoCompletion, Rejected};
+use crate::io_types::{IoBuf, IoBufs, IoCompletion, Rejected};
+use crate::namespace::{Lba, Namespace};
 
 /// Map a driver error to the seam's error kind and message (error path only).
 pub fn to_block_error(e: &NvmeError) -> BlockError {
@@ -24,14 +26,14 @@ pub fn to_block_error(e: &NvmeError) -> BlockError {
     BlockError::new(kind, e.to_string())
 }
 
-fn back(r: Rejected) -> (UbBuf, BlockError) {
+/// A refused single-buffer submission as the seam's error: its buffer back (a submission
+/// hands back what it was given: `None` never happens for one buffer in).
+fn back(r: Rejected) -> Result<(), (UbBuf, BlockError)> {
     let err = to_block_error(&r.error);
-    (
-        r.bufs
-            .into_one()
-            .expect("single-buffer submissions give their buffer back"),
-        err,
-    )
+    match r.bufs {
+        IoBufs::One(b) => Err((b.into_buf(), err)),
+        _ => unreachable!("a single-buffer submission gives its buffer back"),
+    }
 }
 
 impl IoQueuePair {
@@ -52,14 +54,22 @@ impl IoQueuePair {
         &mut self,
         buf: UbBuf,
         offset: u64,
-        submit: impl FnOnce(&mut Self, u32, u64, UbBuf) -> Result<(), Rejected>,
+        len: usize,
+        submit: impl FnOnce(&mut Self, &Namespace, Lba, IoBuf) -> Result<(), Rejected>,
     ) -> Result<(), (UbBuf, BlockError)> {
         let lba = match self.lba_of(offset) {
-            Ok(l) => l,
+            Ok(l) => Lba(l),
             Err(e) => return Err((buf, to_block_error(&e))),
         };
-        let nsid = self.default_nsid();
-        submit(self, nsid, lba, buf).map_err(back)
+        let ns = match self.default_namespace() {
+            Ok(ns) => ns,
+            Err(e) => return Err((buf, to_block_error(&e))),
+        };
+        let buf = match IoBuf::new(buf, 0, len) {
+            Ok(b) => b,
+            Err(e) => return Err((e.buf, to_block_error(&e.error))),
+        };
+        submit(self, &ns, lba, buf).or_else(back)
     }
 
     /// Completions of requests without a single buffer (flush, write zeroes, deallocate,
@@ -76,6 +86,11 @@ impl IoQueuePair {
     /// The namespace the BlockQueue impl uses.
     pub fn default_nsid(&self) -> u32 {
         self.ns[self.default_ns].nsid
+    }
+
+    /// The handle of the namespace the BlockQueue impl uses ([`crate::QueueOptions::nsid`]).
+    pub fn default_namespace(&self) -> Result<Namespace, NvmeError> {
+        Namespace::from_limits(&self.ns[self.default_ns])
     }
 }
 
@@ -101,8 +116,8 @@ impl BlockQueue for IoQueuePair {
         len: usize,
         tag: u64,
     ) -> Result<(), (UbBuf, BlockError)> {
-        self.submit_at(buf, offset, |q, nsid, lba, buf| {
-            IoQueuePair::submit_read(q, nsid, lba, buf, 0, len, tag)
+        self.submit_at(buf, offset, len, |q, ns, lba, buf| {
+            IoQueuePair::submit_read(q, ns, lba, buf, IoFlags::empty(), tag)
         })
     }
     fn submit_write(
@@ -112,12 +127,12 @@ impl BlockQueue for IoQueuePair {
         len: usize,
         tag: u64,
     ) -> Result<(), (UbBuf, BlockError)> {
-        self.submit_at(buf, offset, |q, nsid, lba, buf| {
-            IoQueuePair::submit_write(q, nsid, lba, buf, 0, len, false, tag)
+        self.submit_at(buf, offset, len, |q, ns, lba, buf| {
+            IoQueuePair::submit_write(q, ns, lba, buf, IoFlags::empty(), tag)
         })
     }
-    fn flush(&mut self) -> Result<(), BlockError> {
-        self.ring();
+    fn ring(&mut self) -> Result<(), BlockError> {
+        IoQueuePair::ring(self);
         Ok(())
     }
     fn poll(
@@ -132,7 +147,7 @@ impl BlockQueue for IoQueuePair {
         let mut held = std::mem::take(&mut self.held);
         let r = IoQueuePair::poll(self, max, |c| match c.bufs {
             IoBufs::One(buf) => f(BlockCompletion {
-                buf,
+                buf: buf.into_buf(),
                 tag: c.tag,
                 result: c.result.map_err(|e| to_block_error(&e)),
             }),
