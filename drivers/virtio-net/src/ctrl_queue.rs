@@ -62,6 +62,10 @@ pub(crate) struct CtrlQueue {
 }
 
 impl CtrlQueue {
+    /// The NUMA nodes of the ring and the command page.
+    pub(crate) fn numa_nodes(&self) -> [Option<u32>; 2] {
+        [self.ring.region().numa, self.page.region().numa]
+    }
     /// Allocates and registers control queue `q` (up to 64 entries; only 2 are ever used).
     pub(crate) fn new(
         t: &Transport,
