@@ -48,8 +48,11 @@ Environment:
                        earlier one) to this user and check its memlock limit (`ulimit -l`)
                        against HUGEMEM. No hugetlbfs mount changes owner: ubdirect allocates
                        hugepages with memfd_create(MFD_HUGETLB), which needs none.
-  UBD_ALLOW_NOIOMMU    refused: vfio's no-IOMMU mode would let devices DMA anywhere, and no
-                       ubdirect back end can run without an IOMMU yet
+  UBD_ALLOW_NOIOMMU=1  UNSAFE, on machines without an IOMMU only: `config` turns on vfio's
+                       no-IOMMU mode (/sys/module/vfio/parameters/enable_unsafe_noiommu_mode),
+                       so bound devices get /dev/vfio/noiommu-N groups and can DMA ANYWHERE in
+                       memory. Needs a kernel with CONFIG_VFIO_NOIOMMU; programs must also opt
+                       in (DomainOptions::allow_noiommu). Ignored when the IOMMU is on.
   UBD_STATE_DIR=dir    where the original drivers and hugepage counts are remembered
                        (default /run/ubdirect)
 
@@ -177,8 +180,11 @@ for n in $HUGENODE; do
     [ -d "$SYS/devices/system/node/node$n" ] ||
         usage_die "HUGENODE: NUMA node $n does not exist (see $SYS/devices/system/node)"
 done
-if [ -n "${UBD_ALLOW_NOIOMMU+set}" ]; then
-    usage_die "UBD_ALLOW_NOIOMMU='$UBD_ALLOW_NOIOMMU' is refused: vfio's no-IOMMU mode lets every bound device DMA anywhere in memory, and no ubdirect back end can work without an IOMMU yet (DMA is mapped through the vfio type1 IOMMU). Enable the IOMMU (VT-d/AMD-Vi in firmware, intel_iommu=on or amd_iommu=on) and unset UBD_ALLOW_NOIOMMU"
+if [ -n "${UBD_ALLOW_NOIOMMU+set}" ] && [ "$UBD_ALLOW_NOIOMMU" != 1 ]; then
+    usage_die "UBD_ALLOW_NOIOMMU='$UBD_ALLOW_NOIOMMU' is not understood: set UBD_ALLOW_NOIOMMU=1 to turn on vfio's unsafe no-IOMMU mode (machines without an IOMMU only), or unset it"
+fi
+if [ "${UBD_ALLOW_NOIOMMU:-}" = 1 ] && [ "$mode" = config ]; then
+    warn "UBD_ALLOW_NOIOMMU=1: UNSAFE. Without an IOMMU every device bound to vfio-pci can read and write ALL of memory (a driver bug or a malicious device corrupts the kernel). Use it only on a machine you can lose, never with untrusted users or devices."
 fi
 
 # norm_list NAME LIST MUST_EXIST: canonical addresses, or die naming the bad one.
@@ -504,9 +510,35 @@ in_use() {
 # ---------------------------------------------------------------------------------------------
 # config: steps
 
+# noiommu_on: turn on vfio's unsafe no-IOMMU mode (UBD_ALLOW_NOIOMMU=1, no IOMMU).
+noiommu_on() {
+    if [ ! -e "$SYS/module/vfio" ]; then
+        modprobe vfio enable_unsafe_noiommu_mode=1 || die "modprobe vfio failed: is the module installed for $(uname -r)?"
+        say "loaded vfio"
+        changes=$((changes + 1))
+    fi
+    [ -e "$noiommu_param" ] ||
+        die "$noiommu_param does not exist: this kernel lacks CONFIG_VFIO_NOIOMMU (Debian's does); boot one with it (scripts/vm/kernel-config/ubd.config) or turn the IOMMU on"
+    if [ "$(read_attr "$noiommu_param")" != Y ]; then
+        echo Y >"$noiommu_param" || die "could not write Y to $noiommu_param"
+        warn "vfio no-IOMMU mode is ON: devices bound to vfio-pci now DMA to physical addresses, unprotected"
+        changes=$((changes + 1))
+    fi
+    if [ ! -e "$SYS/bus/pci/drivers/vfio-pci" ]; then
+        modprobe vfio-pci || die "modprobe vfio-pci failed: is the module installed for $(uname -r)?"
+        say "loaded vfio-pci"
+        changes=$((changes + 1))
+    fi
+}
+
 load_vfio() {
+    if ! has_iommu && [ "${UBD_ALLOW_NOIOMMU:-}" = 1 ]; then
+        noiommu_on
+        return
+    fi
+    [ "${UBD_ALLOW_NOIOMMU:-}" != 1 ] || say "the IOMMU is on: UBD_ALLOW_NOIOMMU=1 is ignored (no-IOMMU mode stays off)"
     if ! has_iommu; then
-        die "no IOMMU ($SYS/kernel/iommu_groups is empty): enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on or amd_iommu=on (ubdirect needs the IOMMU: it has no no-IOMMU back end)"
+        die "no IOMMU ($SYS/kernel/iommu_groups is empty): enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on or amd_iommu=on (or, UNSAFE, opt in to vfio's no-IOMMU mode with UBD_ALLOW_NOIOMMU=1)"
     fi
     for m in vfio vfio_iommu_type1 vfio-pci; do
         case $m in

@@ -126,17 +126,26 @@ fn unknown_target_user() {
     );
 }
 
-/// Issue 9: no back end can use vfio's no-IOMMU mode, so setup.sh refuses to turn it on,
-/// whatever the value (`yes` was accepted before).
+/// Issue 12: `UBD_ALLOW_NOIOMMU` takes only `1` (any other value is refused, nothing done).
 #[test]
-fn noiommu_mode_is_refused() {
-    for v in ["yes", "1", ""] {
+fn noiommu_mode_takes_only_1() {
+    for v in ["yes", "0", ""] {
         assert_rejected(
             &["config"],
             &[("UBD_ALLOW_NOIOMMU", v)],
-            "is refused: vfio's no-IOMMU mode lets every bound device DMA anywhere",
+            "is not understood: set UBD_ALLOW_NOIOMMU=1 to turn on vfio's unsafe no-IOMMU mode",
         );
     }
+}
+
+/// Issue 12: `UBD_ALLOW_NOIOMMU=1` is accepted now (it was refused while no back end could
+/// work without an IOMMU); the read-only `status` runs with it.
+#[test]
+fn noiommu_mode_1_is_accepted() {
+    let out = run(&["status"], &[("UBD_ALLOW_NOIOMMU", "1")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr {stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
 }
 
 /// Issue 9: HUGEMEM is decimal; a number too large for sh arithmetic is refused, not wrapped.

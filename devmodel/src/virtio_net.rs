@@ -77,6 +77,8 @@ pub struct NetModelConfig {
     /// `num_queues` reads 1 pair + control and the queues beyond read size 0; the other
     /// pairs appear only with the feature.
     pub queues_grow_with_mq: bool,
+    /// The NUMA node the modelled device reports (`PciDevice::numa_node`); None: none.
+    pub numa_node: Option<u32>,
 }
 
 impl Default for NetModelConfig {
@@ -90,6 +92,7 @@ impl Default for NetModelConfig {
             event_idx: true,
             link_up: true,
             queues_grow_with_mq: false,
+            numa_node: None,
         }
     }
 }
@@ -602,6 +605,9 @@ fn extract(image: &[u8], off: u64, size: u8) -> u64 {
 }
 
 impl DeviceModel for VirtioNetModel {
+    fn numa_node(&self) -> Option<u32> {
+        self.cfg.numa_node
+    }
     fn config_read(&self, off: u16, buf: &mut [u8]) {
         self.config.read(off, buf)
     }

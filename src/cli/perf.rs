@@ -2,6 +2,8 @@
 //! driver. Each core gets its own pinned thread and queue pair; latency goes into a fixed-size
 //! histogram; the driver's own submit and completion cost is timed with the cycle counter.
 
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -18,8 +20,10 @@ use ubdirect_nvme::{
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
 use super::{CliResult, Outcome};
+use report::{direction, latency_ns, Direction, HistogramJson};
 
 mod floor;
+mod report;
 mod uring;
 
 /// Measure NVMe I/O (IOPS, MiB/s, latency percentiles, driver cycles per I/O) like spdk_nvme_perf.
@@ -48,6 +52,25 @@ pub struct Args {
     /// Seconds to run.
     #[arg(short = 't', long = "seconds", alias = "time", default_value_t = 5.0)]
     time: f64,
+
+    /// Warm-up seconds before the measured -t: I/O runs, its figures are not counted.
+    #[arg(
+        short = 'a',
+        long = "warmup",
+        value_name = "SECONDS",
+        default_value_t = 0.0
+    )]
+    warmup: f64,
+
+    /// Latency histogram: -L buckets (one per power of two), -LL the full histogram (every
+    /// bucket); in the table and in --json (`latency_histogram`).
+    #[arg(short = 'L', long = "latency-histogram", action = clap::ArgAction::Count)]
+    latency_histogram: u8,
+
+    /// One status line per second on stderr while running: auto (when stderr is a terminal
+    /// and not --json), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    progress: Progress,
 
     /// Cores to run on, each with its own queue pair: a list "0,2" or a mask "0x5".
     #[arg(short = 'c', long = "cores", default_value = "0", value_parser = parse_cores)]
@@ -117,6 +140,17 @@ enum Engine {
     UringCmd,
 }
 
+/// --progress values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Progress {
+    /// When stderr is a terminal and the output is not --json.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
 /// --shadow-doorbells values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ShadowArg {
@@ -129,6 +163,15 @@ enum ShadowArg {
 }
 
 impl Args {
+    /// Whether to print the once-a-second status line.
+    fn show_progress(&self) -> bool {
+        match self.progress {
+            Progress::Always => true,
+            Progress::Never => false,
+            Progress::Auto => !self.json && std::io::stderr().is_terminal(),
+        }
+    }
+
     /// The shadow doorbell mode asked for (`--no-shadow-doorbell` is `off`).
     fn shadow_mode(&self) -> ShadowDoorbells {
         match (self.no_shadow_doorbell, self.shadow_doorbells) {
@@ -239,8 +282,14 @@ struct CoreResult {
     resets: u64,
     /// Commands submitted again after those resets.
     requeued: u64,
+    /// Reads alone.
+    read: Direction,
+    /// Writes alone.
+    write: Direction,
     #[serde(skip)]
-    hist: Option<LatencyHistogram>,
+    hist_read: LatencyHistogram,
+    #[serde(skip)]
+    hist_write: LatencyHistogram,
     #[serde(skip)]
     submit_cycles: u64,
     #[serde(skip)]
@@ -266,6 +315,11 @@ struct PerfReport<'a> {
     shadow_doorbells_why: String,
     sq_in_cmb: bool,
     tsc_hz: f64,
+    /// `-a`: seconds of I/O before the measurement, not counted.
+    warmup_seconds: f64,
+    /// `-L` / `-LL`: the latency histogram of all cores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_histogram: Option<HistogramJson>,
     cores: &'a [CoreResult],
     total: Total,
 }
@@ -284,6 +338,12 @@ struct Total {
     verify_errors: u64,
     /// Controller resets during the run (recoveries from timeouts or a reset under the run).
     controller_resets: u64,
+    /// Reads alone.
+    read: Direction,
+    /// Writes alone.
+    write: Direction,
+    #[serde(skip)]
+    hist: LatencyHistogram,
 }
 
 /// Settings shared by the workers.
@@ -300,6 +360,9 @@ struct Job {
     first_block: u64,
     span_blocks: u64,
     duration: Duration,
+    warmup: Duration,
+    /// I/Os completed so far per worker, warm-up included (read by the status line).
+    done: Vec<Counter>,
     verify: bool,
     shadow: bool,
     sq_in_cmb: bool,
@@ -307,10 +370,23 @@ struct Job {
     cores: usize,
 }
 
+/// A counter on a cache line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct Counter(AtomicU64);
+
 const STAMP_MAGIC: u64 = 0x2146_5245_5044_4255; // "UBDPERF!"
 
 /// Run it; then fail (exit 1) if the kernel logged an IOMMU fault for the controller.
 pub fn run(args: &Args) -> CliResult {
+    if args.warmup < 0.0 || !args.warmup.is_finite() {
+        return Err(format!("-a {}: give the warm-up in seconds, 0 or more", args.warmup).into());
+    }
+    if (args.warmup > 0.0 || args.latency_histogram > 0)
+        && (args.engine != Engine::Ubdirect || args.addr.starts_with("nvmf-tcp://"))
+    {
+        return Err("-a and -L are for --engine ubdirect on a PCI address: drop them".into());
+    }
     if args.addr.starts_with("nvmf-tcp://") {
         return super::nvmf_perf::run(&super::nvmf_perf::PerfSpec {
             addr: &args.addr,
@@ -449,6 +525,10 @@ fn run_perf(args: &Args) -> CliResult {
         first_block,
         span_blocks,
         duration: Duration::from_secs_f64(args.time.max(0.01)),
+        warmup: Duration::from_secs_f64(args.warmup),
+        done: (0..args.cores.0.len())
+            .map(|_| Counter::default())
+            .collect(),
         verify: args.verify,
         shadow: ctrl.shadow_doorbells(),
         sq_in_cmb: args.sq_in_cmb,
@@ -469,6 +549,7 @@ fn run_perf(args: &Args) -> CliResult {
                 s.spawn(move || worker(&ctrl, &pool, &job, i, core, &start))
             })
             .collect();
+        status_lines(args, &job, &handles);
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
@@ -487,6 +568,27 @@ fn run_perf(args: &Args) -> CliResult {
         &cores,
         ctrl.resets(),
     )
+}
+
+/// Until the workers are done: one line a second on stderr (with `--progress`).
+fn status_lines<T>(args: &Args, job: &Job, handles: &[std::thread::ScopedJoinHandle<'_, T>]) {
+    let show = args.show_progress();
+    let t0 = Instant::now();
+    let (mut next, mut last_ios, mut last_t) = (1u64, 0u64, 0.0f64);
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(20));
+        let t = t0.elapsed().as_secs_f64();
+        if show && t >= next as f64 {
+            let ios: u64 = job.done.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+            // The second just ended lay in the warm-up.
+            let warming = (next as f64) <= job.warmup.as_secs_f64();
+            eprintln!(
+                "{}",
+                report::progress_line(next, warming, ios - last_ios, t - last_t, job.io_size)
+            );
+            (next, last_ios, last_t) = (next + 1, ios, t);
+        }
+    }
 }
 
 /// Print the report of a run (table or `--json`) and say whether it found errors.
@@ -514,6 +616,9 @@ fn finish(
         shadow_doorbells_why: shadow.why,
         sq_in_cmb: args.sq_in_cmb,
         tsc_hz: tsc.hz,
+        warmup_seconds: args.warmup,
+        latency_histogram: (args.latency_histogram > 0)
+            .then(|| report::histogram(&total.hist, tsc, args.latency_histogram > 1)),
         cores,
         total,
     };
@@ -543,12 +648,13 @@ fn capped_depth_line(asked: usize, effective: usize) -> Option<String> {
 }
 
 fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
-    let mut h = LatencyHistogram::new();
+    let (mut hr, mut hw) = (LatencyHistogram::new(), LatencyHistogram::new());
     for c in cores {
-        if let Some(ch) = &c.hist {
-            h.merge(ch);
-        }
+        hr.merge(&c.hist_read);
+        hw.merge(&c.hist_write);
     }
+    let mut h = hr.clone();
+    h.merge(&hw);
     let ios: u64 = cores.iter().map(|c| c.ios).sum();
     let iops: f64 = cores.iter().map(|c| c.iops).sum();
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
@@ -566,23 +672,9 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
         errors: cores.iter().map(|c| c.errors).sum(),
         verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
         controller_resets: 0,
-    }
-}
-
-/// A histogram of TSC ticks as nanoseconds.
-fn latency_ns(h: &LatencyHistogram, tsc: &Tsc) -> LatencyNs {
-    let ns = |t: u64| tsc.to_ns(t as f64);
-    LatencyNs {
-        count: Some(h.count()),
-        mean: tsc.to_ns(h.mean()),
-        min: Some(ns(h.min())),
-        p50: ns(h.quantile(0.5)),
-        p90: Some(ns(h.quantile(0.9))),
-        p99: ns(h.quantile(0.99)),
-        p999: ns(h.quantile(0.999)),
-        p9999: Some(ns(h.quantile(0.9999))),
-        stddev: Some(tsc.to_ns(h.stddev())),
-        max: ns(h.max()),
+        read: report::sum_directions(cores.iter().map(|c| &c.read), &hr, tsc),
+        write: report::sum_directions(cores.iter().map(|c| &c.write), &hw, tsc),
+        hist: h,
     }
 }
 
@@ -647,6 +739,22 @@ fn print_report(r: &PerfReport<'_>) {
         t.bytes_per_s / MIB,
         t.latency_ns.mean / 1e3
     );
+    if r.workload == Workload::Rw {
+        for c in r.cores {
+            for (name, d) in [("read", &c.read), ("write", &c.write)] {
+                print_direction(&format!("  core {:>2} {name}", c.core), d);
+            }
+        }
+        for (name, d) in [("read", &t.read), ("write", &t.write)] {
+            print_direction(&format!("Total {name}"), d);
+        }
+    }
+    if r.warmup_seconds > 0.0 {
+        println!(
+            "warm-up: {} s of I/O before the measurement, not counted",
+            r.warmup_seconds
+        );
+    }
     println!(
         "latency percentiles (us): p50 {:.2}  p99 {:.2}  p99.9 {:.2}  p99.99 {:.2}  stddev {:.2}",
         t.latency_ns.p50 / 1e3,
@@ -669,6 +777,11 @@ fn print_report(r: &PerfReport<'_>) {
             c.core, c.qid, c.sq_doorbell_writes_per_io, c.cq_doorbell_writes_per_io, c.shadow_only_updates_per_io
         );
     }
+    if let Some(h) = &r.latency_histogram {
+        for l in report::histogram_lines(h) {
+            println!("{l}");
+        }
+    }
     if t.errors > 0 {
         println!("I/O errors: {}", t.errors);
     }
@@ -689,6 +802,20 @@ fn print_report(r: &PerfReport<'_>) {
             t.verify_errors
         );
     }
+}
+
+/// One table line of one direction: I/Os, IOPS, MiB/s, average, p99 and max latency.
+fn print_direction(label: &str, d: &Direction) {
+    println!(
+        "{label:<40}: {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}  ({} I/Os, p99 {:.2} us)",
+        d.iops,
+        d.bytes_per_s / MIB,
+        d.latency_ns.mean / 1e3,
+        d.latency_ns.min.unwrap_or(0.0) / 1e3,
+        d.latency_ns.max / 1e3,
+        d.ios,
+        d.latency_ns.p99 / 1e3
+    );
 }
 
 /// The result of an engine other than the driver (one core; no driver cycle counts).
@@ -726,7 +853,10 @@ fn plain_core(
         verify_errors: 0,
         resets: 0,
         requeued: 0,
-        hist: Some(hist),
+        read: direction(&hist, secs, io_size, tsc),
+        write: Direction::default(),
+        hist_read: hist,
+        hist_write: LatencyHistogram::new(),
         submit_cycles: 0,
         complete_cycles: 0,
     }
@@ -830,16 +960,21 @@ fn worker(
             }
         }
     }
-    let mut hist = LatencyHistogram::new();
+    let (mut hist_r, mut hist_w) = (LatencyHistogram::new(), LatencyHistogram::new());
+    // Swapped in when the warm-up ends, so that the I/O path allocates nothing.
+    let (mut fresh_r, mut fresh_w) = (LatencyHistogram::new(), LatencyHistogram::new());
     let (mut ios, mut reads, mut writes, mut errors) = (0u64, 0u64, 0u64, 0u64);
     let (mut verified, mut verify_errors) = (0u64, 0u64);
     let (mut submit_cycles, mut complete_cycles) = (0u64, 0u64);
     let mut first_error: Option<String> = None;
     start.wait();
-    let stats0 = qp.stats();
-    let t_start = Instant::now();
-    let deadline = rdtsc() + job.tsc.ticks(job.duration);
+    let mut stats0 = qp.stats();
+    let mut t_start = Instant::now();
+    let measure_from = rdtsc() + job.tsc.ticks(job.warmup);
+    let mut warming = !job.warmup.is_zero();
+    let deadline = measure_from + job.tsc.ticks(job.duration);
     let mut stopping = false;
+    let mut done = 0u64;
     loop {
         if !stopping {
             let s0 = rdtsc();
@@ -889,12 +1024,14 @@ fn worker(
                 let now = rdtsc();
                 let slot = c.tag as usize;
                 let s = slots[slot];
-                hist.record(now.saturating_sub(s.submitted));
+                let lat = now.saturating_sub(s.submitted);
                 ios += 1;
                 if s.write {
-                    writes += 1
+                    writes += 1;
+                    hist_w.record(lat);
                 } else {
-                    reads += 1
+                    reads += 1;
+                    hist_r.record(lat);
                 }
                 // Every request here moves one buffer window, which comes back.
                 let IoBufs::One(buf) = c.bufs else {
@@ -923,6 +1060,17 @@ fn worker(
         let p1 = rdtsc();
         if n > 0 {
             complete_cycles += p1 - p0;
+            done += n as u64;
+            job.done[index].0.store(done, Ordering::Relaxed);
+        }
+        if warming && p1 >= measure_from {
+            // The warm-up is over: count from here.
+            warming = false;
+            std::mem::swap(&mut hist_r, &mut fresh_r);
+            std::mem::swap(&mut hist_w, &mut fresh_w);
+            (ios, reads, writes, submit_cycles, complete_cycles) = (0, 0, 0, 0, 0);
+            stats0 = qp.stats();
+            t_start = Instant::now();
         }
         if !stopping && p1 >= deadline {
             stopping = true;
@@ -938,6 +1086,8 @@ fn worker(
     }
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
     let iops = ios as f64 / secs;
+    let mut all = hist_r.clone();
+    all.merge(&hist_w);
     Ok(CoreResult {
         core,
         qid: qp.qid(),
@@ -949,7 +1099,6 @@ fn worker(
         seconds: secs,
         iops,
         bytes_per_s: iops * job.io_size as f64,
-        latency_ns: latency_ns(&hist, &job.tsc),
         submit_cycles_per_io: per_io(submit_cycles),
         complete_cycles_per_io: per_io(complete_cycles),
         sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
@@ -959,7 +1108,11 @@ fn worker(
         verify_errors,
         resets: st.resets - stats0.resets,
         requeued: st.requeued - stats0.requeued,
-        hist: Some(hist),
+        read: direction(&hist_r, secs, job.io_size, &job.tsc),
+        write: direction(&hist_w, secs, job.io_size, &job.tsc),
+        latency_ns: latency_ns(&all, &job.tsc),
+        hist_read: hist_r,
+        hist_write: hist_w,
         submit_cycles,
         complete_cycles,
     })
@@ -1106,6 +1259,8 @@ mod tests {
         let p9999 = core.latency_ns.p9999.unwrap();
         assert!((p9999 - 30_000.0).abs() < 1_000.0, "{:?}", core.latency_ns);
         let cores = [core];
+        let total = summarize(&cores, &tsc, 4096);
+        assert_eq!((total.read.ios, total.write.ios), (3, 0));
         for engine in ["floor", "uring-iopoll", "uring-cmd", "ubdirect"] {
             let args = parse(&["00:04.0", "--engine", engine, "-o", "4K", "-q", "32"]);
             let report = PerfReport {
@@ -1122,6 +1277,8 @@ mod tests {
                 shadow_doorbells_why: "auto: EventIdx saved 0 of 300 doorbell MMIO writes".into(),
                 sq_in_cmb: engine == "ubdirect",
                 tsc_hz: tsc.hz,
+                warmup_seconds: 1.0,
+                latency_histogram: Some(report::histogram(&total.hist, &tsc, engine == "floor")),
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),
             };
@@ -1129,6 +1286,68 @@ mod tests {
             assert_eq!(doc["engine"], engine);
             crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{engine}: {e}"));
         }
+    }
+
+    #[test]
+    fn warmup_histogram_and_progress_parse_and_other_engines_refuse_them() {
+        let a = parse(&["00:04.0", "-a", "1.5", "-LL", "--progress", "never"]);
+        assert_eq!((a.warmup, a.latency_histogram), (1.5, 2));
+        assert_eq!(a.progress, Progress::Never);
+        assert!(!a.show_progress());
+        assert_eq!(parse(&["00:04.0", "-L"]).latency_histogram, 1);
+        assert!(parse(&["00:04.0", "--progress", "always"]).show_progress());
+        // auto: never with --json.
+        assert!(!parse(&["00:04.0", "--json"]).show_progress());
+        for bad in [
+            &["00:04.0", "--engine", "floor", "-a", "1"][..],
+            &["00:04.0", "--engine", "uring-iopoll", "-L"],
+            &["nvmf-tcp://127.0.0.1:4420/nqn.x", "-a", "1"],
+            &["00:04.0", "--warmup=-1"],
+        ] {
+            let Err(e) = run(&parse(bad)) else {
+                panic!("{bad:?} accepted")
+            };
+            let e = e.to_string();
+            assert!(e.contains("-a"), "{bad:?}: {e}");
+        }
+    }
+
+    /// A -w rw run's report: reads and writes apart, each core's and the total's; the
+    /// histogram counts every I/O.
+    #[test]
+    fn rw_report_splits_directions_and_the_histogram_sums_to_the_ios() {
+        let tsc = Tsc { hz: 1.0e9 };
+        let core = |n: usize, r: u64, w: u64| {
+            let (mut hr, mut hw) = (LatencyHistogram::new(), LatencyHistogram::new());
+            (0..r).for_each(|i| hr.record(10_000 + i));
+            (0..w).for_each(|i| hw.record(50_000 + i));
+            let mut c = plain_core(
+                n,
+                1,
+                (r + w, 0),
+                2.0,
+                LatencyHistogram::new(),
+                4096,
+                &tsc,
+                (0, 0),
+            );
+            c.read = direction(&hr, 2.0, 4096, &tsc);
+            c.write = direction(&hw, 2.0, 4096, &tsc);
+            (c.hist_read, c.hist_write) = (hr, hw);
+            c
+        };
+        let cores = [core(0, 600, 200), core(1, 400, 800)];
+        let t = summarize(&cores, &tsc, 4096);
+        assert_eq!((t.read.ios, t.write.ios), (1000, 1000));
+        assert_eq!((t.read.iops, t.write.iops), (500.0, 500.0));
+        assert!(t.read.latency_ns.p99 < 11_000.0, "{:?}", t.read.latency_ns);
+        assert!(
+            t.write.latency_ns.p50 > 48_000.0,
+            "{:?}",
+            t.write.latency_ns
+        );
+        let h = report::histogram(&t.hist, &tsc, false);
+        assert_eq!(h.rows.iter().map(|r| r.count).sum::<u64>(), 2000);
     }
 
     #[test]

@@ -24,12 +24,14 @@ pub struct Testbed {
     pub nvme_mdts0: Option<String>,
     /// The virtio-net NIC with two queue pairs (`mq=on` on a 2-queue tap) and a control queue.
     pub nic_mq: Option<String>,
+    /// The NVMe controller with a 1 MiB Controller Memory Buffer (serial `ubdcmb`, issue 12).
+    pub nvme_cmb: Option<String>,
     /// The host's run directory holding the backing files (for messages only).
     pub run_dir: Option<String>,
 }
 
 impl Testbed {
-    /// Every test device, in the order NVMe, ivshmem, NICs, MDTS-0 NVMe, multiqueue NIC (the
+    /// Every test device, in the order NVMe, ivshmem, NICs, MDTS-0 NVMe, multiqueue NIC, CMB NVMe (the
     /// order of the guest's `UBD_TEST_DEVICES`).
     pub fn all(&self) -> Vec<String> {
         let mut v = self.nvme.clone();
@@ -37,6 +39,7 @@ impl Testbed {
         v.extend(self.nics.iter().cloned());
         v.extend(self.nvme_mdts0.iter().cloned());
         v.extend(self.nic_mq.iter().cloned());
+        v.extend(self.nvme_cmb.iter().cloned());
         v
     }
 }
@@ -93,6 +96,7 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<Testbed> {
         nics: list("UBD_NICS"),
         nvme_mdts0: list("UBD_NVME_MDTS0").into_iter().next(),
         nic_mq: list("UBD_NIC_MQ").into_iter().next(),
+        nvme_cmb: list("UBD_NVME_CMB").into_iter().next(),
         run_dir: get("UBD_RUN_DIR").filter(|s| !s.is_empty()),
     })
 }
@@ -268,6 +272,7 @@ mod tests {
             ("UBD_NICS", "0000:00:07.0, 0000:00:08.0"),
             ("UBD_NVME_MDTS0", "0000:00:0a.0"),
             ("UBD_NIC_MQ", "0000:00:09.0"),
+            ("UBD_NVME_CMB", "0000:00:0b.0"),
             ("UBD_RUN_DIR", "/r"),
         ]))
         .expect("in guest");
@@ -286,7 +291,8 @@ mod tests {
                 "0000:00:07.0",
                 "0000:00:08.0",
                 "0000:00:0a.0",
-                "0000:00:09.0"
+                "0000:00:09.0",
+                "0000:00:0b.0"
             ]
         );
     }
@@ -296,7 +302,7 @@ mod tests {
         let tb = from_lookup(env(&[("UBD_GUEST", "1"), ("UBD_IVSHMEM", "")])).expect("in guest");
         assert!(tb.nvme.is_empty() && tb.nics.is_empty());
         assert_eq!(tb.ivshmem, None);
-        assert_eq!((tb.nvme_mdts0, tb.nic_mq), (None, None));
+        assert_eq!((tb.nvme_mdts0, tb.nic_mq, tb.nvme_cmb), (None, None, None));
         assert_eq!(tb.run_dir, None);
     }
 

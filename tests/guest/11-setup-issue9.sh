@@ -261,11 +261,11 @@ check "a later run still hands over the group of a device an earlier run bound" 
 chown root /dev/hugepages /dev/hugepages1G
 run_setup reset
 
-# ---- UBD_ALLOW_NOIOMMU is refused --------------------------------------------------------------
+# ---- UBD_ALLOW_NOIOMMU takes only 1 (issue 12) ------------------------------------------------
 before=$(snapshot)
 run_setup config HUGEMEM=0 UBD_ALLOW_NOIOMMU=yes
-check "UBD_ALLOW_NOIOMMU=yes is refused (exit 2, says why) and nothing changes" \
-    eval '[ "$rc" = 2 ] && err_has "no ubdirect back end can work without an IOMMU" && [ "$before" = "$(snapshot)" ]'
+check "UBD_ALLOW_NOIOMMU=yes is refused (exit 2, names =1) and nothing changes" \
+    eval '[ "$rc" = 2 ] && err_has "set UBD_ALLOW_NOIOMMU=1 to turn on" && [ "$before" = "$(snapshot)" ]'
 
 run_setup reset
 check "the test leaves every device on its kernel driver" \

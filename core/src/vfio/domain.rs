@@ -164,19 +164,27 @@ impl DmaDomain {
     }
 }
 
-/// Why the no-IOMMU back end is refused: without the library opt-in, always; with it, because
-/// physical-address DMA is not implemented yet.
+/// Why the no-IOMMU back end is refused: without the library opt-in, always; then without the
+/// operator's opt-in (vfio's unsafe no-IOMMU mode, under filesystem `root`); with both, because
+/// opening devices through no-IOMMU groups is not implemented yet.
 fn noiommu_refusal(options: &DomainOptions) -> CoreError {
+    noiommu_refusal_in(Path::new("/"), options)
+}
+
+fn noiommu_refusal_in(root: &Path, options: &DomainOptions) -> CoreError {
     if !options.allow_noiommu {
         return CoreError::Backend {
             backend: "noiommu",
             reason: "refused: without an IOMMU a device can read and write all of memory, and this DmaDomain was not created with DomainOptions::allow_noiommu".into(),
-            fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh`".into(),
+            fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".into(),
         };
+    }
+    if let Err(e) = super::noiommu::operator_opt_in(root) {
+        return e;
     }
     CoreError::Backend {
         backend: "noiommu",
-        reason: "DMA to physical addresses through vfio no-IOMMU groups is not implemented in this build".into(),
+        reason: "opening a device through a vfio no-IOMMU group (/dev/vfio/noiommu-N) is not implemented in this build (vfio-ioctls 0.10 opens only /dev/vfio/N groups); the address rules are in core::vfio::noiommu".into(),
         fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on) and use the type1 or iommufd back end".into(),
     }
 }
@@ -1020,6 +1028,28 @@ mod tests {
         assert!(m.starts_with("DMA back end noiommu: refused"), "{m}");
         assert!(m.contains("allow_noiommu"), "{m}");
         assert!(m.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh"), "{m}");
+    }
+
+    #[test]
+    fn noiommu_with_the_library_opt_in_needs_the_operator_opt_in() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = DomainOptions {
+            backend: Some(BackendKind::NoIommu),
+            allow_noiommu: true,
+        };
+        let m = noiommu_refusal_in(d.path(), &opts).to_string();
+        assert!(m.contains("CONFIG_VFIO_NOIOMMU"), "{m}");
+        let p = d.path().join(super::super::noiommu::UNSAFE_MODE_PARAM);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "N\n").unwrap();
+        let m = noiommu_refusal_in(d.path(), &opts).to_string();
+        assert!(
+            m.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
+            "{m}"
+        );
+        std::fs::write(&p, "Y\n").unwrap();
+        let m = noiommu_refusal_in(d.path(), &opts).to_string();
+        assert!(m.contains("not implemented in this build"), "{m}");
     }
 
     #[test]

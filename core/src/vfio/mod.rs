@@ -7,6 +7,7 @@ mod domain;
 mod iommu_info;
 mod iommufd;
 mod mapping;
+pub mod noiommu;
 mod preflight;
 mod readonly_map;
 mod select;

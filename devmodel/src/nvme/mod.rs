@@ -66,6 +66,8 @@ pub struct NvmeConfig {
     pub shadow_lazy_cq: bool,
     /// A Controller Memory Buffer (CAP.CMBS set, CMB registers, its BAR); None: no CMB.
     pub cmb: Option<CmbConfig>,
+    /// The NUMA node the modelled controller reports (`PciDevice::numa_node`); None: none.
+    pub numa_node: Option<u32>,
 }
 
 impl Default for NvmeConfig {
@@ -85,6 +87,7 @@ impl Default for NvmeConfig {
             shadow_doorbells: false,
             shadow_lazy_cq: false,
             cmb: None,
+            numa_node: None,
         }
     }
 }
@@ -168,6 +171,7 @@ pub struct NvmeModel {
     bar0_len: u64,
     /// The CMB's BAR and its length.
     cmb_bar: Option<(u8, u64)>,
+    numa_node: Option<u32>,
     st: Mutex<State>,
 }
 
@@ -184,6 +188,7 @@ impl NvmeModel {
             dma: HostDma::new(registry.clone()),
             bar0_len: cfg.bar0_len,
             cmb_bar: cfg.cmb.map(|c| (c.bir, c.bar_len)),
+            numa_node: cfg.numa_node,
             st: Mutex::new(State {
                 cfg,
                 regs: [0; 0x40],
@@ -261,6 +266,9 @@ impl NvmeModel {
 }
 
 impl DeviceModel for NvmeModel {
+    fn numa_node(&self) -> Option<u32> {
+        self.numa_node
+    }
     fn config_read(&self, off: u16, buf: &mut [u8]) {
         self.config.read(off, buf)
     }

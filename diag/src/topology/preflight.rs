@@ -129,7 +129,7 @@ fn check_iommu(s: &SystemInfo, f: &mut Vec<Finding>) {
                 None,
                 format!("no IOMMU groups: the IOMMU is off or absent ({cmdline})"),
                 "enable VT-d/AMD-Vi in firmware and boot with intel_iommu=on (Intel) or amd_iommu=on (AMD); \
-                 without an IOMMU only vfio no-IOMMU mode works (UBD_ALLOW_NOIOMMU=yes scripts/setup.sh, \
+                 without an IOMMU only vfio no-IOMMU mode works (UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config, \
                  needs CONFIG_VFIO_NOIOMMU)"
                     .into(),
             )),

@@ -83,14 +83,15 @@ impl AdminQueue {
         mmio: Arc<Mmio>,
         entries: u16,
         dstrd: u8,
+        numa: Option<u32>,
     ) -> Result<AdminQueue> {
         Ok(AdminQueue {
-            sq: SqRing::new(registry, entries)?,
-            cq: CqRing::new(registry, entries)?,
+            sq: SqRing::new(registry, entries, numa)?,
+            cq: CqRing::new(registry, entries, numa)?,
             sq_db: Doorbell::new(mmio.clone(), sq_tail_doorbell(0, dstrd), None),
             cq_db: Doorbell::new(mmio.clone(), cq_head_doorbell(0, dstrd), None),
             mmio,
-            data: DmaMem::alloc(registry, ADMIN_DATA_LEN)?,
+            data: DmaMem::alloc_on(registry, ADMIN_DATA_LEN, numa)?,
             next_cid: 0,
             entries,
             sq_db_off: sq_tail_doorbell(0, dstrd),

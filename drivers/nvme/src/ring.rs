@@ -32,9 +32,13 @@ pub(crate) struct SqRing {
 }
 
 impl SqRing {
-    /// Allocate a zeroed ring.
-    pub(crate) fn new(registry: &Arc<UbRegistry>, entries: u16) -> Result<SqRing> {
-        let mem = DmaMem::alloc(registry, entries as usize * 64)?;
+    /// Allocate a zeroed ring on NUMA node `numa` (the controller's; None: no preference).
+    pub(crate) fn new(
+        registry: &Arc<UbRegistry>,
+        entries: u16,
+        numa: Option<u32>,
+    ) -> Result<SqRing> {
+        let mem = DmaMem::alloc_on(registry, entries as usize * 64, numa)?;
         Ok(SqRing {
             mem: SqMem::Host(mem),
             entries,
@@ -64,6 +68,13 @@ impl SqRing {
         match &self.mem {
             SqMem::Host(m) => m.iova(),
             SqMem::Cmb(c) => c.iova(),
+        }
+    }
+    /// The NUMA node of the ring's host memory (None in the CMB or without a node).
+    pub(crate) fn numa_node(&self) -> Option<u32> {
+        match &self.mem {
+            SqMem::Host(m) => m.region().numa,
+            SqMem::Cmb(_) => None,
         }
     }
     /// True when the ring lies in the Controller Memory Buffer.
@@ -107,9 +118,14 @@ pub(crate) struct CqRing {
 }
 
 impl CqRing {
-    /// Allocate a zeroed ring (expected phase 1 on the first pass).
-    pub(crate) fn new(registry: &Arc<UbRegistry>, entries: u16) -> Result<CqRing> {
-        let mem = DmaMem::alloc(registry, entries as usize * 16)?;
+    /// Allocate a zeroed ring (expected phase 1 on the first pass) on NUMA node `numa` (the
+    /// controller's; None: no preference).
+    pub(crate) fn new(
+        registry: &Arc<UbRegistry>,
+        entries: u16,
+        numa: Option<u32>,
+    ) -> Result<CqRing> {
+        let mem = DmaMem::alloc_on(registry, entries as usize * 16, numa)?;
         Ok(CqRing {
             mem,
             entries,
@@ -120,6 +136,10 @@ impl CqRing {
     /// The ring's IOVA.
     pub(crate) fn iova(&self) -> u64 {
         self.mem.iova()
+    }
+    /// The NUMA node of the ring's memory (None: no node asked for).
+    pub(crate) fn numa_node(&self) -> Option<u32> {
+        self.mem.region().numa
     }
     /// Zero the ring and expect phase 1 at slot 0 again (after a controller reset).
     pub(crate) fn reset(&mut self) {

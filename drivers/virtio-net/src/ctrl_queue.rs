@@ -62,6 +62,10 @@ pub(crate) struct CtrlQueue {
 }
 
 impl CtrlQueue {
+    /// The NUMA nodes of the ring and the command page.
+    pub(crate) fn numa_nodes(&self) -> [Option<u32>; 2] {
+        [self.ring.region().numa, self.page.region().numa]
+    }
     /// Allocates and registers control queue `q` (up to 64 entries; only 2 are ever used).
     pub(crate) fn new(
         t: &Transport,
@@ -79,8 +83,10 @@ impl CtrlQueue {
         }
         let size = 1u16 << (15 - max.min(64).leading_zeros().min(15));
         let layout = RingLayout::new(size).expect("power of two <= 64");
-        let ring = DmaMem::alloc(registry, layout.total)?;
-        let page = DmaMem::alloc(registry, 4096)?;
+        // On the device's NUMA node.
+        let numa = t.device().numa_node();
+        let ring = DmaMem::alloc_on(registry, layout.total, numa)?;
+        let page = DmaMem::alloc_on(registry, 4096, numa)?;
         // SAFETY: the ring block is zeroed, at least layout.total bytes, owned by this queue.
         unsafe {
             core::ptr::write_volatile(

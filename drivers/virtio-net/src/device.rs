@@ -276,7 +276,8 @@ impl VirtioNet {
                     }
                     let size = pick_size(want, max)?;
                     let layout = RingLayout::new(size).expect("power of two <= 32768");
-                    let mem = DmaMem::alloc(registry, layout.total)?;
+                    // The ring on the device's NUMA node.
+                    let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
                     // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and
                     // lives in the Queue beside the ring for as long as the ring does.
                     let ring = unsafe { SplitRing::new(mem.as_ptr(), mem.iova(), size, event_idx) }
@@ -369,6 +370,19 @@ impl VirtioNet {
         &self.span
     }
 
+    /// The NUMA nodes the device's host memory was placed on: each queue pair's RX and TX
+    /// rings, then the control queue's ring and command page (the device's node).
+    pub fn host_memory_numa(&self) -> Vec<Option<u32>> {
+        let mut v: Vec<Option<u32>> = self
+            .pairs
+            .iter()
+            .flat_map(|p| [p.rx._mem.region().numa, p.tx._mem.region().numa])
+            .collect();
+        if let Some(c) = &self.ctrl {
+            v.extend(c.numa_nodes());
+        }
+        v
+    }
     /// Facts read at bring-up.
     pub fn info(&self) -> &NetInfo {
         &self.info

@@ -120,6 +120,7 @@ fn hostile() -> impl Strategy<Value = (NetModelConfig, Hostile, u16)> {
                 link_up: true,
                 // Both shapes: QEMU's (MQ pairs appear with the feature) and a fixed count.
                 queues_grow_with_mq: max_pairs % 2 == 0,
+                numa_node: None,
             },
         );
     let regs = (

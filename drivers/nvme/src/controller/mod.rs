@@ -181,7 +181,13 @@ impl Controller {
         let admin_entries = opts
             .admin_entries
             .clamp(2, cap.max_queue_entries().min(4096) as u16);
-        let admin = AdminQueue::new(registry, mmio.clone(), admin_entries, cap.dstrd())?;
+        let admin = AdminQueue::new(
+            registry,
+            mmio.clone(),
+            admin_entries,
+            cap.dstrd(),
+            dev.numa_node(),
+        )?;
         let mut ctrl = Controller {
             dev,
             registry: registry.clone(),

@@ -183,6 +183,8 @@ impl IoQueuePair {
             .collect();
         let qid = ctrl.alloc_qid()?;
         let registry = ctrl.registry().clone();
+        // Rings and PRP list pages on the controller's NUMA node.
+        let numa = ctrl.device().numa_node();
         let build = || -> Result<(SqRing, CqRing, DmaMem)> {
             let sq = if opts.sq_in_cmb {
                 let cmb = ctrl.cmb().ok_or(NvmeError::InvalidArgument(
@@ -190,12 +192,12 @@ impl IoQueuePair {
                 ))?;
                 SqRing::in_cmb(cmb.alloc_sq(entries as usize * 64)?, entries)
             } else {
-                SqRing::new(&registry, entries)?
+                SqRing::new(&registry, entries, numa)?
             };
             Ok((
                 sq,
-                CqRing::new(&registry, entries)?,
-                DmaMem::alloc(&registry, depth * lpp * PAGE_SIZE)?,
+                CqRing::new(&registry, entries, numa)?,
+                DmaMem::alloc_on(&registry, depth * lpp * PAGE_SIZE, numa)?,
             ))
         };
         let ticks = clock::Ticks::new(opts.io_timeout);
@@ -257,6 +259,17 @@ impl IoQueuePair {
     /// The submission/completion queue id.
     pub fn qid(&self) -> u16 {
         self.qid
+    }
+    /// The NUMA nodes the queue pair's host memory was placed on: the SQ ring (unless in the
+    /// CMB), the CQ ring and the PRP list pages, in that order (the controller's node).
+    pub fn host_memory_numa(&self) -> Vec<Option<u32>> {
+        let mut v = Vec::with_capacity(3);
+        if !self.sq.in_cmb_memory() {
+            v.push(self.sq.numa_node());
+        }
+        v.push(self.cq.numa_node());
+        v.push(self.lists.region().numa);
+        v
     }
     /// Commands this queue holds in flight.
     pub fn depth(&self) -> usize {

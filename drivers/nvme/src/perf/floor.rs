@@ -90,11 +90,13 @@ impl FloorQueue {
         let depth = entries as usize - 1;
         let registry = ctrl.registry().clone();
         let qid = ctrl.alloc_qid()?;
+        // On the controller's NUMA node, as the driver's queue pairs.
+        let numa = ctrl.device().numa_node();
         let mem = (|| -> Result<_> {
             Ok((
-                SqRing::new(&registry, entries)?,
-                CqRing::new(&registry, entries)?,
-                DmaMem::alloc(&registry, depth * PAGE_SIZE)?,
+                SqRing::new(&registry, entries, numa)?,
+                CqRing::new(&registry, entries, numa)?,
+                DmaMem::alloc_on(&registry, depth * PAGE_SIZE, numa)?,
             ))
         })();
         let (sq, cq, bufs) = match mem {

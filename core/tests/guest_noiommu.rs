@@ -1,0 +1,90 @@
+//! Guest tests of the no-IOMMU back end's rules (issue 12) on a real kernel: the DMA address
+//! of hugepage memory is its physical address (read back from `/proc/self/smaps`,
+//! `/proc/self/pagemap` and cross-checked in `/proc/kpageflags`), ordinary memory is refused,
+//! and a no-IOMMU domain is refused without both opt-ins. Run by scripts/test.sh in the QEMU
+//! guest (as root); on the host they are listed as ignored.
+
+use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
+use ubdirect_core::{DmaDomain, PageSize};
+use ubdirect_hugepages::HugeMem;
+use ubdirect_testbed as testbed;
+
+/// `KPF_HUGE` in /proc/kpageflags (include/uapi/linux/kernel-page-flags.h).
+const KPF_HUGE: u64 = 1 << 17;
+
+fn kpageflags(pfn: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/kpageflags").unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, pfn * 8).unwrap();
+    u64::from_ne_bytes(b)
+}
+
+#[test]
+#[ignore = "guest: needs root and hugepages, run by scripts/test.sh"]
+fn noiommu_dma_address_of_a_hugepage_is_its_physical_address() {
+    testbed::require();
+    let mem = HugeMem::alloc(2 << 20, PageSize::Size2M, None).expect("one 2 MiB hugepage");
+    let p = mem.as_ptr();
+    // SAFETY: p is the start of a live 2 MiB mapping we own; touching it populates the page.
+    unsafe { p.write_volatile(0x5a) };
+    let a = noiommu::dma_address(p as usize + 0x1234, 4096).expect("hugepage memory");
+    let phys = ubdirect_hugepages::virt_to_phys(p).unwrap();
+    assert_eq!(a, phys + 0x1234);
+    assert_eq!(
+        phys % (2 << 20),
+        0,
+        "a 2 MiB hugepage is 2 MiB aligned: {phys:#x}"
+    );
+    // The frame really is (the head of) a hugepage.
+    let flags = kpageflags(phys / 4096);
+    assert_ne!(
+        flags & KPF_HUGE,
+        0,
+        "pfn {:#x} flags {flags:#x}",
+        phys / 4096
+    );
+}
+
+#[test]
+#[ignore = "guest: needs root and hugepages, run by scripts/test.sh"]
+fn noiommu_ordinary_memory_is_refused() {
+    testbed::require();
+    let v = vec![7u8; 1 << 16];
+    let e = noiommu::dma_address(v.as_ptr() as usize, 4096).unwrap_err();
+    let m = e.to_string();
+    assert!(m.starts_with("DMA back end noiommu:"), "{m}");
+    assert!(m.contains("ordinary memory of 4 KiB pages"), "{m}");
+}
+
+#[test]
+#[ignore = "guest: needs root and hugepages, run by scripts/test.sh"]
+fn noiommu_domain_is_refused_without_both_opt_ins() {
+    testbed::require();
+    let e = DmaDomain::with_options(DomainOptions {
+        backend: Some(BackendKind::NoIommu),
+        allow_noiommu: false,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("allow_noiommu"), "{e}");
+    let e = DmaDomain::with_options(DomainOptions {
+        backend: Some(BackendKind::NoIommu),
+        allow_noiommu: true,
+    })
+    .unwrap_err();
+    let m = e.to_string();
+    if std::env::var("UBD_VM_NO_IOMMU").as_deref() == Ok("1") {
+        // The no-IOMMU boot turned the mode on (vfio.enable_unsafe_noiommu_mode=1).
+        assert!(m.contains("not implemented in this build"), "{m}");
+    } else if std::path::Path::new("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode")
+        .exists()
+    {
+        assert!(
+            m.contains("has not enabled vfio's unsafe no-IOMMU mode"),
+            "{m}"
+        );
+    } else {
+        // The Debian kernels: no CONFIG_VFIO_NOIOMMU.
+        assert!(m.contains("CONFIG_VFIO_NOIOMMU"), "{m}");
+    }
+}
