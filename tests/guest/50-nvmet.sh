@@ -27,6 +27,14 @@ nqn=nqn.2026-11.io.ubdirect:test
 cfg=/sys/kernel/config/nvmet
 # nvme0 (the first test-bed controller) and its namespace's block device.
 addr=$(echo "$UBD_NVME" | cut -d, -f1)
+# Earlier tests of the suite (40-cli.sh) leave nvme0 on vfio-pci: the target needs it on the
+# kernel nvme driver. Wait (bounded) for its namespace to appear.
+bind-kernel "$addr" >/dev/null 2>&1
+i=0
+while [ $i -lt 100 ] && ! ls "/sys/bus/pci/devices/$addr/nvme"/nvme*/nvme*n1 >/dev/null 2>&1; do
+    sleep 0.1
+    i=$((i + 1))
+done
 ctrl=$(ls "/sys/bus/pci/devices/$addr/nvme" 2>/dev/null | head -n1)
 local_ns=/dev/${ctrl}n1
 # le64 OFFSET DEV: the little-endian u64 at byte OFFSET of DEV, as 16 hex digits.

@@ -15,6 +15,14 @@ t() {
 echo "1..9"
 nvmet=/ubd/scripts/vm/nvmet.sh
 addr=$(echo "$UBD_NVME" | cut -d, -f1)
+# Earlier tests of the suite (40-cli.sh) leave nvme0 on vfio-pci: the target needs it on the
+# kernel nvme driver. Wait (bounded) for its namespace to appear.
+bind-kernel "$addr" >/dev/null 2>&1
+i=0
+while [ $i -lt 100 ] && ! ls "/sys/bus/pci/devices/$addr/nvme"/nvme*/nvme*n1 >/dev/null 2>&1; do
+    sleep 0.1
+    i=$((i + 1))
+done
 ctrl=$(ls "/sys/bus/pci/devices/$addr/nvme" 2>/dev/null | head -n1)
 A=nvmf-tcp://127.0.0.1:4420/nqn.2026-11.io.ubdirect:test/1
 modprobe crc32c_generic 2>/dev/null # nvmet's digests (a module on Debian's kernel)

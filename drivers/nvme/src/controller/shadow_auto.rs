@@ -100,6 +100,9 @@ pub(super) fn decide(mut ctrl: Arc<Controller>) -> Result<Arc<Controller>> {
         let pages = c.shadow.take();
         c.reset()?;
         drop(pages);
+        // This reset is part of opening: `Controller::resets` counts resets since open, and no
+        // queue pair is alive to have seen the generation (`Arc::get_mut` above proves it).
+        c.generation.store(0, std::sync::atomic::Ordering::Release);
     }
     tracing::info!(mode = ?d.mode, on = d.on, why = %d.why, "NVMe shadow doorbells");
     c.shadow_decision = d;
