@@ -137,6 +137,9 @@ in_list() { # in_list ITEM LIST
 # Helpers called outside $(...) share the caller's variables (POSIX sh has no `local`): their
 # own variables carry a prefix.
 has_iommu() {
+    for hi_u in "$SYS"/class/iommu/*; do [ -e "$hi_u" ] && return 0; done
+    # vfio's no-IOMMU mode makes IOMMU groups of its own (/dev/vfio/noiommu-N): not an IOMMU.
+    [ "$(read_attr "$noiommu_param" 2>/dev/null)" = Y ] && return 1
     for hi_g in "$SYS"/kernel/iommu_groups/*; do [ -e "$hi_g" ] && return 0; done
     return 1
 }
