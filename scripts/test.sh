@@ -9,7 +9,8 @@
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
 #                                                       indicatif, cudarc, io-uring -> "embedder: ..."
 #   5. scripts/vm/suite.sh --kernel K                   guest tests in one QEMU boot per kernel K:
-#      Debian 6.12 (vfio type1), then ubd (built from linux-source-7.3, scripts/vm/kernel-build.sh)
+#      Debian 6.12 (vfio type1); --kernels "6.12 ubd" adds ubd (built from linux-source-7.3,
+#      scripts/vm/kernel-build.sh), whose whole suite does not pass yet (iommufd, issue 12)
 #      -> "guest-shell[K]: ...", "guest-rust[K]: ...", "hostcheck[K]: ...",
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
@@ -30,7 +31,10 @@
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
-#   --kernels "6.12 ubd"           the guest kernels, in order (UBD_TEST_KERNELS; --kernel K = only K)
+#   --kernels "6.12 ubd"           the guest kernels for the whole suite, in order (UBD_TEST_KERNELS,
+#                                  default 6.12; --kernel K = only K). The whole suite on ubd (where
+#                                  iommufd is chosen) does not pass yet: RELIABILITY.md, "DMA back
+#                                  ends (issue 12)". The ubd kernel's no-IOMMU boot always runs.
 #   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --test-timeout 900)
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
@@ -40,7 +44,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
-host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=() kernels=${UBD_TEST_KERNELS:-6.12 ubd}
+host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=() kernels=${UBD_TEST_KERNELS:-6.12}
 while (($# > 0)); do
     case $1 in
     --host-only) guest=0 && shift ;;
@@ -130,7 +134,7 @@ if ((guest == 1)); then
     # The ubd kernel also boots once without an IOMMU for the tests named *noiommu*
     # ("ubd-noiommu": suite.sh --kernel ubd --no-iommu --filter noiommu).
     runs=$kernels
-    [[ " $kernels " == *" ubd "* && ( -z $filter || $filter == *noiommu* ) ]] && runs="$runs ubd-noiommu"
+    [[ -z $filter || $filter == *noiommu* ]] && runs="$runs ubd-noiommu"
     for k in $runs; do
         kargs=(--kernel "$k" "${suite_args[@]}")
         [[ $k == ubd-noiommu ]] && kargs=(--kernel ubd --no-iommu --filter noiommu)
