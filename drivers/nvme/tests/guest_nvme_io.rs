@@ -564,13 +564,20 @@ fn shadow_doorbells_on_and_off() {
             );
         }
     }
-    // Auto (the default): QEMU's controller sets EventIdx to the value it has just seen, so
-    // the probe at open sees no MMIO write saved and turns shadow doorbells off (issue 11).
+    // Auto (the default): QEMU's controller mostly sets EventIdx to the value it has just seen,
+    // so the probe at open sees (almost) no MMIO write saved and turns shadow doorbells off
+    // (issue 11). How many it saves depends on the emulator's timing (0 of 66 and 2 of 96 were
+    // seen): the decision must follow the documented rule, and on QEMU it is off.
     let bed = common::open_with(0, 1 << 20, 64, ControllerOptions::default());
     let d = bed.ctrl.shadow_decision().clone();
     println!("auto: {d:?}");
+    assert!(d.probe_updates > 0, "{d:?}");
+    assert!(
+        d.probe_saved * ubdirect_nvme::controller::SAVE_ONE_IN < d.probe_updates,
+        "QEMU saved at least 1 in {} doorbell writes: {d:?}",
+        ubdirect_nvme::controller::SAVE_ONE_IN
+    );
     assert!(!d.on && !bed.ctrl.shadow_doorbells(), "{d:?}");
-    assert!(d.probe_updates > 0 && d.probe_saved == 0, "{d:?}");
     assert!(d.why.contains("turned off"), "{}", d.why);
     let mut qp = bed.qp(64, 1);
     assert!(!qp.uses_shadow_doorbells());
