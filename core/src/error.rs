@@ -18,9 +18,7 @@ pub enum CoreError {
         reason: String,
     },
     /// No PCI device at this address.
-    #[error(
-        "no PCI device {addr} (no {path}): check the address with `lspci -D` or `ubdirect devices`"
-    )]
+    #[error("no PCI device {addr} (no {path})")]
     NoSuchDevice {
         /// The address asked for.
         addr: PciAddress,
@@ -267,11 +265,16 @@ mod tests {
             },
             CoreError::GroupBusy { addr, group: 7 },
             CoreError::AlreadyOpen { addr },
+            CoreError::NoSuchDevice {
+                addr,
+                path: "/sys/bus/pci/devices/0000:00:04.0".into(),
+            },
         ];
         let facts = [
             "PCI device 0000:00:04.0 is bound to driver nvme, not vfio-pci",
             "IOMMU group 7 of 0000:00:04.0 is already in use",
             "PCI device 0000:00:04.0 is already open in this DMA domain",
+            "no PCI device 0000:00:04.0 (no /sys/bus/pci/devices/0000:00:04.0)",
         ];
         for (e, fact) in errs.iter().zip(facts) {
             let m = e.to_string();

@@ -172,6 +172,9 @@ fn known(e: &(dyn Error + 'static)) -> Option<String> {
 /// VFIO, PCI and pool errors.
 fn core_message(e: &CoreError) -> String {
     match e {
+        CoreError::NoSuchDevice { .. } => {
+            format!("{e}: check the address with `ubdirect devices` (or `lspci -D`)")
+        }
         CoreError::NotBoundToVfio { addr, driver } => format!(
             "PCI device {addr} is bound to {}, not vfio-pci: bind it with `sudo PCI_ALLOWED={addr} scripts/setup.sh` (`scripts/setup.sh reset` gives it back to its kernel driver)",
             driver
@@ -216,6 +219,9 @@ fn internal(what: &str) -> String {
 fn nvme_message(e: &NvmeError) -> String {
     match e {
         NvmeError::Core(c) => core_message(c),
+        NvmeError::NotNvme { .. } => {
+            format!("{e}: check the address with `ubdirect devices`")
+        }
         NvmeError::ControllerFatal { csts, during } => format!(
             "the NVMe controller reported a fatal error (CSTS.CFS=1, CSTS={csts:#x}) while {during}: {RERUN_CONTROLLER}"
         ),
@@ -267,6 +273,9 @@ fn nvme_message(e: &NvmeError) -> String {
 fn net_message(e: &VirtioNetError) -> String {
     match e {
         VirtioNetError::Core(c) => core_message(c),
+        VirtioNetError::NotVirtioNet { .. } => {
+            format!("{e}: check the address with `ubdirect devices`")
+        }
         VirtioNetError::DeviceGone { addr, cause } => format!(
             "{addr} is gone: {cause}: rebind it to vfio-pci (scripts/setup.sh) and run again"
         ),

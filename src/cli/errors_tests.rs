@@ -680,3 +680,30 @@ fn plain_errors_keep_their_causes_once() {
     let s: Box<dyn Error + Send + Sync> = "plain message".into();
     assert_eq!(user_message(s.as_ref()), ("plain message".into(), vec![]));
 }
+
+#[test]
+fn a_wrong_address_gets_the_cli_s_advice_the_library_leaves_out() {
+    // The libraries state the fact; the CLI adds where to look (`ubdirect devices`).
+    let core = CoreError::NoSuchDevice {
+        addr: addr(),
+        path: "/sys/bus/pci/devices/0000:00:04.0".into(),
+    };
+    let nvme = NvmeError::NotNvme {
+        addr: "0000:00:06.0".into(),
+        class: 0x050000,
+    };
+    let net = VirtioNetError::NotVirtioNet {
+        addr: addr(),
+        vendor: 0x1b36,
+        device: 0x0010,
+    };
+    for e in [&core as &(dyn Error + 'static), &nvme, &net] {
+        assert!(!e.to_string().contains("ubdirect"), "{e}");
+        let (m, _) = user_message(e);
+        assert!(
+            m.ends_with("check the address with `ubdirect devices`")
+                || m.ends_with("check the address with `ubdirect devices` (or `lspci -D`)"),
+            "{m}"
+        );
+    }
+}

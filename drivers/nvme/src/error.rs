@@ -32,7 +32,7 @@ pub enum NvmeError {
     #[error(transparent)]
     Core(#[from] CoreError),
     /// The PCI function is not an NVMe controller.
-    #[error("PCI device {addr} has class code {class:#08x}, not an NVMe controller (0x010802): check the address with `ubdirect devices`")]
+    #[error("PCI device {addr} has class code {class:#08x}, not an NVMe controller (0x010802)")]
     NotNvme {
         /// The device address.
         addr: String,

@@ -21,7 +21,7 @@ pub enum VirtioNetError {
     #[error(transparent)]
     Core(#[from] CoreError),
     /// The device is not a virtio network device.
-    #[error("{addr} is not a virtio-net device (vendor {vendor:#06x}, device {device:#06x}; expected 0x1af4:0x1041 or 0x1af4:0x1000): check the address with `ubdirect devices`")]
+    #[error("{addr} is not a virtio-net device (vendor {vendor:#06x}, device {device:#06x}; expected 0x1af4:0x1041 or 0x1af4:0x1000)")]
     NotVirtioNet {
         /// The device.
         addr: PciAddress,
