@@ -7,6 +7,8 @@
 
 #![deny(missing_docs)]
 
+pub mod log_capture;
+
 use std::fmt;
 
 /// The test devices of the guest, as PCI address strings ("0000:00:04.0").

@@ -4,33 +4,10 @@
 
 mod model_support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use model_support::{fast_opts, model};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::Controller;
-
-/// A `MakeWriter` appending to one shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
+use ubdirect_testbed::log_capture::LogCapture;
 
 #[test]
 fn bring_up_warnings_carry_the_controller_address() {
@@ -51,7 +28,7 @@ fn bring_up_warnings_carry_the_controller_address() {
     };
     let (reg, _m, dev) = model(cfg);
     let addr = dev.address().to_string();
-    let out = Capture::default();
+    let out = LogCapture::default();
     let sub = tracing_subscriber::fmt()
         .with_writer(out.clone())
         .with_ansi(false)
@@ -61,7 +38,7 @@ fn bring_up_warnings_carry_the_controller_address() {
         Controller::open_device(&reg, dev, fast_opts()).expect("open the model controller")
     });
     assert_eq!(ctrl.namespaces().len(), 1, "the empty namespace is skipped");
-    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let text = out.text();
     let line = text
         .lines()
         .find(|l| l.contains("namespace skipped: size 0"))

@@ -3,38 +3,15 @@
 
 mod model_support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use model_support::*;
 use ubdirect_devmodel::virtio_net::{Hostile, NetModelConfig};
-
-/// A `MakeWriter` appending to one shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
+use ubdirect_testbed::log_capture::LogCapture;
 
 #[test]
 fn bring_up_events_carry_the_nic_address() {
     let reg = registry();
     let pool = pool(&reg, 64);
-    let out = Capture::default();
+    let out = LogCapture::default();
     let sub = tracing_subscriber::fmt()
         .with_writer(out.clone())
         .with_ansi(false)
@@ -51,7 +28,7 @@ fn bring_up_events_carry_the_nic_address() {
     });
     let net = net.expect("open the model NIC");
     let addr = net.info().addr.to_string();
-    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let text = out.text();
     let line = text
         .lines()
         .find(|l| l.contains("virtio-net up"))
