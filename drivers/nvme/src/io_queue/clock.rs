@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use ubdirect_core::util::Tsc;
 
-/// The cycle counter's frequency, measured once (10 ms) on the first queue creation.
+/// The cycle counter's frequency, measured once (10 ms) on the first queue creation, rounded up
+/// so that no deadline expires early.
 pub(crate) fn tsc() -> Tsc {
     static TSC: OnceLock<Tsc> = OnceLock::new();
-    *TSC.get_or_init(|| Tsc::calibrate(Duration::from_millis(10)))
+    *TSC.get_or_init(|| Tsc::calibrate_no_early(Duration::from_millis(10)))
 }
 
 /// A queue's deadlines in counter ticks.
