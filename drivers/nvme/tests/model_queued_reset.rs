@@ -66,7 +66,9 @@ fn a_reset_fails_back_requests_waiting_in_the_pending_list_once_each() {
         )
         .unwrap();
         let swallow = Arc::new(AtomicBool::new(true));
-        m.set_tamper(Some(Box::new(SwallowIo { on: swallow.clone() })));
+        m.set_tamper(Some(Box::new(SwallowIo {
+            on: swallow.clone(),
+        })));
         let reads_before = m.stats().io_count(io_opcode::READ);
         let ns = qp.namespace(1).unwrap();
         // Request 1: 64 KiB = 4 commands; 2 fit the 2 slots, 2 wait.
