@@ -10,6 +10,9 @@
 #
 #   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128 256" SECS=2 BIN=target/release/ubdirect)
 #
+# OLD_BIN=path/to/an/older/ubdirect adds engine "ubdirect-old" (that binary, shadow doorbells
+# auto) to every round: a before/after comparison of a driver change in one boot.
+#
 # Build first: cargo build --release --bin ubdirect
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,11 +22,18 @@ ROUNDS=${ROUNDS:-3}
 DEPTHS=${DEPTHS:-"1 32 128 256"}
 SECS=${SECS:-2}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+old=$(mktemp -d)
+trap 'rm -rf "$log" "$old"' EXIT
+extra=()
+if [[ -n ${OLD_BIN:-} ]]; then
+    [[ -x $OLD_BIN ]] || { echo "nvme.sh: OLD_BIN=$OLD_BIN is not an executable" >&2; exit 2; }
+    cp "$OLD_BIN" "$old/ubdirect-old"
+    extra=(--bin "$old/ubdirect-old" --env OLD=1)
+fi
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
     --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,serial=ubdnull,drive=nullb,addr=0x10" \
-    --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
+    --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" "${extra[@]}" \
     -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true
 echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$log" <<'PY'
@@ -33,7 +43,7 @@ for line in open(sys.argv[1]):
     f = line.split()
     if len(f) == 8 and f[0] == "R":
         runs[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
-engines = ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
+engines = ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "ubdirect-old", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
 def med(e, q, i):
     v = [r[i] for r in runs.get((e, q), [])]
@@ -62,6 +72,13 @@ if cyc:
             if v:
                 m = [st.median(x[i] for x in v) for i in range(4)]
                 print(f"| {q} | {e} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.3f} | {m[3]:.3f} |")
+if any(e == "ubdirect-old" for e, _ in runs):
+    print("\n| QD | ubdirect-old IOPS | ubdirect IOPS | new / old | old / floor | new / floor |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for q in depths:
+        o, n, fl = med("ubdirect-old", q, 0), med("ubdirect", q, 0), med("floor", q, 0)
+        if o and n and fl:
+            print(f"| {q} | {o:,.0f} | {n:,.0f} | {n/o:.2f} | {o/fl:.2f} | {n/fl:.2f} |")
 print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
 print("| ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 for q in depths:
