@@ -161,6 +161,10 @@ pub enum TcpError {
         /// Why.
         reason: &'static str,
     },
+    /// A fault of the controller logic shared with PCIe (CSTS.RDY not reached within CAP.TO,
+    /// CSTS.CFS, CSTS all-ones): the same error as on a local controller.
+    #[error(transparent)]
+    Controller(#[from] crate::error::NvmeError),
 }
 
 impl TcpError {

@@ -9,6 +9,8 @@ pub mod block;
 mod block_tests;
 pub mod buf;
 pub mod ctrl;
+#[cfg(test)]
+mod ctrl_tests;
 pub mod digest;
 pub mod error;
 pub mod fabrics;
