@@ -26,6 +26,7 @@ use super::rx::{Dir, Event, Negotiated, RxMachine, Want};
 use super::sock;
 use crate::spec::{Cqe, Sqe};
 use crate::status::NvmeStatus;
+use ubdirect_core::seams::InFlight;
 
 /// A finished command: its tag, its buffer back, and how it ended.
 #[derive(Debug)]
@@ -100,8 +101,8 @@ pub struct TcpQueue<B: DataBuf> {
     qid: u16,
     rx: RxMachine,
     neg: Negotiated,
-    reqs: Vec<Option<Req<B>>>,
-    free: Vec<u16>,
+    /// Commands in flight, indexed by command ID (the bookkeeping the io_uring queue shares).
+    reqs: InFlight<Req<B>>,
     tx: VecDeque<TxItem>,
     /// PDUs being sent, in order, in one `sendmsg` (only the first may be partly sent).
     batch: Vec<TxPdu>,
@@ -140,8 +141,7 @@ impl<B: DataBuf> TcpQueue<B> {
             qid,
             rx: RxMachine::new(neg, depth),
             neg,
-            reqs: (0..depth).map(|_| None).collect(),
-            free: (0..depth).rev().collect(),
+            reqs: InFlight::new(depth as usize),
             tx: VecDeque::with_capacity(2 * depth as usize),
             batch: Vec::with_capacity(TX_BATCH),
             incapsule,
@@ -160,12 +160,12 @@ impl<B: DataBuf> TcpQueue<B> {
 
     /// Commands in flight.
     pub fn in_flight(&self) -> usize {
-        self.reqs.len() - self.free.len()
+        self.reqs.len()
     }
 
     /// Free command slots.
     pub fn free_slots(&self) -> usize {
-        self.free.len()
+        self.reqs.free()
     }
 
     /// What was negotiated at connect.
@@ -193,7 +193,7 @@ impl<B: DataBuf> TcpQueue<B> {
     /// Submit a Keep Alive if one is due, none is in flight, and a slot is free.
     fn keep_alive_due(&mut self) {
         let Some(ka) = self.ka else { return };
-        if ka.in_flight || self.free.is_empty() {
+        if ka.in_flight || self.reqs.is_full() {
             return;
         }
         let now = Instant::now();
@@ -296,31 +296,26 @@ impl<B: DataBuf> TcpQueue<B> {
                 buf,
             ));
         }
-        let Some(cid) = self.free.pop() else {
+        if self.reqs.is_full() {
             return Err((
                 TcpError::Request {
                     reason: "the queue is full: poll for completions first",
                 },
                 buf,
             ));
-        };
+        }
         let dir = match write {
             None => Dir::None,
             Some(false) => Dir::Read,
             Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
             Some(true) => Dir::Write,
         };
-        sqe.set_cid(cid);
         match dir {
             Dir::None => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, 0),
             Dir::WriteInCapsule => fabrics::set_sgl(&mut sqe, SGL_INCAPSULE, 0, len),
             _ => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, len),
         }
-        let ok = self
-            .rx
-            .begin(cid, dir, if dir == Dir::None { 0 } else { len });
-        debug_assert!(ok);
-        self.reqs[cid as usize] = Some(Req {
+        let req = Req {
             buf,
             own,
             off,
@@ -330,7 +325,26 @@ impl<B: DataBuf> TcpQueue<B> {
             name,
             sqe,
             started: Instant::now(),
-        });
+        };
+        let cid = match self.reqs.insert(req) {
+            // The table has at most `depth` (a u16) entries.
+            Ok(i) => i as u16,
+            Err(r) => {
+                return Err((
+                    TcpError::Request {
+                        reason: "the queue is full: poll for completions first",
+                    },
+                    r.buf,
+                ))
+            }
+        };
+        if let Some(r) = self.reqs.get_mut(cid as u64) {
+            r.sqe.set_cid(cid);
+        }
+        let ok = self
+            .rx
+            .begin(cid, dir, if dir == Dir::None { 0 } else { len });
+        debug_assert!(ok);
         self.tx.push_back(TxItem::Cmd { cid });
         Ok(())
     }
@@ -417,7 +431,7 @@ impl<B: DataBuf> TcpQueue<B> {
 
     /// CPU address of byte `off` of command `cid`'s data.
     fn data_at(&mut self, cid: u16, off: usize) -> *mut u8 {
-        let r = self.reqs[cid as usize].as_mut().expect("an active command");
+        let r = self.reqs.get_mut(cid as u64).expect("an active command");
         if r.own {
             // SAFETY: off is inside ctl (checked in run_with_bytes).
             return unsafe { self.ctl.as_mut_ptr().add(off) };
@@ -565,7 +579,7 @@ impl<B: DataBuf> TcpQueue<B> {
         };
         let (cid, hlen) = match item {
             TxItem::Cmd { cid } => {
-                let r = self.reqs[cid as usize].as_ref()?;
+                let r = self.reqs.get(cid as u64)?;
                 let data = if r.dir == Dir::WriteInCapsule {
                     r.len as usize
                 } else {
@@ -593,7 +607,7 @@ impl<B: DataBuf> TcpQueue<B> {
                 off,
                 len,
             } => {
-                let r = self.reqs[cid as usize].as_ref()?;
+                let r = self.reqs.get(cid as u64)?;
                 if !self.rx.is_active(cid) {
                     return None;
                 }
@@ -662,8 +676,9 @@ impl<B: DataBuf> TcpQueue<B> {
                     }
                 }
                 Want::Data { cid, off, len } => {
-                    let r = self.reqs[cid as usize]
-                        .as_mut()
+                    let r = self
+                        .reqs
+                        .get_mut(cid as u64)
                         .expect("rx names an active command");
                     let b = r.buf.as_mut().expect("a read carries a buffer");
                     // SAFETY: the machine checked off+len <= the command's length, which fits
@@ -727,10 +742,9 @@ impl<B: DataBuf> TcpQueue<B> {
         cqe: Option<Cqe>,
         done: &mut impl FnMut(TcpCompletion<B>),
     ) -> bool {
-        let Some(r) = self.reqs[cid as usize].take() else {
+        let Some(r) = self.reqs.take(cid as u64) else {
             return false;
         };
-        self.free.push(cid);
         if r.tag == KEEP_ALIVE_TAG {
             // A failed Keep Alive needs no action here: a controller that gave up on this
             // host closes the connection, and the next poll reports that.
@@ -765,7 +779,7 @@ impl<B: DataBuf> TcpQueue<B> {
             return Ok(());
         }
         self.next_check = now + Duration::from_millis(10);
-        for r in self.reqs.iter().flatten() {
+        for r in self.reqs.iter() {
             if now.duration_since(r.started) > self.timeout {
                 return Err(TcpError::Timeout {
                     what: r.name,
@@ -784,22 +798,19 @@ impl<B: DataBuf> TcpQueue<B> {
         self.tx.clear();
         self.batch.clear();
         let mut n = 0;
-        for cid in 0..self.reqs.len() {
-            if let Some(r) = self.reqs[cid].take() {
-                self.free.push(cid as u16);
-                if r.tag == KEEP_ALIVE_TAG {
-                    continue;
-                }
-                n += 1;
-                done(TcpCompletion {
-                    tag: r.tag,
-                    buf: r.buf,
-                    len: r.len,
-                    result: Err(TcpError::ConnectionLost {
-                        cause: e.to_string(),
-                    }),
-                });
+        for r in self.reqs.drain() {
+            if r.tag == KEEP_ALIVE_TAG {
+                continue;
             }
+            n += 1;
+            done(TcpCompletion {
+                tag: r.tag,
+                buf: r.buf,
+                len: r.len,
+                result: Err(TcpError::ConnectionLost {
+                    cause: e.to_string(),
+                }),
+            });
         }
         n
     }
