@@ -10,34 +10,13 @@ use std::time::{Duration, Instant};
 use super::addr::TcpTarget;
 use super::ctrl::{TcpController, TcpOptions};
 use super::host::HostIdentity;
+use super::test_pdus::{c2h_success, resp_with as resp};
 use super::TcpError;
 use crate::error::NvmeError;
 use crate::spec::regs::Cc;
 
 /// CAP: MQES 127, TO 1 (500 ms), CSS bit 0 (NVM).
 const CAP: u64 = 127 | (1 << 24) | (1 << 37);
-
-fn resp(cid: u16, result: u64) -> Vec<u8> {
-    let mut v = vec![5, 0, 24, 0, 24, 0, 0, 0];
-    v.extend_from_slice(&result.to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&0u16.to_le_bytes());
-    v
-}
-
-fn c2h_success(cid: u16, data: &[u8]) -> Vec<u8> {
-    let plen = 24 + data.len() as u32;
-    let mut v = vec![7, (1 << 2) | (1 << 3), 24, 24];
-    v.extend_from_slice(&plen.to_le_bytes());
-    v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(&0u32.to_le_bytes());
-    v.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    v.extend_from_slice(data);
-    v
-}
 
 /// One connection of a fake target whose CSTS always reads `csts`; records the CC values
 /// written (Property Set).

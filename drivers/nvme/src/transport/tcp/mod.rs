@@ -24,5 +24,7 @@ pub mod rx;
 #[cfg(test)]
 mod rx_tests;
 pub mod sock;
+#[cfg(test)]
+mod test_pdus;
 
 pub use error::{TcpError, TcpResult};

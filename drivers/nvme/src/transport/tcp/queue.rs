@@ -3,9 +3,13 @@
 //! in the command's buffer; R2Ts are answered with H2CData from the command's buffer (split at
 //! MAXH2CDATA). Everything is driven from [`TcpQueue::poll`]: no thread per connection.
 //!
-//! After setup the queue allocates nothing: slots, the send ring and the receive machine are
-//! sized at creation. It makes `sendmsg` / `recv` syscalls (a socket transport cannot avoid
-//! them).
+//! Receiving: one `recv` into a 64 KiB receive buffer takes every PDU that arrived (headers,
+//! responses and payloads under 16 KiB are parsed and copied out of it: no system call per
+//! PDU); a payload of 16 KiB or more is received straight into the command's buffer.
+//!
+//! After setup the queue allocates nothing: slots, the send ring, the receive buffer and the
+//! receive machine are sized at creation. It makes `sendmsg` / `recv` syscalls (a socket
+//! transport cannot avoid them).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -84,6 +88,17 @@ struct TxPdu {
 /// PDUs gathered into one `sendmsg`.
 const TX_BATCH: usize = 16;
 
+/// The receive buffer: one `recv` takes every PDU that arrived, up to this many bytes; headers
+/// and short payloads are parsed and copied out of it (no system call per PDU).
+const RX_BUF: usize = 64 * 1024;
+
+/// A payload at least this long, wanted while the receive buffer is empty, is received straight
+/// into the command's buffer (no copy for large reads).
+const RX_DIRECT_MIN: u32 = 16 * 1024;
+
+/// `recv` calls at most per poll, so one busy connection cannot starve the caller.
+const RX_CALLS_PER_POLL: usize = 64;
+
 /// The tag of the queue's own Keep Alive commands (never handed to the caller).
 pub const KEEP_ALIVE_TAG: u64 = u64::MAX - 1;
 
@@ -113,6 +128,12 @@ pub struct TcpQueue<B: DataBuf> {
     /// Control-path data sent in the capsule (the 1 KiB of Connect data).
     ctl: Vec<u8>,
     ka: Option<KeepAlive>,
+    /// Bytes received, `rbuf[rpos..rlen]` not yet handed to the receive machine.
+    rbuf: Box<[u8]>,
+    rpos: usize,
+    rlen: usize,
+    /// `recv` system calls made (for tests and tuning).
+    recv_calls: u64,
 }
 
 impl<B: DataBuf> std::fmt::Debug for TcpQueue<B> {
@@ -150,6 +171,10 @@ impl<B: DataBuf> TcpQueue<B> {
             dead: None,
             ctl: Vec::with_capacity(1024),
             ka: None,
+            rbuf: vec![0u8; RX_BUF].into_boxed_slice(),
+            rpos: 0,
+            rlen: 0,
+            recv_calls: 0,
         }
     }
 
@@ -219,6 +244,12 @@ impl<B: DataBuf> TcpQueue<B> {
         });
     }
 
+    /// `recv` system calls made so far: a poll reads every PDU that arrived with one (up to
+    /// 64 KiB), and only payloads of 16 KiB and more get a `recv` of their own.
+    pub fn recv_calls(&self) -> u64 {
+        self.recv_calls
+    }
+
     /// Whether the connection failed (every later submit is refused: connect again).
     pub fn is_dead(&self) -> bool {
         self.dead.is_some()
@@ -229,6 +260,10 @@ impl<B: DataBuf> TcpQueue<B> {
     /// they give the CPU to the kernel's network and target work (on a 1-vCPU machine a
     /// spinning initiator starves them). Returns whether the socket is ready.
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool, TcpError> {
+        if self.rpos < self.rlen {
+            // Received bytes wait in the receive buffer: work to do now.
+            return Ok(true);
+        }
         let mut events = libc::POLLIN;
         if !self.batch.is_empty() || !self.tx.is_empty() {
             events |= libc::POLLOUT;
@@ -658,24 +693,47 @@ impl<B: DataBuf> TcpQueue<B> {
         n: &mut usize,
         max: usize,
     ) -> Result<(), TcpError> {
-        // Bounded: at most this many reads per poll, so one busy connection cannot starve
-        // the caller.
-        for _ in 0..64 {
+        let mut calls = 0;
+        loop {
             if *n >= max {
                 return Ok(());
             }
-            let ev = match self.rx.want() {
-                Want::Internal(dst) => {
-                    let (p, l) = (dst.as_mut_ptr(), dst.len());
-                    // SAFETY: dst is the machine's own buffer, borrowed for this call.
-                    match unsafe { sock::recv_raw(&self.sock, p, l) }
-                        .map_err(|e| TcpError::io("receiving", e))?
-                    {
-                        None => return Ok(()),
-                        Some(k) => self.rx.advance_internal(k)?,
+            if self.rpos == self.rlen {
+                if calls == RX_CALLS_PER_POLL {
+                    return Ok(());
+                }
+                calls += 1;
+                if let Want::Data { cid, off, len } = self.rx.want() {
+                    if len >= RX_DIRECT_MIN {
+                        let Some(ev) = self.recv_direct(cid, off, len)? else {
+                            return Ok(());
+                        };
+                        self.on_event(ev, done, n)?;
+                        continue;
                     }
                 }
+                self.recv_calls += 1;
+                // SAFETY: the receive buffer is the queue's own, borrowed for this call.
+                match unsafe { sock::recv_raw(&self.sock, self.rbuf.as_mut_ptr(), RX_BUF) }
+                    .map_err(|e| TcpError::io("receiving", e))?
+                {
+                    None => return Ok(()),
+                    Some(k) => {
+                        self.rpos = 0;
+                        self.rlen = k;
+                    }
+                }
+            }
+            let avail = &self.rbuf[self.rpos..self.rlen];
+            let ev = match self.rx.want() {
+                Want::Internal(dst) => {
+                    let k = dst.len().min(avail.len());
+                    dst[..k].copy_from_slice(&avail[..k]);
+                    self.rpos += k;
+                    self.rx.advance_internal(k)?
+                }
                 Want::Data { cid, off, len } => {
+                    let k = (len as usize).min(avail.len());
                     let r = self
                         .reqs
                         .get_mut(cid as u64)
@@ -684,52 +742,84 @@ impl<B: DataBuf> TcpQueue<B> {
                     // SAFETY: the machine checked off+len <= the command's length, which fits
                     // the buffer from r.off (checked at submit); the buffer is the command's.
                     let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
-                    // SAFETY: see above: len bytes from dst are inside the command's buffer.
-                    match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
-                        .map_err(|e| TcpError::io("receiving", e))?
-                    {
-                        None => return Ok(()),
-                        Some(k) => {
-                            // SAFETY: those k bytes were just written by recv.
-                            let landed = unsafe { std::slice::from_raw_parts(dst, k) };
-                            self.rx.advance_data(landed)?
-                        }
-                    }
+                    // SAFETY: k <= len bytes from dst are inside the command's buffer (above);
+                    // the source is the receive buffer, which does not overlap it.
+                    let landed = unsafe {
+                        std::ptr::copy_nonoverlapping(avail.as_ptr(), dst, k);
+                        std::slice::from_raw_parts(dst, k)
+                    };
+                    self.rpos += k;
+                    self.rx.advance_data(landed)?
                 }
             };
-            match ev {
-                Event::None => {}
-                Event::Response { cid, cqe } => {
-                    if self.batch.iter().any(|p| p.cid == cid) {
-                        return Err(TcpError::Protocol {
-                            pdu: "CapsuleResp",
-                            field: "CCCID",
-                            value: cid as u64,
-                            reason: "completes a command whose PDU the host is still sending",
-                        });
-                    }
-                    if self.complete(cid, Some(cqe), done) {
-                        *n += 1;
-                    }
+            self.on_event(ev, done, n)?;
+        }
+    }
+
+    /// `recv` a large payload straight into command `cid`'s buffer at `off` (at most `len`
+    /// bytes); None when nothing arrived.
+    fn recv_direct(&mut self, cid: u16, off: u32, len: u32) -> Result<Option<Event>, TcpError> {
+        let r = self
+            .reqs
+            .get_mut(cid as u64)
+            .expect("rx names an active command");
+        let b = r.buf.as_mut().expect("a read carries a buffer");
+        // SAFETY: the machine checked off+len <= the command's length, which fits the buffer
+        // from r.off (checked at submit); the buffer is the command's.
+        let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
+        self.recv_calls += 1;
+        // SAFETY: see above: len bytes from dst are inside the command's buffer.
+        match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
+            .map_err(|e| TcpError::io("receiving", e))?
+        {
+            None => Ok(None),
+            Some(k) => {
+                // SAFETY: those k bytes were just written by recv.
+                let landed = unsafe { std::slice::from_raw_parts(dst, k) };
+                self.rx.advance_data(landed).map(Some)
+            }
+        }
+    }
+
+    /// Act on what the receive machine reported.
+    fn on_event(
+        &mut self,
+        ev: Event,
+        done: &mut impl FnMut(TcpCompletion<B>),
+        n: &mut usize,
+    ) -> Result<(), TcpError> {
+        match ev {
+            Event::None => {}
+            Event::Response { cid, cqe } => {
+                if self.batch.iter().any(|p| p.cid == cid) {
+                    return Err(TcpError::Protocol {
+                        pdu: "CapsuleResp",
+                        field: "CCCID",
+                        value: cid as u64,
+                        reason: "completes a command whose PDU the host is still sending",
+                    });
                 }
-                Event::DataSuccess { cid } => {
-                    if self.complete(cid, None, done) {
-                        *n += 1;
-                    }
+                if self.complete(cid, Some(cqe), done) {
+                    *n += 1;
                 }
-                Event::R2t {
+            }
+            Event::DataSuccess { cid } => {
+                if self.complete(cid, None, done) {
+                    *n += 1;
+                }
+            }
+            Event::R2t {
+                cid,
+                ttag,
+                off,
+                len,
+            } => {
+                self.tx.push_back(TxItem::H2c {
                     cid,
                     ttag,
                     off,
                     len,
-                } => {
-                    self.tx.push_back(TxItem::H2c {
-                        cid,
-                        ttag,
-                        off,
-                        len,
-                    });
-                }
+                });
             }
         }
         Ok(())
@@ -797,6 +887,8 @@ impl<B: DataBuf> TcpQueue<B> {
         self.rx.reset_all();
         self.tx.clear();
         self.batch.clear();
+        self.rpos = 0;
+        self.rlen = 0;
         let mut n = 0;
         for r in self.reqs.drain() {
             if r.tag == KEEP_ALIVE_TAG {
