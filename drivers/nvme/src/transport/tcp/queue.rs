@@ -108,6 +108,21 @@ struct KeepAlive {
     every: Duration,
     next: Instant,
     in_flight: bool,
+    /// When the last Keep Alive was answered (or keep-alive started).
+    answered: Instant,
+}
+
+/// A closed or reset connection after more than KATO without a Keep Alive is the target
+/// giving up on this host: say so (the fix is to poll the admin queue).
+fn keep_alive_expired(e: TcpError, idle: Option<(Duration, Duration)>) -> TcpError {
+    match idle {
+        Some((idle, kato))
+            if idle > kato && matches!(e, TcpError::Closed { .. } | TcpError::Io { .. }) =>
+        {
+            TcpError::KeepAliveExpired { idle, kato }
+        }
+        _ => e,
+    }
 }
 
 /// One NVMe/TCP queue pair over its own connection.
@@ -208,10 +223,12 @@ impl<B: DataBuf> TcpQueue<B> {
     /// Its completions are the queue's own: never handed to the caller
     /// ([`KEEP_ALIVE_TAG`] is reserved).
     pub fn set_keep_alive(&mut self, every: Option<Duration>) {
+        let now = Instant::now();
         self.ka = every.map(|every| KeepAlive {
             every,
-            next: Instant::now() + every,
+            next: now + every,
             in_flight: false,
+            answered: now,
         });
     }
 
@@ -238,9 +255,9 @@ impl<B: DataBuf> TcpQueue<B> {
             )
             .is_ok();
         self.ka = Some(KeepAlive {
-            every: ka.every,
             next: now + ka.every,
             in_flight: sent,
+            ..ka
         });
     }
 
@@ -248,6 +265,12 @@ impl<B: DataBuf> TcpQueue<B> {
     /// 64 KiB), and only payloads of 16 KiB and more get a `recv` of their own.
     pub fn recv_calls(&self) -> u64 {
         self.recv_calls
+    }
+
+    /// Time since the last Keep Alive was answered (or keep-alive started), and the KATO.
+    fn keep_alive_idle(&self) -> Option<(Duration, Duration)> {
+        let ka = self.ka?;
+        Some((ka.answered.elapsed(), ka.every * 2))
     }
 
     /// Whether the connection failed (every later submit is refused: connect again).
@@ -403,6 +426,7 @@ impl<B: DataBuf> TcpQueue<B> {
             return Err(TcpError::Closed { during });
         }
         let mut n = 0;
+        let ka_idle = self.keep_alive_idle();
         self.keep_alive_due();
         let r = self
             .flush()
@@ -410,6 +434,7 @@ impl<B: DataBuf> TcpQueue<B> {
             .and_then(|_| self.flush())
             .and_then(|_| self.check_deadlines());
         if let Err(e) = r {
+            let e = keep_alive_expired(e, ka_idle);
             self.fail_all(&e, done);
             return Err(e);
         }
@@ -840,6 +865,7 @@ impl<B: DataBuf> TcpQueue<B> {
             // host closes the connection, and the next poll reports that.
             if let Some(ka) = self.ka.as_mut() {
                 ka.in_flight = false;
+                ka.answered = Instant::now();
             }
             return false;
         }

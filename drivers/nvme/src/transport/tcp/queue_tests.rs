@@ -9,6 +9,7 @@ use super::pdu::CMD_HLEN;
 use super::queue::TcpQueue;
 use super::rx::Negotiated;
 use super::test_pdus::{c2h_success, resp};
+use super::TcpError;
 
 const NEG: Negotiated = Negotiated {
     hdgst: false,
@@ -274,5 +275,55 @@ fn large_and_small_payloads_land_whole_through_the_receive_buffer_and_direct() {
             "read {i} of {} bytes",
             lens[i]
         );
+    }
+}
+
+#[test]
+fn a_connection_closed_after_kato_without_keep_alive_says_keep_alive_expired() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let (t, _) = l.accept().unwrap();
+    let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, NEG, 0, 4, 0, Duration::from_secs(5));
+    // KATO 100 ms (a Keep Alive every 50 ms): nobody polls for 300 ms; the target gives up.
+    q.set_keep_alive(Some(Duration::from_millis(50)));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(t);
+    let e = first_error(&mut q);
+    match &e {
+        TcpError::KeepAliveExpired { idle, kato } => {
+            assert_eq!(*kato, Duration::from_millis(100));
+            assert!(*idle >= Duration::from_millis(300), "{idle:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("poll the admin queue"), "{e}");
+}
+
+#[test]
+fn a_connection_closed_while_keep_alives_flow_is_just_closed() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let (t, _) = l.accept().unwrap();
+    let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, NEG, 0, 4, 0, Duration::from_secs(5));
+    q.set_keep_alive(Some(Duration::from_secs(10)));
+    drop(t);
+    let e = first_error(&mut q);
+    assert!(matches!(e, TcpError::Closed { .. }), "{e:?}");
+}
+
+/// Poll until the queue reports an error (the peer's close may take a moment to arrive).
+fn first_error(q: &mut TcpQueue<Vec<u8>>) -> TcpError {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Err(e) = q.poll(&mut |_| {}) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no error within 5 s of the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
