@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use ubdirect_core::{DmaDomain, UbRegistry};
-use ubdirect_nvme::admin::{ErrorLogEntry, SmartLog};
+use ubdirect_nvme::{ErrorLogEntry, SmartLog};
 use ubdirect_nvme::{Controller, ControllerOptions, NvmeStatus};
 
 use super::{parse_bdf, CliResult, Outcome};

@@ -43,7 +43,6 @@ compile_error!(
     "ubdirect-nvme writes NVMe structures in native byte order: little-endian hosts only"
 );
 
-pub mod admin;
 mod admin_queue;
 mod block_queue_seam;
 mod blocking_helpers;
@@ -57,6 +56,7 @@ mod io_commands;
 mod io_flags;
 pub mod io_queue;
 pub mod io_types;
+pub mod log_pages;
 mod namespace;
 pub mod perf;
 pub mod prp;
@@ -72,6 +72,7 @@ pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};
 pub use io_flags::IoFlags;
+pub use log_pages::{ErrorLogEntry, SmartLog};
 pub use io_queue::IoQueuePair;
 pub use io_types::{
     IoBuf, IoBufError, IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment,
