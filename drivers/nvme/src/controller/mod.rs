@@ -1,7 +1,8 @@
 //! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
 
-mod admin_cmds;
+mod abort_passthrough;
 mod checks;
+mod identify_features;
 mod lifecycle;
 mod shadow_auto;
 pub(crate) mod transport;
