@@ -4,6 +4,7 @@
 # vfio-pci, then the kernel's polled io_uring paths (uring-iopoll, uring-cmd) with the controller
 # on the kernel nvme driver (poll_queues=1). One line per run:
 #   R <round> <engine> <qd> <iops> <mean_ns> <p50_ns> <p99_ns>
+#   C <round> <engine> <qd> <submit_cycles/IO> <complete_cycles/IO> <SQ doorbells/IO> <CQ doorbells/IO>
 # (engine "ubdirect" is the default --shadow-doorbells auto, "ubdirect-on" / "ubdirect-nosh"
 # force them on / off); a failed run prints
 #   FAIL <round> <engine> <qd> <exit status> <first line of stderr>
@@ -25,7 +26,12 @@ one() {
             /"mean":/ { gsub(/[",]/, ""); mean = $2 }
             /"p50":/ { gsub(/[",]/, ""); p50 = $2 }
             /"p99":/ { gsub(/[",]/, ""); p99 = $2 }
-            END { printf "R %s %s %s %.0f %.0f %.0f %.0f\n", r, e, q, iops, mean, p50, p99 }' /tmp/b.json
+            /"submit_cycles_per_io":/ { gsub(/[",]/, ""); sub_c = $2 }
+            /"complete_cycles_per_io":/ { gsub(/[",]/, ""); comp_c = $2 }
+            /"sq_doorbell_writes_per_io":/ && sq == "" { gsub(/[",]/, ""); sq = $2 }
+            /"cq_doorbell_writes_per_io":/ && cq == "" { gsub(/[",]/, ""); cq = $2 }
+            END { printf "R %s %s %s %.0f %.0f %.0f %.0f\n", r, e, q, iops, mean, p50, p99
+                  printf "C %s %s %s %.0f %.0f %.3f %.3f\n", r, e, q, sub_c, comp_c, sq, cq }' /tmp/b.json
     else
         echo "FAIL $round $name $q $? $(head -n1 /tmp/b.err)"
     fi

@@ -42,7 +42,7 @@ echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/load
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
     --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,$ctrl" \
     --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
-    -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|FAIL|#) ' || true
+    -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true
 echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$log" "$MODE" <<'PY'
 import sys, statistics as st, collections
@@ -71,6 +71,20 @@ for q in depths:
         io = [r[0] for r in v]
         print(f"| {q} | {e} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | "
               f"{med(e,q,1)/1e3:.1f} | {med(e,q,2)/1e3:.1f} | {med(e,q,3)/1e3:.1f} |")
+cyc = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 8 and f[0] == "C":
+        cyc[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
+if cyc:
+    print("\n| QD | engine | submit cycles/IO | complete cycles/IO | SQ doorbells/IO | CQ doorbells/IO |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for q in depths:
+        for e in engines:
+            v = cyc.get((e, q), [])
+            if v:
+                m = [st.median(x[i] for x in v) for i in range(4)]
+                print(f"| {q} | {e} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.3f} | {m[3]:.3f} |")
 if mode == "cmb":
     print("\n| QD | CMB / host (IOPS) | CMB / host (mean latency) |")
     print("| ---: | ---: | ---: |")
