@@ -8,6 +8,9 @@
 # (engine "ubdirect" is the default --shadow-doorbells auto, "ubdirect-on" / "ubdirect-nosh"
 # force them on / off; "ubdirect-old" is the older binary of OLD_BIN, when given); a failed run prints
 #   FAIL <round> <engine> <qd> <exit status> <first line of stderr>
+# MODE=cmb (nvme.sh --cmb): per depth, ubdirect perf with the I/O SQ in host memory (engine
+# "host") and in the controller's CMB ("cmb", --sq-in-cmb), the order alternating between rounds.
+MODE=${MODE:-floor}
 ADDR=${ADDR:-0000:00:10.0}
 ROUNDS=${ROUNDS:-3}
 DEPTHS=${DEPTHS:-"1 32 128 256"}
@@ -39,6 +42,25 @@ one() {
         echo "FAIL $round $name $q $? $(head -n1 /tmp/b.err)"
     fi
 }
+
+if [ "$MODE" = cmb ]; then
+    echo "# cpus=$(nproc) kernel=$(uname -r)"
+    bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
+    r=1
+    while [ "$r" -le "$ROUNDS" ]; do
+        for q in $DEPTHS; do
+            if [ $((r % 2)) = 1 ]; then
+                one "$r" host "$q"
+                one "$r" cmb "$q" --sq-in-cmb
+            else
+                one "$r" cmb "$q" --sq-in-cmb
+                one "$r" host "$q"
+            fi
+        done
+        r=$((r + 1))
+    done
+    exit 0
+fi
 
 echo 1 >/sys/module/nvme/parameters/poll_queues 2>/dev/null ||
     echo "# cannot set nvme poll_queues: the kernel engines will fail"
