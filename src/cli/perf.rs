@@ -1167,6 +1167,12 @@ mod tests {
     }
 
     #[test]
+    fn the_noiommu_opt_in_is_off_unless_asked() {
+        assert!(!parse(&["00:04.0"]).allow_noiommu);
+        assert!(parse(&["00:04.0", "--allow-noiommu"]).allow_noiommu);
+    }
+
+    #[test]
     fn sq_in_cmb_is_for_the_ubdirect_engine_only() {
         assert!(parse(&["00:04.0", "--sq-in-cmb"]).sq_in_cmb);
         assert!(!parse(&["00:04.0"]).sq_in_cmb);
