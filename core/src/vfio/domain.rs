@@ -156,7 +156,12 @@ impl DmaDomain {
                 noiommu_opt_ins(&options)?;
                 false
             }
-            None => !Path::new("/dev/iommu").exists(),
+            // With vfio's no-IOMMU mode on, the first device's group decides (a type1
+            // container opened now would refuse its no-IOMMU group).
+            None => {
+                !Path::new("/dev/iommu").exists()
+                    && super::noiommu::operator_opt_in(Path::new("/")).is_err()
+            }
         };
         let d = DmaDomain::with_backend(None, None, options);
         if eager_type1 {

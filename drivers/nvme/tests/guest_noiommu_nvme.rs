@@ -259,7 +259,10 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
     let (rc, out, err) = ubdirect(&args);
     assert_eq!(rc, 1, "perf without --allow-noiommu: stdout {out}");
     assert!(err.contains("ubdirect perf --allow-noiommu"), "{err}");
-    assert!(err.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"), "{err}");
+    assert!(
+        err.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
+        "{err}"
+    );
     let mut with = args.to_vec();
     with.push("--allow-noiommu");
     let (rc, out, err) = ubdirect(&with);
