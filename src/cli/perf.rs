@@ -103,7 +103,7 @@ pub struct Args {
 
     /// Allow the no-IOMMU back end (vfio's unsafe no-IOMMU mode: the controller DMAs to
     /// physical addresses with no isolation and can reach all of memory). Also needs the
-    /// operator's opt-in: `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`.
+    /// operator's opt-in: vfio's no-IOMMU mode turned on by scripts/setup.sh (see README).
     #[arg(long = "allow-noiommu")]
     allow_noiommu: bool,
 
