@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod bar_check;
+pub mod cli;
 pub mod log_capture;
 
 pub use bar_check::check_bar_copy;
