@@ -18,7 +18,7 @@ use crate::spec::regs::{
 };
 use crate::spec::Sqe;
 
-use super::admin_cmds::Pcie;
+use super::identify_features::Pcie;
 use super::transport;
 use super::{Controller, QidUse, PAGE_SIZE};
 

@@ -219,7 +219,7 @@ impl Controller {
         }
         let bound = ctrl.ready_bound();
         transport::enable(
-            &mut admin_cmds::Pcie(&ctrl),
+            &mut identify_features::Pcie(&ctrl),
             bound,
             "enabling the controller",
         )?;
