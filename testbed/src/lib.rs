@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+pub mod alloc_count;
 pub mod bar_check;
 pub mod cli;
 pub mod log_capture;
