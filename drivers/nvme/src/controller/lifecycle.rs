@@ -18,7 +18,7 @@ use crate::spec::regs::{
 };
 use crate::spec::Sqe;
 
-use super::admin_cmds::Pcie;
+use super::identify_features::Pcie;
 use super::transport;
 use super::{Controller, QidUse, PAGE_SIZE};
 
@@ -149,7 +149,7 @@ impl Controller {
             sqe.prp1 = a.data.iova();
             sqe.cdw10 = cns::NAMESPACE as u32;
             a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
-            let id = super::admin_cmds::read_page::<IdentifyNamespace>(&a.data);
+            let id = super::identify_features::read_page::<IdentifyNamespace>(&a.data);
             let same = NamespaceInfo::from_identify(ns.nsid, &id).is_ok_and(|n| {
                 n.nsze == ns.nsze
                     && n.lba_size == ns.lba_size

@@ -1,7 +1,8 @@
 //! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
 
-mod admin_cmds;
+mod abort_passthrough;
 mod checks;
+mod identify_features;
 mod lifecycle;
 mod shadow_auto;
 pub(crate) mod transport;
@@ -218,7 +219,7 @@ impl Controller {
         }
         let bound = ctrl.ready_bound();
         transport::enable(
-            &mut admin_cmds::Pcie(&ctrl),
+            &mut identify_features::Pcie(&ctrl),
             bound,
             "enabling the controller",
         )?;
