@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use ubdirect_core::vfio::BackendKind;
 use ubdirect_core::{
     CoreError, DmaDomain, DmaMem, PageSize, PciAddress, PciDevice, PoolConfig, RegionKind, UbPool,
     UbRegistry,
@@ -521,9 +522,17 @@ fn permission_denied_names_node_and_user() {
         assert!(matches!(e, CoreError::PermissionDenied { .. }), "{e}");
         return;
     }
+    // The node refused first: the group (type1) or /dev/iommu (iommufd, chosen where the
+    // kernel has it: the ubd kernel).
+    let (d, _dev) = open(nvme(0));
+    let node = match d.backend_kind() {
+        Some(BackendKind::Iommufd) => "/dev/iommu",
+        _ => "/dev/vfio/",
+    };
+    drop((d, _dev));
     let out = in_child("permission_denied_names_node_and_user", "nobody");
     assert!(
-        out.contains("UBD-CHILD-SAW: permission denied opening /dev/vfio/"),
+        out.contains(&format!("UBD-CHILD-SAW: permission denied opening {node}")),
         "{out}"
     );
     assert!(out.contains("uid 65534"), "{out}");

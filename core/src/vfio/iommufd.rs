@@ -28,15 +28,18 @@ const IOMMU_IOAS_IOVA_RANGES: libc::c_ulong =
 /// missing.
 pub(crate) fn open() -> Result<Arc<VfioIommufd>> {
     let fd = IommuFd::new().map_err(|e| match e {
+        // The same variant as a refused /dev/vfio/<group> or device cdev: callers match on it.
+        IommufdError::OpenIommufd(io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
+            CoreError::PermissionDenied {
+                path: "/dev/iommu".into(),
+                user: super::domain::current_user(),
+            }
+        }
         IommufdError::OpenIommufd(io) => {
             let (reason, fix) = match io.kind() {
                 std::io::ErrorKind::NotFound => (
                     "/dev/iommu does not exist".to_string(),
                     "boot a kernel with CONFIG_IOMMUFD (and CONFIG_VFIO_DEVICE_CDEV), `modprobe iommufd`, or use UBD_IOMMU_BACKEND=type1".to_string(),
-                ),
-                std::io::ErrorKind::PermissionDenied => (
-                    format!("permission denied opening /dev/iommu as {}", super::domain::current_user()),
-                    "give the user access to /dev/iommu and /dev/vfio/devices/* (scripts/setup.sh with TARGET_USER), or run as root".to_string(),
                 ),
                 _ => (format!("opening /dev/iommu: {io}"), "use UBD_IOMMU_BACKEND=type1".to_string()),
             };
