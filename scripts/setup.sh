@@ -45,7 +45,8 @@ Environment:
   PCI_ALLOWED="BDF..." only these devices (space or comma separated, 0000:00:04.0 or 00:04.0)
   PCI_BLOCKED="BDF..." never these devices
   TARGET_USER=name     hand /dev/vfio/<group> of the devices ubdirect bound (this run or an
-                       earlier one) to this user and check its memlock limit (`ulimit -l`)
+                       earlier one) to this user (on a kernel with IOMMUFD, also their
+                       /dev/vfio/devices/vfioN and /dev/iommu) and check its memlock limit (`ulimit -l`)
                        against HUGEMEM. No hugetlbfs mount changes owner: ubdirect allocates
                        hugepages with memfd_create(MFD_HUGETLB), which needs none.
   UBD_ALLOW_NOIOMMU=1  UNSAFE, on machines without an IOMMU only: `config` turns on vfio's
@@ -714,11 +715,20 @@ target_user() {
         node=/dev/vfio/$g
         has_iommu || node=/dev/vfio/noiommu-$g
         [ -e "$node" ] || continue
-        if [ "$(stat -c %U "$node")" != "$TARGET_USER" ]; then
-            chown "$TARGET_USER" "$node" || die "chown $TARGET_USER $node failed"
-            say "$node now owned by $TARGET_USER"
-            changes=$((changes + 1))
-        fi
+        # A kernel with IOMMUFD and the vfio device cdev (ubdirect then picks iommufd): the
+        # device's /dev/vfio/devices/vfioN and /dev/iommu too.
+        cdevs=
+        for cd_d in "$(dev_dir "$a")"/vfio-dev/vfio*; do
+            [ -e "/dev/vfio/devices/${cd_d##*/}" ] && cdevs="$cdevs /dev/vfio/devices/${cd_d##*/}"
+        done
+        [ -n "$cdevs" ] && [ -c /dev/iommu ] && cdevs="$cdevs /dev/iommu"
+        for node in "$node" $cdevs; do
+            if [ "$(stat -c %U "$node")" != "$TARGET_USER" ]; then
+                chown "$TARGET_USER" "$node" || die "chown $TARGET_USER $node failed"
+                say "$node now owned by $TARGET_USER"
+                changes=$((changes + 1))
+            fi
+        done
     done
     need_kb=$((HUGEMEM * 1024))
     if [ "$need_kb" -eq 0 ]; then

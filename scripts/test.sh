@@ -182,18 +182,8 @@ fi
 printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"
 printf '%s\n' "${summary[@]}"
 if ((failed == 0)); then echo "test.sh: all passed"; else echo "test.sh: FAILED"; fi
-# One machine-readable closing line: the host, test-bed and guest counts added up, plus one
-# failure for each other step that failed (deps, fmt, clippy).
-tp=0 tf=0 ts=0
-for l in "${summary[@]}"; do
-    if [[ $l =~ ^(host|vm-selftest|guest|soak|guest\[[^]]*\]|guest-pair\[[^]]*\]):\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
-        tp=$((tp + BASH_REMATCH[2])) tf=$((tf + BASH_REMATCH[3]))
-        [[ $l =~ ^guest(-pair)?(\[[^]]*\])?:\ [0-9]+\ passed,\ [0-9]+\ failed,\ ([0-9]+)\ skipped ]] && ts=$((ts + BASH_REMATCH[3]))
-    elif [[ $l == *FAILED* ]]; then
-        tf=$((tf + 1))
-    fi
-done
-((failed == 0 || tf > 0)) || tf=1
-echo "total: $tp passed, $tf failed, $ts skipped"
+# One machine-readable closing line: the host, test-bed, guest and soak counts added up, plus one
+# failure for each other step that failed (deps, fmt, clippy, doc): scripts/vm/total.sh.
+printf '%s\n' "${summary[@]}" | scripts/vm/total.sh "$failed"
 exit "$failed"
 }

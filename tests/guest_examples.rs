@@ -63,3 +63,11 @@ fn pipeline_embedded_streams_and_verifies() {
     assert!(out.contains("8388608 bytes in"), "{out}");
     assert!(out.contains("verify OK"), "{out}");
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn nic_burst_sends_frames_through_an_env_from_one_nic_to_the_other() {
+    let tb = testbed::require();
+    let out = run("nic_burst", &[&tb.nics[0], &tb.nics[1], "200", "256"]);
+    assert!(out.contains("200 frames of 256 B in"), "{out}");
+}

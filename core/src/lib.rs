@@ -6,7 +6,7 @@
 //! of what it depends on, so drop order is safe by construction (see [`ub`]).
 //!
 //! A VFIO domain learns its IOVA ranges and page sizes when its first device opens, so
-//! [`DmaDomain::map`] before that is [`CoreError::NoDevice`] (`ubdirect_nvme::Env` opens things
+//! [`DmaDomain::map`] before that is [`CoreError::NoDevice`] (`ubdirect::Env` opens things
 //! in the right order). A device opens once per domain ([`CoreError::AlreadyOpen`] otherwise:
 //! share the `Arc<PciDevice>`). VFIO drops the IOMMU and every mapping when the last device of
 //! a container closes: the domain keeps its mappings on record and replays them at the same

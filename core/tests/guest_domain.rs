@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use ubdirect_core::vfio::BackendKind;
 use ubdirect_core::{
     CoreError, DmaDomain, DmaMem, PageSize, PciAddress, PciDevice, PoolConfig, RegionKind, UbPool,
     UbRegistry,
@@ -521,14 +522,15 @@ fn permission_denied_names_node_and_user() {
         assert!(matches!(e, CoreError::PermissionDenied { .. }), "{e}");
         return;
     }
-    let out = in_child("permission_denied_names_node_and_user", "nobody");
-    // The node of the back end in use: iommufd's /dev/iommu where it exists (the built
-    // kernel), type1's group node /dev/vfio/N otherwise; the same error either way.
-    let node = if Path::new("/dev/iommu").exists() {
-        "/dev/iommu"
-    } else {
-        "/dev/vfio/"
+    // The node refused first: the group (type1) or /dev/iommu (iommufd, chosen where the
+    // kernel has it: the ubd kernel).
+    let (d, _dev) = open(nvme(0));
+    let node = match d.backend_kind() {
+        Some(BackendKind::Iommufd) => "/dev/iommu",
+        _ => "/dev/vfio/",
     };
+    drop((d, _dev));
+    let out = in_child("permission_denied_names_node_and_user", "nobody");
     assert!(
         out.contains(&format!("UBD-CHILD-SAW: permission denied opening {node}")),
         "{out}"

@@ -19,6 +19,8 @@
 //! | `uring` | [`uring`]: the kernel block path (io_uring, O_DIRECT) | yes |
 //! | `progress` | the pipeline's progress bar on stderr (indicatif) | yes |
 //!
+//! [`Env`] (with `nvme` or `net`) opens everything in one call: hugepages checked, the DMA
+//! domain, the NVMe controllers and NICs, then the pool.
 //! [`dma`], [`hugepages`], [`diag`] and [`pipeline`] are always there. The pipeline's
 //! [`pipeline::NullSink`] and [`pipeline::BarSink`] need no feature; CUDA device memory as a sink
 //! needs `cuda`. An embedder that only drives NVMe writes
@@ -59,6 +61,11 @@ pub use ubdirect_uring as uring;
 
 /// Diagnostics: PCI topology from sysfs, the pre-flight (doctor) rules, kernel-log IOMMU faults.
 pub use ubdirect_diag as diag;
+
+#[cfg(any(feature = "nvme", feature = "net"))]
+mod env;
+#[cfg(any(feature = "nvme", feature = "net"))]
+pub use env::{Env, EnvBuilder, EnvError, Hugepages, PoolMemory};
 
 /// The pipeline: a block source through the UB pool into a sink, on one polling thread.
 pub mod pipeline;

@@ -8,37 +8,60 @@
 # Prints every run, then medians per engine and depth and the ratios ubdirect / floor and
 # ubdirect / best kernel.
 #
+# With --cmb: I/O submission queues in host memory vs in the Controller Memory Buffer (issue 12)
+# instead: the same controller with a 1 MiB CMB (QEMU `cmb_size_mb=1`); per round and depth,
+# `ubdirect perf` with the SQ in host memory and with `--sq-in-cmb` (the order alternates
+# between rounds). Prints every run, then medians per placement and depth and the ratio CMB / host.
+#
 #   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128 256" SECS=2 BIN=target/release/ubdirect)
+#   scripts/bench/nvme.sh --cmb      (env: ROUNDS=3 DEPTHS="1 32 128" SECS=2 BIN=target/release/ubdirect)
 #
 # Build first: cargo build --release --bin ubdirect
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+MODE=floor
+case ${1:-} in
+    "") ;;
+    --cmb) MODE=cmb ;;
+    *) echo "nvme.sh: unknown argument '$1': the only one is --cmb (SQs in host memory vs in the CMB)" >&2; exit 2 ;;
+esac
 BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || { echo "nvme.sh: $BIN missing: cargo build --release --bin ubdirect" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
-DEPTHS=${DEPTHS:-"1 32 128 256"}
 SECS=${SECS:-2}
+if [[ $MODE == cmb ]]; then
+    DEPTHS=${DEPTHS:-"1 32 128"}
+    ctrl="serial=ubdnullcmb,drive=nullb,cmb_size_mb=1,addr=0x10"
+else
+    DEPTHS=${DEPTHS:-"1 32 128 256"}
+    ctrl="serial=ubdnull,drive=nullb,addr=0x10"
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
-    --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,serial=ubdnull,drive=nullb,addr=0x10" \
-    --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
-    -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|FAIL|#) ' || true
+    --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,$ctrl" \
+    --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
+    -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true
 echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$log" <<'PY'
+python3 - "$log" "$MODE" <<'PY'
 import sys, statistics as st, collections
+mode = sys.argv[2]
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
     if len(f) == 8 and f[0] == "R":
         runs[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
-engines = ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
+if mode == "cmb":
+    column, engines = "SQ in", ["host", "cmb"]
+else:
+    column, engines = "engine", ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
 def med(e, q, i):
     v = [r[i] for r in runs.get((e, q), [])]
     return st.median(v) if v else None
-print("\n| QD | engine | runs | IOPS median (range) | mean lat (us) | p50 (us) | p99 (us) |")
+r = lambda a, b: f"{a/b:.2f}" if a and b else "n/a"
+print(f"\n| QD | {column} | runs | IOPS median (range) | mean lat (us) | p50 (us) | p99 (us) |")
 print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 for q in depths:
     for e in engines:
@@ -48,14 +71,32 @@ for q in depths:
         io = [r[0] for r in v]
         print(f"| {q} | {e} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | "
               f"{med(e,q,1)/1e3:.1f} | {med(e,q,2)/1e3:.1f} | {med(e,q,3)/1e3:.1f} |")
+cyc = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 8 and f[0] == "C":
+        cyc[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
+if cyc:
+    print("\n| QD | engine | submit cycles/IO | complete cycles/IO | SQ doorbells/IO | CQ doorbells/IO |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for q in depths:
+        for e in engines:
+            v = cyc.get((e, q), [])
+            if v:
+                m = [st.median(x[i] for x in v) for i in range(4)]
+                print(f"| {q} | {e} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.3f} | {m[3]:.3f} |")
+if mode == "cmb":
+    print("\n| QD | CMB / host (IOPS) | CMB / host (mean latency) |")
+    print("| ---: | ---: | ---: |")
+    for q in depths:
+        print(f"| {q} | {r(med('cmb', q, 0), med('host', q, 0))} | {r(med('cmb', q, 1), med('host', q, 1))} |")
+    sys.exit(0)
 print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
 print("| ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 for q in depths:
     fl, u, uo, un = med("floor", q, 0), med("ubdirect", q, 0), med("ubdirect-on", q, 0), med("ubdirect-nosh", q, 0)
     ks = [(med(k, q, 0), k) for k in ("uring-iopoll", "uring-cmd") if med(k, q, 0)]
     best = max(ks) if ks else None
-    ub = u
-    r = lambda a, b: f"{a/b:.2f}" if a and b else "n/a"
     lat = r(med("floor", q, 1), med("ubdirect", q, 1))
-    print(f"| {q} | {r(u, fl)} | {r(uo, fl)} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(ub, best[0] if best else None)} |")
+    print(f"| {q} | {r(u, fl)} | {r(uo, fl)} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(u, best[0] if best else None)} |")
 PY

@@ -93,6 +93,22 @@ expect "summary: a guest killed at its deadline fails" "1" \
     "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" '' 124 | cut -c1)"
 expect "summary: the deadline is named" "1" "$(grep -c '^guest: 8 passed, 1 failed, 1 skipped (DEADLINE: the guest was killed after 900s)' "$tmp/sum.out")"
 
+# test.sh's closing line (total.sh) from its summary lines; FAILED-STEPS first.
+tot() { printf '%b' "$2" | "$here/total.sh" "$1"; }
+ok_lines='fmt: ok\nhost: 10 passed, 0 failed\nvm-selftest: 5 passed, 0 failed\nguest: 20 passed, 0 failed, 1 skipped (guest 200s)\n'
+expect "total: every counted line added up, skips from guest lines" "total: 41 passed, 0 failed, 1 skipped" \
+    "$(tot 0 "${ok_lines}soak: 6 passed, 0 failed (77s)\n")"
+expect "total: a soak line with 1 failure is 1 failed" "total: 40 passed, 1 failed, 1 skipped" \
+    "$(tot 1 "${ok_lines}soak: 5 passed, 1 failed (77s)\n")"
+expect "total: a soak that printed no summary counts as 1 failed" "total: 35 passed, 1 failed, 1 skipped" \
+    "$(tot 1 "${ok_lines}soak: 0 passed, 1 failed (scripts/soak.sh exited 125 without its summary; see x)\n")"
+expect "total: guest[K] and guest-pair[K] lines count, hostcheck and guest-rust do not" "total: 7 passed, 2 failed, 3 skipped" \
+    "$(tot 1 'guest-rust: 9 passed, 9 failed, 9 skipped\nhostcheck: 9 passed, 0 failed\nguest[6.12]: 4 passed, 1 failed, 2 skipped\nguest-pair[ubd]: 3 passed, 1 failed, 1 skipped\n')"
+expect "total: each FAILED step is one failure" "total: 10 passed, 2 failed, 0 skipped" \
+    "$(tot 1 'deps: FAILED (run it as root)\nclippy: FAILED (40s)\nhost: 10 passed, 0 failed\n')"
+expect "total: a failed step with no counted failure still shows one" "total: 10 passed, 1 failed, 0 skipped" \
+    "$(tot 1 'host: 10 passed, 0 failed\nembedder: no\n')"
+
 # Host checks
 mkdir -p "$tmp/run"
 printf 'ABCDEFGH' >"$tmp/run/a.img"

@@ -48,7 +48,7 @@ pub fn of(root: &Path, d: &PciDeviceInfo) -> Option<Result<DmaBackend, String>> 
 }
 
 /// `doctor` findings: one per selected device on vfio-pci (no-IOMMU is a warning: its DMA
-/// is unprotected and the library refuses it without opt-in).
+/// has no isolation and the library opens it only with both opt-ins).
 pub fn findings(root: &Path, selected: &[PciDeviceInfo]) -> Vec<Finding> {
     selected
         .iter()
@@ -63,7 +63,7 @@ pub fn findings(root: &Path, selected: &[PciDeviceInfo]) -> Vec<Finding> {
                 check: "dma-backend",
                 device: Some(d.address.clone()),
                 action: if b.kind == BackendKind::NoIommu.name() {
-                    "no-IOMMU DMA is unprotected and refused without opt-in: turn the IOMMU on (intel_iommu=on / amd_iommu=on)".into()
+                    "no-IOMMU DMA has no isolation (the device can read and write all of memory): turn the IOMMU on (intel_iommu=on / amd_iommu=on); to use it anyway the operator runs `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config` and the program opts in (DomainOptions::allow_noiommu; `ubdirect perf --allow-noiommu`)".into()
                 } else {
                     String::new()
                 },

@@ -201,6 +201,14 @@ fn core_message(e: &CoreError) -> String {
         } => format!(
             "all {block_count} buffers of {block_size} bytes are in use: give the pool more blocks (--blocks or --pool-size) or keep fewer requests in flight"
         ),
+        CoreError::Backend {
+            backend: "noiommu",
+            reason,
+            ..
+        } if reason.contains("DomainOptions::allow_noiommu") => format!(
+            "{} (ubdirect: pass --allow-noiommu to `ubdirect perf` to opt in)",
+            scrub(&e.to_string())
+        ),
         CoreError::IovaExhausted { len, .. } => format!(
             "no room left in the device's DMA address space for {len} more bytes: use a smaller pool (--pool-size, --blocks)"
         ),

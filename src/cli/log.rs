@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 use ubdirect_core::{DmaDomain, UbRegistry};
-use ubdirect_nvme::admin::{ErrorLogEntry, SmartLog};
 use ubdirect_nvme::{Controller, ControllerOptions, NvmeStatus};
+use ubdirect_nvme::{ErrorLogEntry, SmartLog};
 
 use super::{parse_bdf, CliResult, Outcome};
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
+use ubdirect_core::vfio::DomainOptions;
 use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
@@ -99,6 +100,12 @@ pub struct Args {
     /// Writes stamp each block with its LBA; reads check stamps they find (misdirected or stale data).
     #[arg(long)]
     verify: bool,
+
+    /// Allow the no-IOMMU back end (vfio's unsafe no-IOMMU mode: the controller DMAs to
+    /// physical addresses with no isolation and can reach all of memory). Also needs the
+    /// operator's opt-in: `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`.
+    #[arg(long = "allow-noiommu")]
+    allow_noiommu: bool,
 
     /// Shadow doorbells (Doorbell Buffer Config) where the controller has them: auto (on only
     /// where a short probe at open sees them save MMIO doorbell writes), on, or off.
@@ -422,7 +429,10 @@ fn run_perf(args: &Args) -> CliResult {
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
-    let registry = UbRegistry::new(DmaDomain::new()?);
+    let registry = UbRegistry::new(DmaDomain::with_options(DomainOptions {
+        allow_noiommu: args.allow_noiommu,
+        ..Default::default()
+    })?);
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.

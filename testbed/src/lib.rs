@@ -7,7 +7,10 @@
 
 #![deny(missing_docs)]
 
+pub mod bar_check;
 pub mod log_capture;
+
+pub use bar_check::check_bar_copy;
 
 use std::fmt;
 

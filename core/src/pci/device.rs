@@ -18,7 +18,8 @@ use super::removal::RemovalNotice;
 use super::PciAddress;
 use crate::error::{CoreError, Result};
 use crate::mmio::Mmio;
-use crate::vfio::DmaDomain;
+use crate::vfio::noiommu_group::NoIommuDevice;
+use crate::vfio::{DmaDomain, OpenedDevice};
 
 /// `_IO(VFIO_TYPE, VFIO_BASE + 7)`: vfio-ioctls keeps the device flags private.
 const VFIO_DEVICE_GET_INFO: libc::c_ulong = (59 << 8) | (100 + 7);
@@ -54,6 +55,8 @@ pub struct PciDevice {
 enum Access {
     /// Dropped by hand in Drop, before the domain hears the device closed.
     Vfio(ManuallyDrop<VfioDevice>),
+    /// Opened through a vfio no-IOMMU group (closed by hand in Drop, like `Vfio`).
+    NoIommu(NoIommuDevice),
     /// An in-process model (host tests, fuzzing).
     Model(Arc<dyn DeviceModel>),
 }
@@ -74,6 +77,10 @@ impl PciDevice {
     /// viable, permissions.
     pub fn open(domain: &Arc<DmaDomain>, addr: PciAddress) -> Result<Arc<PciDevice>> {
         let (dev, sys) = domain.open_device(addr)?;
+        let dev = match dev {
+            OpenedDevice::Vfio(d) => d,
+            OpenedDevice::NoIommu(d) => return PciDevice::open_noiommu(domain, addr, d, sys.numa),
+        };
         let dev = ManuallyDrop::new(dev);
         let flags = match device_flags(&dev) {
             Ok(f) => f,
@@ -97,6 +104,33 @@ impl PciDevice {
             device: 0,
             class: 0,
             numa: sys.numa,
+            domain: domain.clone(),
+            removal: Mutex::new(None),
+            dmabuf_revocations: AtomicU64::new(0),
+        };
+        d.read_ids()?;
+        Ok(Arc::new(d))
+    }
+
+    /// The rest of [`PciDevice::open`] for a device opened through its no-IOMMU group.
+    fn open_noiommu(
+        domain: &Arc<DmaDomain>,
+        addr: PciAddress,
+        dev: NoIommuDevice,
+        numa: Option<u32>,
+    ) -> Result<Arc<PciDevice>> {
+        let cfg = VFIO_PCI_CONFIG_REGION_INDEX;
+        // From here on PciDevice's Drop closes the device on every error path.
+        let mut d = PciDevice {
+            addr,
+            config_off: dev.get_region_offset(cfg),
+            config_len: dev.get_region_size(cfg),
+            flags: dev.flags(),
+            access: Access::NoIommu(dev),
+            vendor: 0,
+            device: 0,
+            class: 0,
+            numa,
             domain: domain.clone(),
             removal: Mutex::new(None),
             dmabuf_revocations: AtomicU64::new(0),
@@ -209,8 +243,9 @@ impl PciDevice {
                 self.config_len
             )));
         }
-        let dev = match &self.access {
-            Access::Vfio(dev) => dev,
+        let fd = match &self.access {
+            Access::Vfio(dev) => dev.as_raw_fd(),
+            Access::NoIommu(dev) => dev.as_raw_fd(),
             Access::Model(m) => {
                 // SAFETY: buf points to len bytes owned by the caller (see the callers).
                 let b = unsafe { std::slice::from_raw_parts_mut(buf, len) };
@@ -228,7 +263,6 @@ impl PciDevice {
             let b = unsafe { std::slice::from_raw_parts(buf, len) };
             self.note_command_write(off, b);
         }
-        let fd = dev.as_raw_fd();
         let pos = (self.config_off + u64::from(off)) as libc::off_t;
         // SAFETY: buf points to len bytes owned by the caller; pread/pwrite touch only those.
         let n = unsafe {
@@ -302,6 +336,7 @@ impl PciDevice {
         }
         let len = match &self.access {
             Access::Vfio(dev) => dev.get_region_size(u32::from(bar)),
+            Access::NoIommu(dev) => dev.get_region_size(u32::from(bar)),
             Access::Model(m) => m.bar_len(bar),
         };
         if len == 0 {
@@ -342,6 +377,10 @@ impl PciDevice {
         let len = self.check_bar(bar)?;
         match &self.access {
             Access::Vfio(dev) => crate::vfio::dmabuf::export_bar(dev, self.addr, bar, len),
+            Access::NoIommu(_) => Err(crate::vfio::noiommu::device_memory_refusal(&format!(
+                "BAR {bar} of {} (as a dma-buf)",
+                self.addr
+            ))),
             Access::Model(_) => Err(CoreError::Unsupported {
                 addr: self.addr,
                 what: "exporting a BAR of a device model as a dma-buf",
@@ -352,8 +391,17 @@ impl PciDevice {
     /// mmap the whole BAR through VFIO.
     pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
         let len = self.check_bar(bar)?;
-        let dev = match &self.access {
-            Access::Vfio(dev) => dev,
+        let (flags, off, fd) = match &self.access {
+            Access::Vfio(dev) => (
+                dev.get_region_flags(u32::from(bar)),
+                dev.get_region_offset(u32::from(bar)),
+                dev.as_raw_fd(),
+            ),
+            Access::NoIommu(dev) => (
+                dev.get_region_flags(u32::from(bar)),
+                dev.get_region_offset(u32::from(bar)),
+                dev.as_raw_fd(),
+            ),
             Access::Model(m) => {
                 let len = usize::try_from(len).map_err(|_| CoreError::BadBar {
                     addr: self.addr,
@@ -363,7 +411,6 @@ impl PciDevice {
                 return Ok(Mmio::from_model(m.clone(), bar, len));
             }
         };
-        let flags = dev.get_region_flags(u32::from(bar));
         if flags & VFIO_REGION_INFO_FLAG_MMAP == 0 {
             return Err(CoreError::BadBar {
                 addr: self.addr,
@@ -383,7 +430,6 @@ impl PciDevice {
             bar,
             reason: format!("BAR of {len:#x} bytes does not fit the address space"),
         })?;
-        let off = dev.get_region_offset(u32::from(bar));
         // SAFETY: a fresh shared mapping of the device fd at the region offset VFIO gave us.
         let p = unsafe {
             libc::mmap(
@@ -391,7 +437,7 @@ impl PciDevice {
                 len,
                 prot,
                 libc::MAP_SHARED,
-                dev.as_raw_fd(),
+                fd,
                 off as libc::off_t,
             )
         };
@@ -438,15 +484,16 @@ impl PciDevice {
         }
         // vfio-pci revokes the device's dma-bufs around the reset, whether it succeeds or not.
         self.dmabuf_revocations.fetch_add(1, Ordering::AcqRel);
-        let dev = match &self.access {
-            Access::Vfio(dev) => dev,
+        let fd = match &self.access {
+            Access::Vfio(dev) => dev.as_raw_fd(),
+            Access::NoIommu(dev) => dev.as_raw_fd(),
             Access::Model(m) => {
                 m.reset();
                 return Ok(());
             }
         };
         // SAFETY: a no-argument ioctl on our device fd.
-        let rc = unsafe { libc::ioctl(dev.as_raw_fd(), VFIO_DEVICE_RESET) };
+        let rc = unsafe { libc::ioctl(fd, VFIO_DEVICE_RESET) };
         if rc != 0 {
             return Err(CoreError::last_os(format!(
                 "VFIO_DEVICE_RESET on {}",
@@ -473,13 +520,13 @@ impl PciDevice {
     /// [`PciDevice::removal_requested`] on slow paths and, when it says so, stop I/O and drop
     /// everything holding the device: the removal completes when the device is closed.
     pub fn enable_removal_notice(&self) -> Result<()> {
-        let dev = match &self.access {
-            Access::Vfio(dev) => dev,
-            Access::Model(_) => return Ok(()),
-        };
         let mut slot = self.removal.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            *slot = Some(RemovalNotice::register(dev, self.addr)?);
+            *slot = Some(match &self.access {
+                Access::Vfio(dev) => RemovalNotice::register(dev, self.addr)?,
+                Access::NoIommu(dev) => RemovalNotice::register_noiommu(dev, self.addr)?,
+                Access::Model(_) => return Ok(()),
+            });
         }
         Ok(())
     }
@@ -502,6 +549,10 @@ impl Drop for PciDevice {
         if let Access::Vfio(dev) = &mut self.access {
             // SAFETY: dropped exactly once, here; the field is not used afterwards.
             unsafe { ManuallyDrop::drop(dev) };
+            self.domain.device_closed(self.addr);
+        }
+        if let Access::NoIommu(dev) = &mut self.access {
+            dev.close();
             self.domain.device_closed(self.addr);
         }
     }

@@ -54,6 +54,33 @@ impl RemovalNotice {
         })
     }
 
+    /// [`RemovalNotice::register`] for a device opened through its no-IOMMU group.
+    pub(crate) fn register_noiommu(
+        dev: &crate::vfio::noiommu_group::NoIommuDevice,
+        addr: PciAddress,
+    ) -> Result<RemovalNotice> {
+        let index = VFIO_PCI_REQ_IRQ_INDEX;
+        if dev.irq_count(index) == 0 {
+            return Err(CoreError::Unsupported {
+                addr,
+                what: "the VFIO device request IRQ (VFIO_PCI_REQ_IRQ_INDEX; vfio-pci offers it since Linux 4.0)",
+            });
+        }
+        let fd = EventFd::new(EFD_NONBLOCK).map_err(|source| CoreError::Io {
+            op: format!("eventfd for the removal notice of {addr}"),
+            source,
+        })?;
+        dev.set_irq_eventfd(index, std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map_err(|source| CoreError::Io {
+                op: format!("VFIO_DEVICE_SET_IRQS (request IRQ eventfd) on {addr}"),
+                source,
+            })?;
+        Ok(RemovalNotice {
+            fd,
+            seen: AtomicBool::new(false),
+        })
+    }
+
     /// True once the kernel has asked for the device. One non-blocking read(2) until then.
     pub(crate) fn requested(&self) -> bool {
         if self.seen.load(Ordering::Relaxed) {

@@ -2,7 +2,9 @@
 //! (GPU copy, BAR, null). Buffers move in on submit and come back in the completion.
 
 mod block;
+mod in_flight;
 mod sink;
 
 pub use block::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+pub use in_flight::InFlight;
 pub use sink::{Sink, SinkError, SinkErrorKind};

@@ -141,6 +141,7 @@ impl UbRegistry {
     /// (`VFIO_DEVICE_FEATURE_DMA_BUF`) and the IOAS maps it by file (`IOMMU_IOAS_MAP_FILE`);
     /// the CPU still uses the BAR's mmap. On type1 the BAR's mmap is mapped directly.
     pub fn register_bar(&self, dev: &Arc<PciDevice>, bar: u8) -> Result<Arc<UbRegion>> {
+        self.refuse_bar_without_iommu(dev, bar)?;
         let m = dev.map_bar(bar)?;
         if m.is_model() {
             return Err(CoreError::Unsupported {
@@ -213,6 +214,18 @@ impl UbRegistry {
         }
     }
 
+    /// Device memory has no bus address a peer could safely use without an IOMMU: refused on
+    /// the no-IOMMU back end, naming the BAR.
+    fn refuse_bar_without_iommu(&self, dev: &PciDevice, bar: u8) -> Result<()> {
+        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::NoIommu) {
+            return Err(crate::vfio::noiommu::device_memory_refusal(&format!(
+                "BAR {bar} of {}",
+                dev.address()
+            )));
+        }
+        Ok(())
+    }
+
     /// Import a dma-buf of `len` bytes (GPU memory exported by its driver, a device BAR
     /// exported by vfio-pci elsewhere) into the domain's IOAS and register it as a
     /// [`RegionKind::DmaBuf`] region: devices reach it at `region.iova`; it has no CPU
@@ -251,6 +264,7 @@ impl UbRegistry {
         offset: u64,
         len: u64,
     ) -> Result<Arc<UbRegion>> {
+        self.refuse_bar_without_iommu(dev, bar)?;
         let bar_len = dev.bar_len(bar)?;
         let end = offset.checked_add(len);
         if len == 0 || offset % 4096 != 0 || len % 4096 != 0 || end.is_none_or(|e| e > bar_len) {

@@ -10,6 +10,7 @@ use std::os::fd::BorrowedFd;
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioIommufd, VfioOps};
 
 use super::iommufd;
+use super::noiommu_group::NoIommuContainer;
 use super::select::BackendKind;
 
 /// An IOMMU back end.
@@ -20,6 +21,9 @@ pub(crate) enum Backend {
     Iommufd(Arc<VfioIommufd>),
     /// No IOMMU: maps only allocate IOVAs; no device can be opened.
     HostOnly,
+    /// vfio's unsafe no-IOMMU mode: nothing to program; a mapping's IOVA is the memory's
+    /// physical address (chosen by the domain, see `super::noiommu_group`).
+    NoIommu(Arc<NoIommuContainer>),
 }
 
 impl Backend {
@@ -28,6 +32,7 @@ impl Backend {
         match self {
             Backend::Type1(_) => Some(BackendKind::Type1),
             Backend::Iommufd(_) => Some(BackendKind::Iommufd),
+            Backend::NoIommu(_) => Some(BackendKind::NoIommu),
             Backend::HostOnly => None,
         }
     }
@@ -44,7 +49,7 @@ impl Backend {
                 // SAFETY: forwarded from the caller's contract.
                 unsafe { i.vfio_dma_map(iova, len, vaddr) }.map_err(iommufd::vfio_errno)
             }
-            Backend::HostOnly => Ok(()),
+            Backend::HostOnly | Backend::NoIommu(_) => Ok(()),
         }
     }
 
@@ -67,7 +72,7 @@ impl Backend {
             },
             // SAFETY: forwarded from the caller's contract.
             Backend::Iommufd(i) => unsafe { iommufd::map_readonly(i, iova, len, vaddr) },
-            Backend::HostOnly => Ok(()),
+            Backend::HostOnly | Backend::NoIommu(_) => Ok(()),
         }
     }
 
@@ -76,7 +81,7 @@ impl Backend {
         match self {
             Backend::Type1(c) => c.vfio_dma_unmap(iova, len).map_err(errno),
             Backend::Iommufd(i) => i.vfio_dma_unmap(iova, len).map_err(iommufd::vfio_errno),
-            Backend::HostOnly => Ok(()),
+            Backend::HostOnly | Backend::NoIommu(_) => Ok(()),
         }
     }
 
@@ -98,11 +103,12 @@ impl Backend {
                     .map_file(fd.as_raw_fd(), offset, len as u64, iova, writeable)
                     .map_err(iommufd::errno),
             ),
-            Backend::Type1(_) | Backend::HostOnly => None,
+            Backend::Type1(_) | Backend::HostOnly | Backend::NoIommu(_) => None,
         }
     }
 
-    /// Open a device through this back end (adds its group on first use).
+    /// Open a device through this back end (adds its group on first use); None for the
+    /// host-only and no-IOMMU back ends (the latter opens its own device type).
     pub(crate) fn open_device(&self, sysfs: &Path) -> Option<Result<VfioDevice, VfioError>> {
         match self {
             Backend::Type1(c) => {
@@ -113,7 +119,7 @@ impl Backend {
                 let ops: Arc<dyn VfioOps> = i.clone();
                 Some(VfioDevice::new(sysfs, ops, true))
             }
-            Backend::HostOnly => None,
+            Backend::HostOnly | Backend::NoIommu(_) => None,
         }
     }
 }
@@ -125,4 +131,13 @@ fn errno(e: VfioError) -> i32 {
         VfioError::InvalidDmaUnmapSize => libc::EINVAL,
         _ => libc::EIO,
     }
+}
+
+/// A device opened through a back end: vfio-ioctls' device (type1, iommufd), or the no-IOMMU
+/// back end's own.
+pub(crate) enum OpenedDevice {
+    /// Opened through a type1 container or an iommufd IOAS.
+    Vfio(VfioDevice),
+    /// Opened through its vfio no-IOMMU group.
+    NoIommu(super::noiommu_group::NoIommuDevice),
 }

@@ -6,9 +6,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
+use vfio_ioctls::{VfioContainer, VfioError};
 
-use super::backend::Backend;
+use super::backend::{Backend, OpenedDevice};
 use super::iommu_info::IommuInfo;
 use super::mapping::DmaMapping;
 use super::preflight::{group_members_in, DeviceSysfs};
@@ -115,6 +115,18 @@ fn check_not_mapped(s: &State, va: usize, len: usize) -> Result<()> {
     Ok(())
 }
 
+/// A fresh IOVA range of `len` bytes aligned to `align`, or why there is none.
+fn alloc_iova(s: &mut State, len: usize, align: u64) -> Result<u64> {
+    s.iova.alloc(len as u64, align).map_err(|e| match e {
+        IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
+            len: len as u64,
+            align,
+            largest_free,
+        },
+        other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
+    })
+}
+
 fn intersect(a: &Range<u64>, b: &Range<u64>) -> Range<u64> {
     a.start.max(b.start)..a.end.min(b.end)
 }
@@ -166,7 +178,10 @@ impl DmaDomain {
                 }
                 false
             }
-            Some(BackendKind::NoIommu) => return Err(noiommu_refusal(&options)),
+            Some(BackendKind::NoIommu) => {
+                noiommu_opt_ins(&options)?;
+                false
+            }
             None => !Path::new("/dev/iommu").exists(),
         };
         let d = DmaDomain::with_backend(None, None, options);
@@ -178,29 +193,21 @@ impl DmaDomain {
     }
 }
 
-/// Why the no-IOMMU back end is refused: without the library opt-in, always; then without the
-/// operator's opt-in (vfio's unsafe no-IOMMU mode, under filesystem `root`); with both, because
-/// opening devices through no-IOMMU groups is not implemented yet.
-fn noiommu_refusal(options: &DomainOptions) -> CoreError {
-    noiommu_refusal_in(Path::new("/"), options)
+/// The no-IOMMU back end needs both opt-ins: the library's ([`DomainOptions::allow_noiommu`])
+/// and the operator's (vfio's unsafe no-IOMMU mode); the error says which is missing.
+fn noiommu_opt_ins(options: &DomainOptions) -> Result<()> {
+    noiommu_opt_ins_in(Path::new("/"), options)
 }
 
-fn noiommu_refusal_in(root: &Path, options: &DomainOptions) -> CoreError {
+fn noiommu_opt_ins_in(root: &Path, options: &DomainOptions) -> Result<()> {
     if !options.allow_noiommu {
-        return CoreError::Backend {
+        return Err(CoreError::Backend {
             backend: "noiommu",
             reason: "refused: without an IOMMU a device can read and write all of memory, and this DmaDomain was not created with DomainOptions::allow_noiommu".into(),
             fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".into(),
-        };
+        });
     }
-    if let Err(e) = super::noiommu::operator_opt_in(root) {
-        return e;
-    }
-    CoreError::Backend {
-        backend: "noiommu",
-        reason: "opening a device through a vfio no-IOMMU group (/dev/vfio/noiommu-N) is not implemented in this build (vfio-ioctls 0.10 opens only /dev/vfio/N groups); the address rules are in core::vfio::noiommu".into(),
-        fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on) and use the type1 or iommufd back end".into(),
-    }
+    super::noiommu::operator_opt_in(root)
 }
 
 /// A VFIO type1v2 container back end, with today's error mapping.
@@ -385,6 +392,23 @@ impl DmaDomain {
         }
         check_not_mapped(&s, va, len)?;
         let align = (align as u64).max(page as u64);
+        let iova = if self.backend_kind() == Some(BackendKind::NoIommu) {
+            // No translation: the bus address is the memory's physical address.
+            let a = super::noiommu_group::dma_address_for(
+                va,
+                len,
+                align,
+                s.limit.as_ref(),
+                super::noiommu::dma_address,
+            )?;
+            // The same physical memory under another virtual address is already mapped.
+            s.iova
+                .reserve(a, len as u64)
+                .map_err(|_| CoreError::AlreadyMapped { vaddr: va, len })?;
+            a
+        } else {
+            alloc_iova(&mut s, len, align)?
+        };
         let needed = s.mapped + len as u64;
         let entry = Entry {
             vaddr: va,
@@ -394,7 +418,7 @@ impl DmaDomain {
             file: false,
             indexed: true,
         };
-        self.map_with(&mut s, align, entry, |iova| {
+        self.map_with(&mut s, iova, entry, || {
             // SAFETY: forwarded from this function's contract.
             unsafe { self.backend_map(iova, len, vaddr, readonly) }
                 .map_err(|errno| map_errno(errno, needed, va, len, iova))
@@ -411,26 +435,18 @@ impl DmaDomain {
             .ok_or(CoreError::NoDevice)
     }
 
-    /// The one "allocate an IOVA range, program the IOMMU, record it" sequence of every kind of
-    /// mapping: `program` is the back-end call for the range's IOVA; when it fails, the range
-    /// is freed and nothing is recorded.
+    /// The one "program the IOMMU, record it" sequence of every kind of mapping, for the
+    /// IOVA range `[iova, +entry.len)` the caller took from the allocator: `program` is the
+    /// back-end call; when it fails, the range goes back and nothing is recorded.
     fn map_with(
         self: &Arc<Self>,
         s: &mut State,
-        align: u64,
+        iova: u64,
         entry: Entry,
-        program: impl FnOnce(u64) -> Result<()>,
+        program: impl FnOnce() -> Result<()>,
     ) -> Result<DmaMapping> {
         let len = entry.len;
-        let iova = s.iova.alloc(len as u64, align).map_err(|e| match e {
-            IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
-                len: len as u64,
-                align,
-                largest_free,
-            },
-            other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
-        })?;
-        if let Err(e) = program(iova) {
+        if let Err(e) = program() {
             let _ = s.iova.free(iova, len as u64);
             return Err(e);
         }
@@ -504,6 +520,11 @@ impl DmaDomain {
         let Some(b) = self.backend() else {
             return Err(CoreError::NoDevice);
         };
+        if b.kind() == Some(BackendKind::NoIommu) {
+            return Err(super::noiommu::device_memory_refusal(&format!(
+                "file or dma-buf bytes [{offset:#x}, +{len:#x})"
+            )));
+        }
         let page = info.min_page();
         let va = cpu.map_or(0, |p| p as usize);
         if len == 0
@@ -520,6 +541,7 @@ impl DmaDomain {
             check_not_mapped(&s, va, len)?;
         }
         let align = (align as u64).max(page);
+        let iova = alloc_iova(&mut s, len, align)?;
         let entry = Entry {
             vaddr: va,
             len,
@@ -528,7 +550,7 @@ impl DmaDomain {
             file: true,
             indexed: cpu.is_some(),
         };
-        self.map_with(&mut s, align, entry, |iova| {
+        self.map_with(&mut s, iova, entry, || {
             match b.map_file(iova, len, fd, offset, writeable) {
                 Some(done) => done.map_err(|errno| map_file_errno(errno, offset, len, iova)),
                 None => {
@@ -611,7 +633,7 @@ impl DmaDomain {
 
     /// Open `addr` through this domain's back end: sysfs preflight, group join, IOMMU setup on
     /// the first device (replaying recorded mappings after the devices had all gone).
-    pub(crate) fn open_device(&self, addr: PciAddress) -> Result<(VfioDevice, DeviceSysfs)> {
+    pub(crate) fn open_device(&self, addr: PciAddress) -> Result<(OpenedDevice, DeviceSysfs)> {
         let mut s = self.lock();
         if self.is_host_only() {
             return Err(CoreError::VfioUnavailable {
@@ -624,20 +646,23 @@ impl DmaDomain {
         let sys = DeviceSysfs::check_in(Path::new("/"), addr)?;
         let choice = select::choose(addr, self.options.backend)?;
         let backend = self.backend_for(&mut s, addr, choice)?;
-        let dev = match backend.open_device(&addr.sysfs_path()) {
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                // The cdev bind answers EINVAL (not EBUSY) when the device is already open
-                // through its cdev elsewhere: the group node tells (it is busy then).
-                if bind_refused_einval(&e) && group_node_busy(sys.group) {
-                    return Err(CoreError::GroupBusy {
-                        addr,
-                        group: sys.group,
-                    });
+        let dev = match backend {
+            Backend::NoIommu(c) => OpenedDevice::NoIommu(c.open_device(addr, sys.group)?),
+            _ => match backend.open_device(&addr.sysfs_path()) {
+                Some(Ok(d)) => OpenedDevice::Vfio(d),
+                Some(Err(e)) => {
+                    // The cdev bind answers EINVAL (not EBUSY) when the device is already open
+                    // through its cdev elsewhere: the group node tells (it is busy then).
+                    if bind_refused_einval(&e) && group_node_busy(sys.group) {
+                        return Err(CoreError::GroupBusy {
+                            addr,
+                            group: sys.group,
+                        });
+                    }
+                    return Err(open_error(e, addr, sys.group));
                 }
-                return Err(open_error(e, addr, sys.group));
-            }
-            None => return Err(CoreError::NoDevice),
+                None => return Err(CoreError::NoDevice),
+            },
         };
         match backend {
             Backend::Type1(c) if s.info.is_none() => {
@@ -647,6 +672,14 @@ impl DmaDomain {
             // Each attach may narrow the IOAS's ranges: ask again.
             Backend::Iommufd(i) => {
                 s.info = Some(super::iommufd::query_info(i)?);
+                s.rebuild_allocator();
+            }
+            // No translation: any page-aligned physical address is a bus address.
+            Backend::NoIommu(_) if s.info.is_none() => {
+                s.info = Some(IommuInfo {
+                    page_sizes: (1 << 12) | (1 << 21) | (1 << 30),
+                    iova_ranges: std::iter::once(0..u64::MAX).collect(),
+                });
                 s.rebuild_allocator();
             }
             _ => {}
@@ -693,9 +726,15 @@ impl DmaDomain {
         let b = match choice.kind {
             BackendKind::Type1 => open_type1()?,
             BackendKind::Iommufd => Backend::Iommufd(super::iommufd::open()?),
-            BackendKind::NoIommu => return Err(noiommu_refusal(&self.options)),
+            BackendKind::NoIommu => {
+                noiommu_opt_ins(&self.options)?;
+                Backend::NoIommu(super::noiommu_group::NoIommuContainer::open()?)
+            }
         };
         tracing::info!(backend = %choice.kind, reason = %choice.reason, "DMA back end chosen");
+        if choice.kind == BackendKind::NoIommu {
+            tracing::warn!("no-IOMMU mode: devices DMA to physical addresses with no isolation (they can read and write all of memory); only hugepage memory is given to them");
+        }
         if choice.kind == BackendKind::Iommufd {
             tracing::info!("iommufd: memory regions map by address (IOMMU_IOAS_MAP); files and dma-bufs by file (IOMMU_IOAS_MAP_FILE)");
         }
@@ -1107,19 +1146,26 @@ mod tests {
             backend: Some(BackendKind::NoIommu),
             allow_noiommu: true,
         };
-        let m = noiommu_refusal_in(d.path(), &opts).to_string();
+        let m = noiommu_opt_ins_in(d.path(), &opts).unwrap_err().to_string();
         assert!(m.contains("CONFIG_VFIO_NOIOMMU"), "{m}");
         let p = d.path().join(super::super::noiommu::UNSAFE_MODE_PARAM);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, "N\n").unwrap();
-        let m = noiommu_refusal_in(d.path(), &opts).to_string();
+        let m = noiommu_opt_ins_in(d.path(), &opts).unwrap_err().to_string();
         assert!(
             m.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
             "{m}"
         );
         std::fs::write(&p, "Y\n").unwrap();
-        let m = noiommu_refusal_in(d.path(), &opts).to_string();
-        assert!(m.contains("not implemented in this build"), "{m}");
+        noiommu_opt_ins_in(d.path(), &opts).unwrap();
+        let lib_off = DomainOptions {
+            allow_noiommu: false,
+            ..opts
+        };
+        let m = noiommu_opt_ins_in(d.path(), &lib_off)
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("allow_noiommu"), "{m}");
     }
 
     #[test]

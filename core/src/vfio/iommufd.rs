@@ -28,7 +28,23 @@ const IOMMU_IOAS_IOVA_RANGES: libc::c_ulong =
 /// missing.
 pub(crate) fn open() -> Result<Arc<VfioIommufd>> {
     let fd = IommuFd::new().map_err(|e| match e {
-        IommufdError::OpenIommufd(io) => open_error(io),
+        // The same variant as a refused /dev/vfio/<group> or device cdev: callers match on it.
+        IommufdError::OpenIommufd(io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
+            CoreError::PermissionDenied {
+                path: "/dev/iommu".into(),
+                user: super::domain::current_user(),
+            }
+        }
+        IommufdError::OpenIommufd(io) => {
+            let (reason, fix) = match io.kind() {
+                std::io::ErrorKind::NotFound => (
+                    "/dev/iommu does not exist".to_string(),
+                    "boot a kernel with CONFIG_IOMMUFD (and CONFIG_VFIO_DEVICE_CDEV), `modprobe iommufd`, or use UBD_IOMMU_BACKEND=type1".to_string(),
+                ),
+                _ => (format!("opening /dev/iommu: {io}"), "use UBD_IOMMU_BACKEND=type1".to_string()),
+            };
+            CoreError::Backend { backend: "iommufd", reason, fix }
+        }
         other => CoreError::Backend {
             backend: "iommufd",
             reason: other.to_string(),
@@ -42,29 +58,6 @@ pub(crate) fn open() -> Result<Arc<VfioIommufd>> {
             reason: format!("allocating an IOAS: {e}"),
             fix: "use UBD_IOMMU_BACKEND=type1".into(),
         })
-}
-
-/// Why `/dev/iommu` did not open: permission denied is [`CoreError::PermissionDenied`] as for
-/// type1's `/dev/vfio/N`, so callers see one error whatever the back end.
-fn open_error(io: std::io::Error) -> CoreError {
-    let (reason, fix) = match io.kind() {
-        std::io::ErrorKind::PermissionDenied => {
-            return CoreError::PermissionDenied {
-                path: "/dev/iommu".into(),
-                user: super::domain::current_user(),
-            }
-        }
-        std::io::ErrorKind::NotFound => (
-            "/dev/iommu does not exist".to_string(),
-            "boot a kernel with CONFIG_IOMMUFD (and CONFIG_VFIO_DEVICE_CDEV), `modprobe iommufd`, or use UBD_IOMMU_BACKEND=type1".to_string(),
-        ),
-        _ => (format!("opening /dev/iommu: {io}"), "use UBD_IOMMU_BACKEND=type1".to_string()),
-    };
-    CoreError::Backend {
-        backend: "iommufd",
-        reason,
-        fix,
-    }
 }
 
 /// Map `[vaddr, vaddr+len)` at `iova` with READ permission only.
@@ -170,19 +163,6 @@ mod tests {
         // include/uapi/linux/iommufd.h: IOMMUFD_TYPE ';' (0x3b), IOMMUFD_CMD_IOAS_IOVA_RANGES
         // 0x84: _IO(0x3b, 0x84).
         assert_eq!(IOMMU_IOAS_IOVA_RANGES, 0x3b84);
-    }
-
-    #[test]
-    fn a_refused_dev_iommu_is_permission_denied_as_on_type1() {
-        let e = open_error(std::io::Error::from_raw_os_error(libc::EACCES));
-        assert!(matches!(e, CoreError::PermissionDenied { .. }), "{e}");
-        assert!(
-            e.to_string()
-                .starts_with("permission denied opening /dev/iommu as user "),
-            "{e}"
-        );
-        let e = open_error(std::io::Error::from_raw_os_error(libc::ENOENT)).to_string();
-        assert!(e.contains("CONFIG_IOMMUFD"), "{e}");
     }
 
     #[test]

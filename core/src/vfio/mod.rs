@@ -8,10 +8,12 @@ mod iommu_info;
 mod iommufd;
 mod mapping;
 pub mod noiommu;
+pub(crate) mod noiommu_group;
 mod preflight;
 mod readonly_map;
 mod select;
 
+pub(crate) use backend::OpenedDevice;
 pub use domain::DmaDomain;
 pub use iommu_info::IommuInfo;
 pub use mapping::DmaMapping;

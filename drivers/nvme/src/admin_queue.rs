@@ -15,7 +15,7 @@ use ubdirect_core::{DmaMem, Mmio, UbRegistry};
 use crate::doorbell::{Doorbell, ShadowSlot};
 use crate::error::{NvmeError, Result};
 use crate::ring::{CqRing, SqRing};
-use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Csts, REG_CSTS};
+use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Csts};
 use crate::spec::{Cqe, Sqe};
 use crate::status::NvmeStatus;
 
@@ -25,17 +25,7 @@ pub(crate) const ADMIN_DATA_LEN: usize = 8192;
 /// Read CSTS: all-ones (the device is gone) becomes DeviceGone; with `during` (what was under
 /// way, for the message), CFS becomes ControllerFatal; without, a fatal CSTS comes back as is.
 pub(crate) fn read_csts(mmio: &Mmio, during: Option<&'static str>) -> Result<Csts> {
-    let csts = Csts(mmio.read32(REG_CSTS));
-    if csts.is_all_ones() {
-        return Err(NvmeError::DeviceGone { register: "CSTS" });
-    }
-    match during {
-        Some(during) if csts.cfs() => Err(NvmeError::ControllerFatal {
-            csts: csts.0,
-            during,
-        }),
-        _ => Ok(csts),
-    }
+    crate::controller::transport::read_csts(&mut &*mmio, during)
 }
 
 /// Read CSTS of a controller the driver has enabled: all-ones is DeviceGone, CFS is

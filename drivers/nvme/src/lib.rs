@@ -1,8 +1,9 @@
 //! ubdirect-nvme: a userspace poll-mode NVMe driver over vfio-pci.
 //!
 //! # The model
-//! - [`Env`] opens the DMA domain, the controllers, then the buffer pool (the pool's memory is
-//!   mapped for device DMA, so a device must be open first: `Env` makes that order the only one).
+//! - The facade's `ubdirect::Env` opens the DMA domain, the controllers (and NICs), then the
+//!   buffer pool, in one call: the pool's memory is mapped for device DMA, so a device must be
+//!   open first. With this crate alone the order is the one below: domain, [`Controller`], pool.
 //! - A [`Namespace`] handle (from [`Controller::namespace`] / [`Controller::first_namespace`])
 //!   carries the nsid, the LBA size, the size in blocks and the per-command limit (MDTS).
 //! - Requests are in [`Lba`]s (a byte offset does not compile there) with an [`IoBuf`]: a window
@@ -22,16 +23,15 @@
 //!
 //! ```no_run
 //! # use std::time::Duration;
-//! # use ubdirect_core::PoolConfig;
-//! # use ubdirect_nvme::{Env, IoBuf, IoQueuePair, Lba, QueueOptions};
+//! # use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+//! # use ubdirect_nvme::{Controller, ControllerOptions, IoBuf, IoQueuePair, Lba, QueueOptions};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let env = Env::builder()
-//!     .nvme("0000:00:04.0")
-//!     .pool(PoolConfig { block_size: 1 << 20, block_count: 8 })
-//!     .open()?;
-//! let ns = env.controller(0).first_namespace()?;
-//! let mut qp = IoQueuePair::new(env.controller(0), QueueOptions::default())?;
-//! let buf = IoBuf::prefix(env.pool().get()?, 4096)?;
+//! let registry = UbRegistry::new(DmaDomain::new()?);
+//! let ctrl = Controller::open(&registry, "0000:00:04.0".parse()?, ControllerOptions::default())?;
+//! let pool = UbPool::with_hugepages(&registry, PoolConfig { block_size: 1 << 20, block_count: 8 }, None)?;
+//! let ns = ctrl.first_namespace()?;
+//! let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default())?;
+//! let buf = IoBuf::prefix(pool.get()?, 4096)?;
 //! let buf = qp.read_blocking(&ns, Lba(0), buf, Duration::from_secs(5))?;
 //! # Ok(()) }
 //! ```
@@ -43,20 +43,19 @@ compile_error!(
     "ubdirect-nvme writes NVMe structures in native byte order: little-endian hosts only"
 );
 
-pub mod admin;
 mod admin_queue;
 mod block_queue_seam;
 mod blocking_helpers;
 pub mod cmb;
 pub mod controller;
 mod doorbell;
-pub mod env;
 pub mod error;
 pub mod info;
 mod io_commands;
 mod io_flags;
 pub mod io_queue;
 pub mod io_types;
+pub mod log_pages;
 mod namespace;
 pub mod perf;
 pub mod prp;
@@ -68,7 +67,6 @@ pub mod transport;
 pub use block_queue_seam::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
 pub use controller::{Controller, ControllerOptions, ShadowDecision, ShadowDoorbells};
-pub use env::{Env, EnvBuilder, EnvError, PoolMemory};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};
 pub use io_flags::IoFlags;
@@ -77,6 +75,7 @@ pub use io_types::{
     IoBuf, IoBufError, IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment,
     SgList, MAX_SEGMENTS,
 };
+pub use log_pages::{ErrorLogEntry, SmartLog};
 pub use namespace::{Lba, Namespace};
 pub use status::NvmeStatus;
 

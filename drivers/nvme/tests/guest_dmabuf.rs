@@ -6,11 +6,12 @@
 
 mod common;
 
+use common::bar::{open_ivshmem, BarTarget};
 use common::T;
 use ubdirect_core::vfio::BackendKind;
-use ubdirect_core::{PciDevice, PoolConfig, RegionKind, UbPool};
+use ubdirect_core::{PoolConfig, RegionKind, UbPool};
 use ubdirect_nvme::{IoBuf, Lba};
-use ubdirect_testbed::{self as testbed, GPUBAR_FILE, NVME0_NS1};
+use ubdirect_testbed as testbed;
 
 /// The NVMe test bed, or None (after a skip line) when its domain is not on iommufd.
 fn iommufd_bed() -> Option<common::Bed> {
@@ -67,61 +68,25 @@ fn the_domain_reports_iommufd_and_its_ioas_ranges() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_reads_into_a_bar_imported_as_a_dmabuf() {
     let Some(bed) = iommufd_bed() else { return };
-    let tb = testbed::require();
-    let ivshmem = tb.ivshmem.clone().expect("test bed has an ivshmem device");
-    let dev =
-        PciDevice::open(bed.registry.domain(), ivshmem.parse().unwrap()).expect("open ivshmem");
     let mapped_before = bed.registry.domain().mapping_count();
-    let region = bed
-        .registry
-        .register_bar(&dev, 2)
-        .expect("register BAR2 by dma-buf");
-    assert!(matches!(region.kind, RegionKind::DeviceBar { bar: 2, .. }));
+    let bar = BarTarget::register(&bed);
+    assert!(matches!(
+        bar.region.kind,
+        RegionKind::DeviceBar { bar: 2, .. }
+    ));
     assert_eq!(bed.registry.domain().mapping_count(), mapped_before + 1);
-    let bar_pool = UbPool::new(
-        &bed.registry,
-        region.clone(),
-        PoolConfig {
-            block_size: 1 << 20,
-            block_count: 8,
-        },
-    )
-    .expect("pool on the BAR");
     let mut qp = bed.qp(32, 1);
-    for (i, (lba, len, off)) in [
+    for (i, read) in [
         (4096u64, 1usize << 20, 0usize),
         (9000, 64 * 1024, 4096 + 512),
     ]
     .into_iter()
     .enumerate()
     {
-        let _hold: Vec<_> = (0..=i).map(|_| bar_pool.get().unwrap()).collect();
-        let buf = bar_pool.get().unwrap();
-        let bar_off = buf.iova() - region.iova + off as u64;
-        let buf = qp
-            .read_blocking(
-                &qp.namespace(1).unwrap(),
-                Lba(lba),
-                IoBuf::new(buf, off, len).unwrap(),
-                T,
-            )
-            .expect("read into the dma-buf BAR")
-            .into_buf();
-        testbed::check_pattern(NVME0_NS1.id, lba * 512, &buf.as_slice()[off..off + len])
-            .expect("pattern via the BAR mmap");
-        println!(
-            "{}",
-            testbed::hostcheck_file_eq(
-                &format!("nvme-dmabuf-bar-{i}"),
-                GPUBAR_FILE,
-                bar_off,
-                NVME0_NS1.file,
-                lba * 512,
-                len as u64
-            )
-        );
+        bar.read_and_check(&mut qp, &format!("nvme-dmabuf-bar-{i}"), i + 1, read);
     }
-    drop(bar_pool);
+    let BarTarget { region, pool, .. } = bar;
+    drop(pool);
     bed.registry.unregister(region.id).expect("unregister");
     assert_eq!(bed.registry.domain().mapping_count(), mapped_before);
 }
@@ -130,10 +95,7 @@ fn nvme_reads_into_a_bar_imported_as_a_dmabuf() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn an_exported_bar_dmabuf_registers_as_an_external_dmabuf_region() {
     let Some(bed) = iommufd_bed() else { return };
-    let tb = testbed::require();
-    let ivshmem = tb.ivshmem.clone().expect("test bed has an ivshmem device");
-    let dev =
-        PciDevice::open(bed.registry.domain(), ivshmem.parse().unwrap()).expect("open ivshmem");
+    let dev = open_ivshmem(&bed);
     let fd = dev.export_bar_dmabuf(2).expect("vfio-pci exports BAR2");
     let len = 64 << 20;
     let r = bed
@@ -174,38 +136,14 @@ fn an_exported_bar_dmabuf_registers_as_an_external_dmabuf_region() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
     let Some(bed) = iommufd_bed() else { return };
-    let tb = testbed::require();
-    let ivshmem = tb.ivshmem.clone().expect("test bed has an ivshmem device");
-    let dev =
-        PciDevice::open(bed.registry.domain(), ivshmem.parse().unwrap()).expect("open ivshmem");
-    let region = bed
-        .registry
-        .register_bar(&dev, 2)
-        .expect("register BAR2 by dma-buf");
-    let bar_pool = UbPool::new(
-        &bed.registry,
-        region.clone(),
-        PoolConfig {
-            block_size: 1 << 20,
-            block_count: 8,
-        },
-    )
-    .expect("pool on the BAR");
+    let bar = BarTarget::register(&bed);
     let mut qp = bed.qp(32, 1);
     let (lba_before, lba_after, len) = (12_000u64, 20_000u64, 64 * 1024usize);
-    let _hold: Vec<_> = (0..5).map(|_| bar_pool.get().unwrap()).collect();
-    let buf = bar_pool.get().unwrap();
-    let bar_off = buf.iova() - region.iova;
-    let buf = qp
-        .read_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(lba_before),
-            IoBuf::prefix(buf, len).unwrap(),
-            T,
-        )
-        .expect("read into the BAR before the revocation")
-        .into_buf();
-    assert!(region.check_dma().is_ok());
+    // The read before the revocation; its host check ("nvme-dmabuf-revoked") runs after the
+    // guest exits: the backing file still holds these bytes (nothing reaches the BAR later).
+    let buf = bar.read_and_check(&mut qp, "nvme-dmabuf-revoked", 5, (lba_before, len, 0));
+    assert!(bar.region.check_dma().is_ok());
+    let dev = bar.dev.clone();
     // The exporter revokes: memory decoding of the ivshmem device off (vfio-pci moves its
     // dma-bufs to revoked; iommufd drops the IOAS's translation of them and never restores
     // it, and the kernel tells userspace nothing). The write went through ubdirect's
@@ -247,23 +185,10 @@ fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
     let buf = revoked(
         qp.read_blocking(&ns, Lba(lba_after), buf, T),
         "decoding back on",
-    )
-    .into_buf();
-    // The backing file still holds the bytes of the read before the revocation.
-    println!(
-        "{}",
-        testbed::hostcheck_file_eq(
-            "nvme-dmabuf-revoked",
-            GPUBAR_FILE,
-            bar_off,
-            NVME0_NS1.file,
-            lba_before * 512,
-            len as u64
-        )
     );
     drop(buf);
-    drop(_hold);
-    drop(bar_pool);
+    let BarTarget { region, pool, .. } = bar;
+    drop(pool);
     bed.registry
         .unregister(region.id)
         .expect("a revoked region unregisters");
@@ -290,8 +215,12 @@ fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
         )
         .expect("read into the BAR registered again")
         .into_buf();
-    testbed::check_pattern(NVME0_NS1.id, lba_after * 512, &buf.as_slice()[..len])
-        .expect("pattern via the BAR mmap");
+    testbed::check_pattern(
+        testbed::NVME0_NS1.id,
+        lba_after * 512,
+        &buf.as_slice()[..len],
+    )
+    .expect("pattern via the BAR mapping");
     drop(buf);
     drop(pool);
     bed.registry.unregister(region.id).expect("unregister");

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fill_random, T};
-use ubdirect_core::{PoolConfig, RegionKind, UbPool, UbRegion, UbRegistry};
+use ubdirect_core::{PoolConfig, RegionKind, UbBuf, UbPool, UbRegion, UbRegistry};
 use ubdirect_diag::kmsg::Kmsg;
-use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_nvme::{IoBuf, IoFlags, IoQueuePair, Lba};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const LEN: usize = 1 << 20;
@@ -81,52 +81,88 @@ fn file_pool(reg: &Arc<UbRegistry>, f: &ShmFile) -> (Arc<UbRegion>, Arc<UbPool>)
     (region, pool)
 }
 
+/// Every test's set-up: nvme0 with a queue pair of depth 64 and a pool of two `LEN` blocks, and
+/// a file of `LEN` random bytes registered as a one-block pool ([`file_pool`]). The fields drop
+/// in the order they are declared: the file's pool first, the controller last.
+struct FileBed {
+    pool: Arc<UbPool>,
+    region: Arc<UbRegion>,
+    f: ShmFile,
+    qp: IoQueuePair,
+    bed: common::Bed,
+}
+
+impl FileBed {
+    fn new(name: &str, seed: u64) -> FileBed {
+        let bed = common::open(0, LEN, 2);
+        let qp = bed.qp(64, 1);
+        let f = ShmFile::new(name, seed);
+        let (region, pool) = file_pool(&bed.registry, &f);
+        FileBed {
+            pool,
+            region,
+            f,
+            qp,
+            bed,
+        }
+    }
+
+    /// An NVMe WRITE (FUA) of `src` (the file region's block, `what` in messages) to `lba`,
+    /// then a READ of it back into a pool block. Returns `src` and the first byte at which the
+    /// namespace differs from the file (`None`: it holds the file's bytes).
+    fn write_and_read_back(&mut self, src: UbBuf, lba: u64, what: &str) -> (UbBuf, Option<usize>) {
+        let qp = &mut self.qp;
+        let src = qp
+            .write_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::prefix(src, LEN).unwrap(),
+                IoFlags::FUA,
+                T,
+            )
+            .unwrap_or_else(|r| panic!("NVMe WRITE from {what}: {}", r.error))
+            .into_buf();
+        let dst = self.bed.pool.get().unwrap();
+        let dst = qp
+            .read_blocking(
+                &qp.namespace(1).unwrap(),
+                Lba(lba),
+                IoBuf::prefix(dst, LEN).unwrap(),
+                T,
+            )
+            .unwrap_or_else(|r| panic!("read back: {}", r.error))
+            .into_buf();
+        let first_diff = dst.as_slice()[..LEN]
+            .iter()
+            .zip(&self.f.bytes)
+            .position(|(a, b)| a != b);
+        (src, first_diff)
+    }
+}
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_writes_straight_from_a_registered_file_mapping() {
-    let bed = common::open(0, LEN, 2);
-    let mut qp = bed.qp(64, 1);
-    let f = ShmFile::new("write", 0x5eed);
-    let (region, pool) = file_pool(&bed.registry, &f);
-    let src = pool.get().unwrap();
+    let mut fb = FileBed::new("write", 0x5eed);
+    let region = fb.region.clone();
+    let src = fb.pool.get().unwrap();
     assert_eq!(src.iova(), region.iova);
-    bed.registry
+    fb.bed
+        .registry
         .check_file_region(&region)
         .expect("file unchanged");
-    let src = qp
-        .write_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(SCRATCH_LBA),
-            IoBuf::prefix(src, LEN).unwrap(),
-            IoFlags::FUA,
-            T,
-        )
-        .unwrap_or_else(|r| panic!("NVMe WRITE from the file region: {}", r.error))
-        .into_buf();
-    let dst = bed.pool.get().unwrap();
-    let dst = qp
-        .read_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(SCRATCH_LBA),
-            IoBuf::prefix(dst, LEN).unwrap(),
-            T,
-        )
-        .unwrap_or_else(|r| panic!("read back: {}", r.error))
-        .into_buf();
-    let first_diff = dst.as_slice()[..LEN]
-        .iter()
-        .zip(&f.bytes)
-        .position(|(a, b)| a != b);
+    let (src, first_diff) = fb.write_and_read_back(src, SCRATCH_LBA, "the file region");
     assert_eq!(first_diff, None, "the namespace holds the file's bytes");
     assert!(
-        src.as_slice()[..LEN] == f.bytes[..],
+        src.as_slice()[..LEN] == fb.f.bytes[..],
         "the file region reads the file"
     );
     // A second pass reuses the registration: same region, same IOVA.
     drop(src);
-    let again = bed
+    let again = fb
+        .bed
         .registry
-        .register_file(&f.open(), 0, LEN as u64)
+        .register_file(&fb.f.open(), 0, LEN as u64)
         .unwrap();
     assert_eq!(again.id, region.id);
     println!(
@@ -138,10 +174,13 @@ fn nvme_writes_straight_from_a_registered_file_mapping() {
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn the_device_cannot_write_into_a_registered_file_mapping() {
-    let bed = common::open(0, LEN, 2);
-    let mut qp = bed.qp(64, 1);
-    let f = ShmFile::new("ro", 0xbad);
-    let (region, pool) = file_pool(&bed.registry, &f);
+    let FileBed {
+        bed,
+        mut qp,
+        f,
+        region,
+        pool,
+    } = FileBed::new("ro", 0xbad);
     let target = pool.get().unwrap();
     let iova = target.iova();
     let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
@@ -203,17 +242,15 @@ fn the_device_cannot_write_into_a_registered_file_mapping() {
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
-    let bed = common::open(0, LEN, 2);
-    let mut qp = bed.qp(64, 1);
-    let f = ShmFile::new("trunc", 0x7a11);
-    let (region, pool) = file_pool(&bed.registry, &f);
-    let src = pool.get().unwrap();
+    let mut fb = FileBed::new("trunc", 0x7a11);
+    let region = fb.region.clone();
+    let src = fb.pool.get().unwrap();
     std::fs::OpenOptions::new()
         .write(true)
-        .open(&f.path)
+        .open(&fb.f.path)
         .and_then(|w| w.set_len(LEN as u64 / 4))
         .expect("truncate the registered file to 256 KiB");
-    let e = bed.registry.check_file_region(&region).unwrap_err();
+    let e = fb.bed.registry.check_file_region(&region).unwrap_err();
     assert!(
         e.to_string()
             .contains(&format!("size {LEN} -> {} bytes", LEN / 4)),
@@ -222,44 +259,22 @@ fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
     // Nothing may read the mapping from the CPU past the new end now (SIGBUS); the device may.
     let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
     let lba = SCRATCH_LBA + (LEN / 512) as u64;
-    let src = qp
-        .write_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(lba),
-            IoBuf::prefix(src, LEN).unwrap(),
-            IoFlags::FUA,
-            T,
-        )
-        .unwrap_or_else(|r| panic!("NVMe WRITE from the truncated file's region: {}", r.error))
-        .into_buf();
-    let dst = bed.pool.get().unwrap();
-    let dst = qp
-        .read_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(lba),
-            IoBuf::prefix(dst, LEN).unwrap(),
-            T,
-        )
-        .unwrap_or_else(|r| panic!("read back: {}", r.error))
-        .into_buf();
-    let first_diff = dst.as_slice()[..LEN]
-        .iter()
-        .zip(&f.bytes)
-        .position(|(a, b)| a != b);
+    let (src, first_diff) = fb.write_and_read_back(src, lba, "the truncated file's region");
     assert_eq!(
         first_diff, None,
         "the device read the pages pinned at registration: all 1 MiB as before the truncation"
     );
     let faults = kmsg
-        .faults_for(&[bed.ctrl.device().address()])
+        .faults_for(&[fb.bed.ctrl.device().address()])
         .expect("read /dev/kmsg");
     assert!(faults.is_empty(), "no IOMMU fault: {faults:?}");
     drop(src);
     // Registering the truncated file anew maps its new contents as another region.
-    let n = bed
+    let n = fb
+        .bed
         .registry
-        .register_file(&f.open(), 0, LEN as u64 / 4)
+        .register_file(&fb.f.open(), 0, LEN as u64 / 4)
         .expect("register the new contents");
     assert_ne!(n.id, region.id);
-    bed.registry.check_file_region(&n).expect("current");
+    fb.bed.registry.check_file_region(&n).expect("current");
 }

@@ -18,6 +18,8 @@ use crate::spec::regs::{
 };
 use crate::spec::Sqe;
 
+use super::identify_features::Pcie;
+use super::transport;
 use super::{Controller, QidUse, PAGE_SIZE};
 
 impl Controller {
@@ -39,32 +41,17 @@ impl Controller {
     }
 
     pub(super) fn wait_ready(&self, ready: bool, during: &'static str) -> Result<()> {
-        self.wait_rdy(ready, || self.csts(during))
+        transport::wait_ready(&mut Pcie(self), ready, self.ready_bound(), Some(during))
     }
 
     /// [`Self::wait_ready`] that ignores CFS (a fatal controller may still be disabled).
     fn wait_ready_raw(&self, ready: bool) -> Result<()> {
-        self.wait_rdy(ready, || read_csts(&self.mmio, None))
+        transport::wait_ready(&mut Pcie(self), ready, self.ready_bound(), None)
     }
 
-    /// Poll CSTS through `read` until RDY equals `ready`, at most CAP.TO.
-    fn wait_rdy(&self, ready: bool, mut read: impl FnMut() -> Result<Csts>) -> Result<()> {
-        let timeout = self.opts.ready_timeout.unwrap_or(self.cap.timeout());
-        let start = Instant::now();
-        loop {
-            let csts = read()?;
-            if csts.rdy() == ready {
-                return Ok(());
-            }
-            if start.elapsed() > timeout {
-                return Err(NvmeError::ReadyTimeout {
-                    ready,
-                    timeout,
-                    csts: csts.0,
-                });
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+    /// How long CSTS.RDY may take to change: CAP.TO, or the options' override.
+    pub(super) fn ready_bound(&self) -> Duration {
+        self.opts.ready_timeout.unwrap_or(self.cap.timeout())
     }
 
     /// Reset the controller (CC.EN 1 -> 0 -> 1) and bring the admin queue, the negotiated number
@@ -162,7 +149,7 @@ impl Controller {
             sqe.prp1 = a.data.iova();
             sqe.cdw10 = cns::NAMESPACE as u32;
             a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
-            let id = super::admin_cmds::read_page::<IdentifyNamespace>(&a.data);
+            let id = super::identify_features::read_page::<IdentifyNamespace>(&a.data);
             let same = NamespaceInfo::from_identify(ns.nsid, &id).is_ok_and(|n| {
                 n.nsze == ns.nsze
                     && n.lba_size == ns.lba_size

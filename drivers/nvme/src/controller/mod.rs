@@ -1,9 +1,11 @@
 //! [`Controller`]: bring-up (NVMe base spec 3.5.1), namespaces, limits and orderly shutdown.
 
-mod admin_cmds;
+mod abort_passthrough;
 mod checks;
+mod identify_features;
 mod lifecycle;
 mod shadow_auto;
+pub(crate) mod transport;
 
 pub use shadow_auto::{ShadowDecision, ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
 
@@ -21,9 +23,7 @@ use crate::doorbell::ShadowSlot;
 use crate::error::{NvmeError, Result};
 use crate::info::{ControllerInfo, NamespaceInfo};
 use crate::spec::identify::OACS_DOORBELL_BUFFER_CONFIG;
-use crate::spec::regs::{
-    cq_head_doorbell, sq_tail_doorbell, Cap, Cc, Version, REG_CAP, REG_CC, REG_VS,
-};
+use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Cap, Version, REG_VS};
 use crate::spec::Sqe;
 
 /// PCI class code of an NVM Express controller.
@@ -161,11 +161,7 @@ impl Controller {
         let mmio = Arc::new(dev.map_bar(0)?);
         // The registers up to ACQ must lie in BAR0 before any of them is read.
         mmio.check_access(checks::REGISTERS_END - 8, 8)?;
-        let cap_raw = mmio.read64(REG_CAP);
-        if cap_raw == u64::MAX {
-            return Err(NvmeError::DeviceGone { register: "CAP" });
-        }
-        let cap = Cap(cap_raw);
+        let cap = transport::read_cap(&mut &*mmio)?;
         let version = Version(mmio.read32(REG_VS));
         if cap.css() & 1 == 0 {
             return Err(NvmeError::Unsupported {
@@ -221,8 +217,12 @@ impl Controller {
             let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
             program_admin(&ctrl.mmio, a);
         }
-        ctrl.mmio.write32(REG_CC, Cc::enabled(0, 6, 4).0);
-        ctrl.wait_ready(true, "enabling the controller")?;
+        let bound = ctrl.ready_bound();
+        transport::enable(
+            &mut identify_features::Pcie(&ctrl),
+            bound,
+            "enabling the controller",
+        )?;
 
         let id = ctrl.identify_controller()?;
         let info = ControllerInfo::from_identify(&id);

@@ -1,6 +1,8 @@
 //! Shared set-up of the NVMe guest tests: open a test-bed controller with a hugepage pool.
 #![allow(dead_code)]
 
+pub mod bar;
+
 use std::sync::Arc;
 use std::time::Duration;
 

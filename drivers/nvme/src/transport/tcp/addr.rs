@@ -1,4 +1,9 @@
 //! `nvmf-tcp://HOST[:PORT]/SUBNQN[/NSID]` addresses, shared by every subcommand.
+//!
+//! Parsed by hand, not with the `url` crate: a WHATWG URL parser would take a `?` or `#` in
+//! an NQN as the start of a query or fragment (silently cutting the NQN), resolve `.` / `..`
+//! path segments and percent-encode other bytes, so the NQN sent would not be the one typed;
+//! and it reports `fd00::2` as a bad port where this parser says to write `[fd00::2]`.
 
 use super::error::TcpError;
 use super::fabrics::check_nqn;

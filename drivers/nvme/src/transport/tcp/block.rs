@@ -3,6 +3,8 @@
 //! namespace exactly as a local one: C2HData lands in the pipeline's pool buffers (a BAR-carved
 //! pool included).
 
+use std::time::Duration;
+
 use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
 use ubdirect_core::UbBuf;
 
@@ -20,7 +22,12 @@ pub struct TcpBlockQueue {
     capacity: u64,
     depth: usize,
     max_transfer: usize,
+    idle_wait: Duration,
+    idle_waits: u64,
 }
+
+/// How long an empty poll with commands in flight waits for the socket by default.
+pub const DEFAULT_IDLE_WAIT: Duration = Duration::from_millis(1);
 
 fn kind_of(e: &TcpError) -> BlockErrorKind {
     match e {
@@ -50,7 +57,40 @@ impl TcpBlockQueue {
             capacity: ns.size_bytes(),
             depth,
             max_transfer: max_transfer.max(ns.lba_size as usize),
+            idle_wait: DEFAULT_IDLE_WAIT,
+            idle_waits: 0,
         }
+    }
+
+    /// How long a poll that finds nothing, with commands in flight, waits in poll(2) for the
+    /// socket before returning (zero: it returns at once and a caller's loop spins). The wait
+    /// ends as soon as data arrives; it gives the CPU to the kernel's network stack (and, on
+    /// one machine, to the target) instead of burning it in a loop.
+    pub fn set_idle_wait(&mut self, wait: Duration) {
+        self.idle_wait = wait;
+    }
+
+    /// How many polls found nothing and waited for the socket.
+    pub fn idle_waits(&self) -> u64 {
+        self.idle_waits
+    }
+
+    fn reap(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, BlockError> {
+        let mut n = 0;
+        let r = self.q.poll_max(max, &mut |c| {
+            n += 1;
+            let Some(buf) = c.buf else { return };
+            f(BlockCompletion {
+                buf,
+                tag: c.tag,
+                result: c.result.map(|_| c.len as usize).map_err(|e| block_err(&e)),
+            })
+        });
+        r.map(|_| n).map_err(|e| block_err(&e))
     }
 
     #[allow(clippy::result_large_err)]
@@ -132,24 +172,24 @@ impl BlockQueue for TcpBlockQueue {
         // Sending happens in poll (a partial send is resumed there); nothing to ring.
         Ok(())
     }
-    /// Reaps at most `max` completions (what else arrived waits in the socket for the next
-    /// poll); on a connection failure every command in flight comes back failed.
+    /// Reaps at most `max` completions (what else arrived waits for the next poll); on a
+    /// connection failure every command in flight comes back failed. A poll that finds
+    /// nothing while commands are in flight waits for the socket up to the idle wait
+    /// ([`TcpBlockQueue::set_idle_wait`]) and reaps once more: an engine's loop does not spin.
     fn poll(
         &mut self,
         max: usize,
         f: &mut dyn FnMut(BlockCompletion),
     ) -> Result<usize, BlockError> {
-        let mut n = 0;
-        let r = self.q.poll_max(max, &mut |c| {
-            n += 1;
-            let Some(buf) = c.buf else { return };
-            f(BlockCompletion {
-                buf,
-                tag: c.tag,
-                result: c.result.map(|_| c.len as usize).map_err(|e| block_err(&e)),
-            })
-        });
-        r.map(|_| n).map_err(|e| block_err(&e))
+        let n = self.reap(max, f)?;
+        if n > 0 || max == 0 || self.q.in_flight() == 0 || self.idle_wait.is_zero() {
+            return Ok(n);
+        }
+        self.idle_waits += 1;
+        self.q
+            .wait_ready(self.idle_wait)
+            .map_err(|e| block_err(&e))?;
+        self.reap(max, f)
     }
     fn in_flight(&self) -> usize {
         self.q.in_flight()

@@ -11,6 +11,7 @@ use super::block::TcpBlockQueue;
 use super::pdu::CMD_HLEN;
 use super::queue::TcpQueue;
 use super::rx::Negotiated;
+use super::test_pdus::c2h_success;
 use crate::info::NamespaceInfo;
 
 const NEG: Negotiated = Negotiated {
@@ -19,20 +20,6 @@ const NEG: Negotiated = Negotiated {
     cpda: 0,
     maxh2cdata: 4096,
 };
-
-/// A C2HData PDU (LAST_PDU, SUCCESS: no response follows) of `data` for command `cid`.
-fn c2h_success(cid: u16, data: &[u8]) -> Vec<u8> {
-    let plen = 24 + data.len() as u32;
-    let mut v = vec![7, (1 << 2) | (1 << 3), 24, 24];
-    v.extend_from_slice(&plen.to_le_bytes());
-    v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(&0u32.to_le_bytes());
-    v.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    v.extend_from_slice(data);
-    v
-}
 
 /// An initiator queue of `depth` over loopback, and the target's end of the connection.
 fn pair(depth: u16) -> (TcpBlockQueue, TcpStream) {
@@ -109,4 +96,50 @@ fn poll_never_returns_more_than_max() {
     got.sort();
     assert_eq!(got, (0..8).collect::<Vec<_>>());
     assert_eq!(q.in_flight(), 0);
+}
+
+#[test]
+fn an_empty_poll_waits_for_the_socket_and_wakes_when_data_arrives() {
+    let registry = UbRegistry::new(DmaDomain::host_only());
+    let pool = UbPool::with_anonymous(
+        &registry,
+        PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+        None,
+    )
+    .unwrap();
+    let (mut q, mut t) = pair(2);
+    q.set_idle_wait(Duration::from_millis(200));
+    q.submit_read(pool.get().unwrap(), 0, 512, 7)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    // The first poll sends the capsule; nothing answers: it waits, then returns empty.
+    let t0 = Instant::now();
+    assert_eq!(q.poll(8, &mut |_| panic!("no answer yet")).unwrap(), 0);
+    let waited = t0.elapsed();
+    assert_eq!(q.idle_waits(), 1);
+    // poll(2) sleeps at least its timeout when nothing arrives.
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    let mut cap = [0u8; CMD_HLEN];
+    t.read_exact(&mut cap).unwrap();
+    let cid = u16::from_le_bytes([cap[10], cap[11]]);
+    // The answer comes 50 ms into the next wait: that poll returns it, well before 10 s.
+    q.set_idle_wait(Duration::from_secs(10));
+    let answer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        t.write_all(&c2h_success(cid, &[9; 512])).unwrap();
+        t
+    });
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    assert_eq!(q.poll(8, &mut |c| got.push(c.tag)).unwrap(), 1);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(got, vec![7]);
+    assert_eq!(q.idle_waits(), 2);
+    let _t = answer.join().unwrap();
+    // Nothing in flight: an empty poll returns at once, without waiting.
+    assert_eq!(q.poll(8, &mut |_| {}).unwrap(), 0);
+    assert_eq!(q.idle_waits(), 2);
 }

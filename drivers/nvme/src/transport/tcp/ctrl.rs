@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 use super::addr::TcpTarget;
 use super::buf::DataBuf;
@@ -17,10 +17,11 @@ use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN}
 use super::host::HostIdentity;
 use super::queue::TcpQueue;
 use super::sock;
+use crate::controller::transport::{self, ControllerTransport, Registers};
 use crate::info::{ControllerInfo, NamespaceInfo};
-use crate::spec::command::{admin_opcode, cns};
-use crate::spec::identify::{IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
-use crate::spec::regs::{Cap, Cc, Csts};
+use crate::spec::command::admin_opcode;
+use crate::spec::identify::IDENTIFY_LEN;
+use crate::spec::regs::Cap;
 use crate::spec::Sqe;
 use crate::status::{sct, NvmeStatus};
 
@@ -158,49 +159,19 @@ impl TcpController {
         opts: &TcpOptions,
     ) -> TcpResult<TcpController> {
         let (mut q, cntlid) = open_queue::<Vec<u8>>(target, host, opts, 0, 32, CNTLID_DYNAMIC)?;
-        let t = opts.admin_timeout;
-        let get = |q: &mut TcpQueue<Vec<u8>>, off: u32| -> TcpResult<u64> {
-            let (c, _) = q.run(fabrics::property_get(off), "Property Get", None, None, 0, t)?;
-            Ok(c.result as u64 | ((c.dw1 as u64) << 32))
+        let mut f = Fabrics {
+            q: &mut q,
+            timeout: opts.admin_timeout,
         };
-        let cap = Cap(get(&mut q, property::CAP)?);
-        let cc = Cc::enabled(0, 6, 4);
-        q.run(
-            fabrics::property_set(property::CC, cc.0),
-            "Property Set CC",
-            None,
-            None,
-            0,
-            t,
-        )?;
+        let cap = transport::read_cap(&mut f)?;
+        // CAP.TO, at least 500 ms (a round trip per CSTS read), at most a minute.
         let bound = cap
             .timeout()
             .clamp(Duration::from_millis(500), Duration::from_secs(60));
-        let deadline = Instant::now() + bound;
-        loop {
-            let csts = Csts(get(&mut q, property::CSTS)? as u32);
-            if csts.cfs() {
-                return Err(TcpError::DeviceInput {
-                    field: "CSTS.CFS",
-                    value: csts.0 as u64,
-                    reason:
-                        "the controller reports a fatal status: disconnect and check the target",
-                });
-            }
-            if csts.rdy() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(TcpError::Timeout {
-                    what: "CSTS.RDY after enabling the controller",
-                    waited: bound,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let page = identify(&mut q, cns::CONTROLLER, 0, t)?;
-        let id = IdentifyController::ref_from_bytes(&page[..]).unwrap();
-        let info = ControllerInfo::from_identify(id);
+        transport::enable(&mut f, bound, "enabling the controller")?;
+        let id = transport::identify_controller(&mut f)?;
+        let info = ControllerInfo::from_identify(&id);
+        let page = id.as_bytes();
         let ioccsz = u32::from_le_bytes(page[1792..1796].try_into().unwrap());
         let ioccsz = ioccsz.saturating_mul(16).saturating_sub(64).min(1 << 20);
         if opts.kato_ms > 0 {
@@ -255,14 +226,14 @@ impl TcpController {
 
     /// Identify Namespace `nsid`.
     pub fn namespace(&self, nsid: u32) -> TcpResult<NamespaceInfo> {
-        let page = identify(
-            &mut self.admin(),
-            cns::NAMESPACE,
+        let id = transport::identify_namespace(
+            &mut Fabrics {
+                q: &mut self.admin(),
+                timeout: self.opts.admin_timeout,
+            },
             nsid,
-            self.opts.admin_timeout,
         )?;
-        let id = IdentifyNamespace::ref_from_bytes(&page[..]).unwrap();
-        NamespaceInfo::from_identify(nsid, id).map_err(|_| TcpError::DeviceInput {
+        NamespaceInfo::from_identify(nsid, &id).map_err(|_| TcpError::DeviceInput {
             field: "Identify Namespace",
             value: nsid as u64,
             reason: "the namespace's format is unusable (no LBA format in use, or zero size): check the NSID",
@@ -323,19 +294,72 @@ impl TcpController {
     }
 }
 
-fn identify(q: &mut TcpQueue<Vec<u8>>, cns: u8, nsid: u32, t: Duration) -> TcpResult<Vec<u8>> {
-    let mut s = Sqe::new(admin_opcode::IDENTIFY);
-    s.nsid = nsid;
-    s.cdw10 = cns as u32;
-    let (_, buf) = q.run(
-        s,
-        "Identify",
-        Some(false),
-        Some(vec![0u8; IDENTIFY_LEN]),
-        IDENTIFY_LEN as u32,
-        t,
-    )?;
-    Ok(buf.unwrap_or_default())
+/// The NVMe/TCP transport of the shared controller logic: registers are properties
+/// (Property Get / Set), admin commands are capsules on the admin connection.
+struct Fabrics<'a> {
+    q: &'a mut TcpQueue<Vec<u8>>,
+    timeout: Duration,
+}
+
+impl Fabrics<'_> {
+    fn get(&mut self, off: u32) -> TcpResult<u64> {
+        let (c, _) = self.q.run(
+            fabrics::property_get(off),
+            "Property Get",
+            None,
+            None,
+            0,
+            self.timeout,
+        )?;
+        Ok(c.result as u64 | ((c.dw1 as u64) << 32))
+    }
+}
+
+impl Registers for Fabrics<'_> {
+    type Error = TcpError;
+    fn read_cap(&mut self) -> TcpResult<u64> {
+        self.get(property::CAP)
+    }
+    fn read_csts(&mut self) -> TcpResult<u32> {
+        Ok(self.get(property::CSTS)? as u32)
+    }
+    fn write_cc(&mut self, cc: u32) -> TcpResult<()> {
+        self.q.run(
+            fabrics::property_set(property::CC, cc),
+            "Property Set CC",
+            None,
+            None,
+            0,
+            self.timeout,
+        )?;
+        Ok(())
+    }
+}
+
+impl ControllerTransport for Fabrics<'_> {
+    fn identify(
+        &mut self,
+        cns: u8,
+        nsid: u32,
+        what: &'static str,
+        page: &mut [u8; IDENTIFY_LEN],
+    ) -> TcpResult<()> {
+        let mut s = Sqe::new(admin_opcode::IDENTIFY);
+        s.nsid = nsid;
+        s.cdw10 = cns as u32;
+        let (_, buf) = self.q.run(
+            s,
+            what,
+            Some(false),
+            Some(vec![0u8; IDENTIFY_LEN]),
+            IDENTIFY_LEN as u32,
+            self.timeout,
+        )?;
+        if let Some(b) = buf {
+            page.copy_from_slice(&b[..IDENTIFY_LEN]);
+        }
+        Ok(())
+    }
 }
 
 /// List the subsystems a discovery controller at `addr` ("HOST:PORT") offers.

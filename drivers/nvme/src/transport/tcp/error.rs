@@ -161,6 +161,19 @@ pub enum TcpError {
         /// Why.
         reason: &'static str,
     },
+    /// The target closed the admin connection after its keep-alive timeout passed without a
+    /// Keep Alive (the admin queue was not polled).
+    #[error("NVMe/TCP target dropped the controller: no Keep Alive answered for {idle:?}, past its keep-alive timeout (KATO) of {kato:?}; commands in flight failed and their buffers are back: connect again, and poll the admin queue (TcpController::poll_admin) at least every KATO/2 (or connect with KATO 0)")]
+    KeepAliveExpired {
+        /// Time since the last Keep Alive was answered.
+        idle: std::time::Duration,
+        /// The keep-alive timeout given in the admin Connect.
+        kato: std::time::Duration,
+    },
+    /// A fault of the controller logic shared with PCIe (CSTS.RDY not reached within CAP.TO,
+    /// CSTS.CFS, CSTS all-ones): the same error as on a local controller.
+    #[error(transparent)]
+    Controller(#[from] crate::error::NvmeError),
 }
 
 impl TcpError {

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use uuid::Uuid;
+
 /// Host NQN and host ID sent in every Connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostIdentity {
@@ -13,30 +15,11 @@ pub struct HostIdentity {
     pub source: &'static str,
 }
 
-/// Parse the UUID of a "nqn.2014-08.org.nvmexpress:uuid:XXXXXXXX-XXXX-..." NQN.
+/// Parse the UUID of a "nqn.2014-08.org.nvmexpress:uuid:XXXXXXXX-XXXX-..." NQN (the `uuid`
+/// crate's parser: hyphens only where a UUID has them, hex digits only).
 pub fn uuid_of_nqn(nqn: &str) -> Option<[u8; 16]> {
     let u = nqn.rsplit_once(":uuid:")?.1;
-    let hex: String = u.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut id = [0u8; 16];
-    for (i, b) in id.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(id)
-}
-
-fn format_uuid(id: &[u8; 16]) -> String {
-    let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    Uuid::try_parse(u).ok().map(|u| u.into_bytes())
 }
 
 impl HostIdentity {
@@ -73,28 +56,19 @@ impl HostIdentity {
     pub fn generated() -> HostIdentity {
         let id = random_uuid();
         HostIdentity {
-            nqn: format!("nqn.2014-08.org.nvmexpress:uuid:{}", format_uuid(&id)),
+            nqn: format!(
+                "nqn.2014-08.org.nvmexpress:uuid:{}",
+                Uuid::from_bytes(id).hyphenated()
+            ),
             id,
             source: "generated",
         }
     }
 }
 
-/// A version 4 UUID from the kernel's random source (falls back to time and pid).
+/// A random (version 4) UUID.
 fn random_uuid() -> [u8; 16] {
-    let mut id = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut id))
-        .is_ok();
-    if !ok {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        id[..16].copy_from_slice(&(t ^ ((std::process::id() as u128) << 64)).to_le_bytes());
-    }
-    id[6] = (id[6] & 0x0f) | 0x40;
-    id[8] = (id[8] & 0x3f) | 0x80;
-    id
+    Uuid::new_v4().into_bytes()
 }
 
 #[cfg(test)]
@@ -118,5 +92,28 @@ mod tests {
         assert_eq!(h.id[..4], [0x00, 0x11, 0xaa, 0xbb]);
         assert_eq!(h.id[15], 0xdd);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_malformed_uuid_is_no_host_id() {
+        let nqn = |u: &str| format!("nqn.2014-08.org.nvmexpress:uuid:{u}");
+        assert_eq!(
+            uuid_of_nqn(&nqn("0011aabb-2233-4455-6677-8899aabbccdd")).map(|i| i[15]),
+            Some(0xdd)
+        );
+        // Hyphens out of place, signs, a missing digit, a stray character: not a UUID.
+        for bad in [
+            "0011-aabb2233-4455-6677-8899aabbccdd",
+            "+0+1aabb-2233-4455-6677-8899aabbccdd",
+            "0011aabb-2233-4455-6677-8899aabbccd",
+            "0011aabb-2233-4455-6677-8899aabbccdg",
+            "0011aabb-2233-4455-6677-8899aabb-ccdd",
+        ] {
+            assert_eq!(uuid_of_nqn(&nqn(bad)), None, "{bad}");
+        }
+        let g = HostIdentity::generated();
+        let u = Uuid::from_bytes(g.id);
+        assert_eq!(u.get_version_num(), 4);
+        assert!(g.nqn.ends_with(&u.hyphenated().to_string()));
     }
 }

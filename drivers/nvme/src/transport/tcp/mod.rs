@@ -9,6 +9,8 @@ pub mod block;
 mod block_tests;
 pub mod buf;
 pub mod ctrl;
+#[cfg(test)]
+mod ctrl_tests;
 pub mod digest;
 pub mod error;
 pub mod fabrics;
@@ -22,5 +24,7 @@ pub mod rx;
 #[cfg(test)]
 mod rx_tests;
 pub mod sock;
+#[cfg(test)]
+mod test_pdus;
 
 pub use error::{TcpError, TcpResult};

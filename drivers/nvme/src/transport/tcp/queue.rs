@@ -3,9 +3,13 @@
 //! in the command's buffer; R2Ts are answered with H2CData from the command's buffer (split at
 //! MAXH2CDATA). Everything is driven from [`TcpQueue::poll`]: no thread per connection.
 //!
-//! After setup the queue allocates nothing: slots, the send ring and the receive machine are
-//! sized at creation. It makes `sendmsg` / `recv` syscalls (a socket transport cannot avoid
-//! them).
+//! Receiving: one `recv` into a 64 KiB receive buffer takes every PDU that arrived (headers,
+//! responses and payloads under 16 KiB are parsed and copied out of it: no system call per
+//! PDU); a payload of 16 KiB or more is received straight into the command's buffer.
+//!
+//! After setup the queue allocates nothing: slots, the send ring, the receive buffer and the
+//! receive machine are sized at creation. It makes `sendmsg` / `recv` syscalls (a socket
+//! transport cannot avoid them).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -26,6 +30,7 @@ use super::rx::{Dir, Event, Negotiated, RxMachine, Want};
 use super::sock;
 use crate::spec::{Cqe, Sqe};
 use crate::status::NvmeStatus;
+use ubdirect_core::seams::InFlight;
 
 /// A finished command: its tag, its buffer back, and how it ended.
 #[derive(Debug)]
@@ -83,6 +88,17 @@ struct TxPdu {
 /// PDUs gathered into one `sendmsg`.
 const TX_BATCH: usize = 16;
 
+/// The receive buffer: one `recv` takes every PDU that arrived, up to this many bytes; headers
+/// and short payloads are parsed and copied out of it (no system call per PDU).
+const RX_BUF: usize = 64 * 1024;
+
+/// A payload at least this long, wanted while the receive buffer is empty, is received straight
+/// into the command's buffer (no copy for large reads).
+const RX_DIRECT_MIN: u32 = 16 * 1024;
+
+/// `recv` calls at most per poll, so one busy connection cannot starve the caller.
+const RX_CALLS_PER_POLL: usize = 64;
+
 /// The tag of the queue's own Keep Alive commands (never handed to the caller).
 pub const KEEP_ALIVE_TAG: u64 = u64::MAX - 1;
 
@@ -92,6 +108,21 @@ struct KeepAlive {
     every: Duration,
     next: Instant,
     in_flight: bool,
+    /// When the last Keep Alive was answered (or keep-alive started).
+    answered: Instant,
+}
+
+/// A closed or reset connection after more than KATO without a Keep Alive is the target
+/// giving up on this host: say so (the fix is to poll the admin queue).
+fn keep_alive_expired(e: TcpError, idle: Option<(Duration, Duration)>) -> TcpError {
+    match idle {
+        Some((idle, kato))
+            if idle > kato && matches!(e, TcpError::Closed { .. } | TcpError::Io { .. }) =>
+        {
+            TcpError::KeepAliveExpired { idle, kato }
+        }
+        _ => e,
+    }
 }
 
 /// One NVMe/TCP queue pair over its own connection.
@@ -100,8 +131,8 @@ pub struct TcpQueue<B: DataBuf> {
     qid: u16,
     rx: RxMachine,
     neg: Negotiated,
-    reqs: Vec<Option<Req<B>>>,
-    free: Vec<u16>,
+    /// Commands in flight, indexed by command ID (the bookkeeping the io_uring queue shares).
+    reqs: InFlight<Req<B>>,
     tx: VecDeque<TxItem>,
     /// PDUs being sent, in order, in one `sendmsg` (only the first may be partly sent).
     batch: Vec<TxPdu>,
@@ -112,6 +143,12 @@ pub struct TcpQueue<B: DataBuf> {
     /// Control-path data sent in the capsule (the 1 KiB of Connect data).
     ctl: Vec<u8>,
     ka: Option<KeepAlive>,
+    /// Bytes received, `rbuf[rpos..rlen]` not yet handed to the receive machine.
+    rbuf: Box<[u8]>,
+    rpos: usize,
+    rlen: usize,
+    /// `recv` system calls made (for tests and tuning).
+    recv_calls: u64,
 }
 
 impl<B: DataBuf> std::fmt::Debug for TcpQueue<B> {
@@ -140,8 +177,7 @@ impl<B: DataBuf> TcpQueue<B> {
             qid,
             rx: RxMachine::new(neg, depth),
             neg,
-            reqs: (0..depth).map(|_| None).collect(),
-            free: (0..depth).rev().collect(),
+            reqs: InFlight::new(depth as usize),
             tx: VecDeque::with_capacity(2 * depth as usize),
             batch: Vec::with_capacity(TX_BATCH),
             incapsule,
@@ -150,6 +186,10 @@ impl<B: DataBuf> TcpQueue<B> {
             dead: None,
             ctl: Vec::with_capacity(1024),
             ka: None,
+            rbuf: vec![0u8; RX_BUF].into_boxed_slice(),
+            rpos: 0,
+            rlen: 0,
+            recv_calls: 0,
         }
     }
 
@@ -160,12 +200,12 @@ impl<B: DataBuf> TcpQueue<B> {
 
     /// Commands in flight.
     pub fn in_flight(&self) -> usize {
-        self.reqs.len() - self.free.len()
+        self.reqs.len()
     }
 
     /// Free command slots.
     pub fn free_slots(&self) -> usize {
-        self.free.len()
+        self.reqs.free()
     }
 
     /// What was negotiated at connect.
@@ -183,17 +223,19 @@ impl<B: DataBuf> TcpQueue<B> {
     /// Its completions are the queue's own: never handed to the caller
     /// ([`KEEP_ALIVE_TAG`] is reserved).
     pub fn set_keep_alive(&mut self, every: Option<Duration>) {
+        let now = Instant::now();
         self.ka = every.map(|every| KeepAlive {
             every,
-            next: Instant::now() + every,
+            next: now + every,
             in_flight: false,
+            answered: now,
         });
     }
 
     /// Submit a Keep Alive if one is due, none is in flight, and a slot is free.
     fn keep_alive_due(&mut self) {
         let Some(ka) = self.ka else { return };
-        if ka.in_flight || self.free.is_empty() {
+        if ka.in_flight || self.reqs.is_full() {
             return;
         }
         let now = Instant::now();
@@ -213,10 +255,22 @@ impl<B: DataBuf> TcpQueue<B> {
             )
             .is_ok();
         self.ka = Some(KeepAlive {
-            every: ka.every,
             next: now + ka.every,
             in_flight: sent,
+            ..ka
         });
+    }
+
+    /// `recv` system calls made so far: a poll reads every PDU that arrived with one (up to
+    /// 64 KiB), and only payloads of 16 KiB and more get a `recv` of their own.
+    pub fn recv_calls(&self) -> u64 {
+        self.recv_calls
+    }
+
+    /// Time since the last Keep Alive was answered (or keep-alive started), and the KATO.
+    fn keep_alive_idle(&self) -> Option<(Duration, Duration)> {
+        let ka = self.ka?;
+        Some((ka.answered.elapsed(), ka.every * 2))
     }
 
     /// Whether the connection failed (every later submit is refused: connect again).
@@ -229,6 +283,10 @@ impl<B: DataBuf> TcpQueue<B> {
     /// they give the CPU to the kernel's network and target work (on a 1-vCPU machine a
     /// spinning initiator starves them). Returns whether the socket is ready.
     pub fn wait_ready(&self, timeout: Duration) -> Result<bool, TcpError> {
+        if self.rpos < self.rlen {
+            // Received bytes wait in the receive buffer: work to do now.
+            return Ok(true);
+        }
         let mut events = libc::POLLIN;
         if !self.batch.is_empty() || !self.tx.is_empty() {
             events |= libc::POLLOUT;
@@ -296,31 +354,26 @@ impl<B: DataBuf> TcpQueue<B> {
                 buf,
             ));
         }
-        let Some(cid) = self.free.pop() else {
+        if self.reqs.is_full() {
             return Err((
                 TcpError::Request {
                     reason: "the queue is full: poll for completions first",
                 },
                 buf,
             ));
-        };
+        }
         let dir = match write {
             None => Dir::None,
             Some(false) => Dir::Read,
             Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
             Some(true) => Dir::Write,
         };
-        sqe.set_cid(cid);
         match dir {
             Dir::None => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, 0),
             Dir::WriteInCapsule => fabrics::set_sgl(&mut sqe, SGL_INCAPSULE, 0, len),
             _ => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, len),
         }
-        let ok = self
-            .rx
-            .begin(cid, dir, if dir == Dir::None { 0 } else { len });
-        debug_assert!(ok);
-        self.reqs[cid as usize] = Some(Req {
+        let req = Req {
             buf,
             own,
             off,
@@ -330,7 +383,26 @@ impl<B: DataBuf> TcpQueue<B> {
             name,
             sqe,
             started: Instant::now(),
-        });
+        };
+        let cid = match self.reqs.insert(req) {
+            // The table has at most `depth` (a u16) entries.
+            Ok(i) => i as u16,
+            Err(r) => {
+                return Err((
+                    TcpError::Request {
+                        reason: "the queue is full: poll for completions first",
+                    },
+                    r.buf,
+                ))
+            }
+        };
+        if let Some(r) = self.reqs.get_mut(cid as u64) {
+            r.sqe.set_cid(cid);
+        }
+        let ok = self
+            .rx
+            .begin(cid, dir, if dir == Dir::None { 0 } else { len });
+        debug_assert!(ok);
         self.tx.push_back(TxItem::Cmd { cid });
         Ok(())
     }
@@ -354,6 +426,7 @@ impl<B: DataBuf> TcpQueue<B> {
             return Err(TcpError::Closed { during });
         }
         let mut n = 0;
+        let ka_idle = self.keep_alive_idle();
         self.keep_alive_due();
         let r = self
             .flush()
@@ -361,6 +434,7 @@ impl<B: DataBuf> TcpQueue<B> {
             .and_then(|_| self.flush())
             .and_then(|_| self.check_deadlines());
         if let Err(e) = r {
+            let e = keep_alive_expired(e, ka_idle);
             self.fail_all(&e, done);
             return Err(e);
         }
@@ -417,7 +491,7 @@ impl<B: DataBuf> TcpQueue<B> {
 
     /// CPU address of byte `off` of command `cid`'s data.
     fn data_at(&mut self, cid: u16, off: usize) -> *mut u8 {
-        let r = self.reqs[cid as usize].as_mut().expect("an active command");
+        let r = self.reqs.get_mut(cid as u64).expect("an active command");
         if r.own {
             // SAFETY: off is inside ctl (checked in run_with_bytes).
             return unsafe { self.ctl.as_mut_ptr().add(off) };
@@ -565,7 +639,7 @@ impl<B: DataBuf> TcpQueue<B> {
         };
         let (cid, hlen) = match item {
             TxItem::Cmd { cid } => {
-                let r = self.reqs[cid as usize].as_ref()?;
+                let r = self.reqs.get(cid as u64)?;
                 let data = if r.dir == Dir::WriteInCapsule {
                     r.len as usize
                 } else {
@@ -593,7 +667,7 @@ impl<B: DataBuf> TcpQueue<B> {
                 off,
                 len,
             } => {
-                let r = self.reqs[cid as usize].as_ref()?;
+                let r = self.reqs.get(cid as u64)?;
                 if !self.rx.is_active(cid) {
                     return None;
                 }
@@ -644,77 +718,133 @@ impl<B: DataBuf> TcpQueue<B> {
         n: &mut usize,
         max: usize,
     ) -> Result<(), TcpError> {
-        // Bounded: at most this many reads per poll, so one busy connection cannot starve
-        // the caller.
-        for _ in 0..64 {
+        let mut calls = 0;
+        loop {
             if *n >= max {
                 return Ok(());
             }
-            let ev = match self.rx.want() {
-                Want::Internal(dst) => {
-                    let (p, l) = (dst.as_mut_ptr(), dst.len());
-                    // SAFETY: dst is the machine's own buffer, borrowed for this call.
-                    match unsafe { sock::recv_raw(&self.sock, p, l) }
-                        .map_err(|e| TcpError::io("receiving", e))?
-                    {
-                        None => return Ok(()),
-                        Some(k) => self.rx.advance_internal(k)?,
+            if self.rpos == self.rlen {
+                if calls == RX_CALLS_PER_POLL {
+                    return Ok(());
+                }
+                calls += 1;
+                if let Want::Data { cid, off, len } = self.rx.want() {
+                    if len >= RX_DIRECT_MIN {
+                        let Some(ev) = self.recv_direct(cid, off, len)? else {
+                            return Ok(());
+                        };
+                        self.on_event(ev, done, n)?;
+                        continue;
                     }
                 }
+                self.recv_calls += 1;
+                // SAFETY: the receive buffer is the queue's own, borrowed for this call.
+                match unsafe { sock::recv_raw(&self.sock, self.rbuf.as_mut_ptr(), RX_BUF) }
+                    .map_err(|e| TcpError::io("receiving", e))?
+                {
+                    None => return Ok(()),
+                    Some(k) => {
+                        self.rpos = 0;
+                        self.rlen = k;
+                    }
+                }
+            }
+            let avail = &self.rbuf[self.rpos..self.rlen];
+            let ev = match self.rx.want() {
+                Want::Internal(dst) => {
+                    let k = dst.len().min(avail.len());
+                    dst[..k].copy_from_slice(&avail[..k]);
+                    self.rpos += k;
+                    self.rx.advance_internal(k)?
+                }
                 Want::Data { cid, off, len } => {
-                    let r = self.reqs[cid as usize]
-                        .as_mut()
+                    let k = (len as usize).min(avail.len());
+                    let r = self
+                        .reqs
+                        .get_mut(cid as u64)
                         .expect("rx names an active command");
                     let b = r.buf.as_mut().expect("a read carries a buffer");
                     // SAFETY: the machine checked off+len <= the command's length, which fits
                     // the buffer from r.off (checked at submit); the buffer is the command's.
                     let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
-                    // SAFETY: see above: len bytes from dst are inside the command's buffer.
-                    match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
-                        .map_err(|e| TcpError::io("receiving", e))?
-                    {
-                        None => return Ok(()),
-                        Some(k) => {
-                            // SAFETY: those k bytes were just written by recv.
-                            let landed = unsafe { std::slice::from_raw_parts(dst, k) };
-                            self.rx.advance_data(landed)?
-                        }
-                    }
+                    // SAFETY: k <= len bytes from dst are inside the command's buffer (above);
+                    // the source is the receive buffer, which does not overlap it.
+                    let landed = unsafe {
+                        std::ptr::copy_nonoverlapping(avail.as_ptr(), dst, k);
+                        std::slice::from_raw_parts(dst, k)
+                    };
+                    self.rpos += k;
+                    self.rx.advance_data(landed)?
                 }
             };
-            match ev {
-                Event::None => {}
-                Event::Response { cid, cqe } => {
-                    if self.batch.iter().any(|p| p.cid == cid) {
-                        return Err(TcpError::Protocol {
-                            pdu: "CapsuleResp",
-                            field: "CCCID",
-                            value: cid as u64,
-                            reason: "completes a command whose PDU the host is still sending",
-                        });
-                    }
-                    if self.complete(cid, Some(cqe), done) {
-                        *n += 1;
-                    }
+            self.on_event(ev, done, n)?;
+        }
+    }
+
+    /// `recv` a large payload straight into command `cid`'s buffer at `off` (at most `len`
+    /// bytes); None when nothing arrived.
+    fn recv_direct(&mut self, cid: u16, off: u32, len: u32) -> Result<Option<Event>, TcpError> {
+        let r = self
+            .reqs
+            .get_mut(cid as u64)
+            .expect("rx names an active command");
+        let b = r.buf.as_mut().expect("a read carries a buffer");
+        // SAFETY: the machine checked off+len <= the command's length, which fits the buffer
+        // from r.off (checked at submit); the buffer is the command's.
+        let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
+        self.recv_calls += 1;
+        // SAFETY: see above: len bytes from dst are inside the command's buffer.
+        match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
+            .map_err(|e| TcpError::io("receiving", e))?
+        {
+            None => Ok(None),
+            Some(k) => {
+                // SAFETY: those k bytes were just written by recv.
+                let landed = unsafe { std::slice::from_raw_parts(dst, k) };
+                self.rx.advance_data(landed).map(Some)
+            }
+        }
+    }
+
+    /// Act on what the receive machine reported.
+    fn on_event(
+        &mut self,
+        ev: Event,
+        done: &mut impl FnMut(TcpCompletion<B>),
+        n: &mut usize,
+    ) -> Result<(), TcpError> {
+        match ev {
+            Event::None => {}
+            Event::Response { cid, cqe } => {
+                if self.batch.iter().any(|p| p.cid == cid) {
+                    return Err(TcpError::Protocol {
+                        pdu: "CapsuleResp",
+                        field: "CCCID",
+                        value: cid as u64,
+                        reason: "completes a command whose PDU the host is still sending",
+                    });
                 }
-                Event::DataSuccess { cid } => {
-                    if self.complete(cid, None, done) {
-                        *n += 1;
-                    }
+                if self.complete(cid, Some(cqe), done) {
+                    *n += 1;
                 }
-                Event::R2t {
+            }
+            Event::DataSuccess { cid } => {
+                if self.complete(cid, None, done) {
+                    *n += 1;
+                }
+            }
+            Event::R2t {
+                cid,
+                ttag,
+                off,
+                len,
+            } => {
+                self.tx.push_back(TxItem::H2c {
                     cid,
                     ttag,
                     off,
                     len,
-                } => {
-                    self.tx.push_back(TxItem::H2c {
-                        cid,
-                        ttag,
-                        off,
-                        len,
-                    });
-                }
+                });
             }
         }
         Ok(())
@@ -727,15 +857,15 @@ impl<B: DataBuf> TcpQueue<B> {
         cqe: Option<Cqe>,
         done: &mut impl FnMut(TcpCompletion<B>),
     ) -> bool {
-        let Some(r) = self.reqs[cid as usize].take() else {
+        let Some(r) = self.reqs.take(cid as u64) else {
             return false;
         };
-        self.free.push(cid);
         if r.tag == KEEP_ALIVE_TAG {
             // A failed Keep Alive needs no action here: a controller that gave up on this
             // host closes the connection, and the next poll reports that.
             if let Some(ka) = self.ka.as_mut() {
                 ka.in_flight = false;
+                ka.answered = Instant::now();
             }
             return false;
         }
@@ -765,7 +895,7 @@ impl<B: DataBuf> TcpQueue<B> {
             return Ok(());
         }
         self.next_check = now + Duration::from_millis(10);
-        for r in self.reqs.iter().flatten() {
+        for r in self.reqs.iter() {
             if now.duration_since(r.started) > self.timeout {
                 return Err(TcpError::Timeout {
                     what: r.name,
@@ -783,23 +913,22 @@ impl<B: DataBuf> TcpQueue<B> {
         self.rx.reset_all();
         self.tx.clear();
         self.batch.clear();
+        self.rpos = 0;
+        self.rlen = 0;
         let mut n = 0;
-        for cid in 0..self.reqs.len() {
-            if let Some(r) = self.reqs[cid].take() {
-                self.free.push(cid as u16);
-                if r.tag == KEEP_ALIVE_TAG {
-                    continue;
-                }
-                n += 1;
-                done(TcpCompletion {
-                    tag: r.tag,
-                    buf: r.buf,
-                    len: r.len,
-                    result: Err(TcpError::ConnectionLost {
-                        cause: e.to_string(),
-                    }),
-                });
+        for r in self.reqs.drain() {
+            if r.tag == KEEP_ALIVE_TAG {
+                continue;
             }
+            n += 1;
+            done(TcpCompletion {
+                tag: r.tag,
+                buf: r.buf,
+                len: r.len,
+                result: Err(TcpError::ConnectionLost {
+                    cause: e.to_string(),
+                }),
+            });
         }
         n
     }

@@ -8,6 +8,8 @@ use super::fabrics::KEEP_ALIVE_OPCODE;
 use super::pdu::CMD_HLEN;
 use super::queue::TcpQueue;
 use super::rx::Negotiated;
+use super::test_pdus::{c2h_success, resp};
+use super::TcpError;
 
 const NEG: Negotiated = Negotiated {
     hdgst: false,
@@ -15,15 +17,6 @@ const NEG: Negotiated = Negotiated {
     cpda: 0,
     maxh2cdata: 4096,
 };
-
-/// A CapsuleResp PDU: success for command `cid`.
-fn resp(cid: u16) -> Vec<u8> {
-    let mut v = vec![5, 0, 24, 0, 24, 0, 0, 0];
-    v.extend_from_slice(&[0; 12]);
-    v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&0u16.to_le_bytes());
-    v
-}
 
 #[test]
 fn keep_alive_is_sent_from_poll_when_due_one_at_a_time_and_never_reported() {
@@ -175,4 +168,162 @@ fn batched_sends_carry_every_capsule_and_h2c_chunks_in_order() {
     let mut want: Vec<u64> = (0..36).collect();
     want.push(99);
     assert_eq!(got, want);
+}
+
+/// A queue of `depth` over loopback with the target's end.
+fn loopback(depth: u16) -> (TcpQueue<Vec<u8>>, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let (t, _) = l.accept().unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    (
+        TcpQueue::new(c, NEG, 1, depth, 0, Duration::from_secs(5)),
+        t,
+    )
+}
+
+/// Submit reads of `lens` bytes (tags 0..), send them, and return the target's view of the
+/// command IDs in order.
+fn submit_reads(q: &mut TcpQueue<Vec<u8>>, t: &mut TcpStream, lens: &[usize]) -> Vec<u16> {
+    for (tag, &len) in lens.iter().enumerate() {
+        let sqe = super::fabrics::rw(false, 1, 0, (len / 512) as u32);
+        q.submit(
+            sqe,
+            "Read",
+            Some(false),
+            Some(vec![0; len]),
+            0,
+            len as u32,
+            tag as u64,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    q.poll(&mut |_| panic!("nothing can complete yet")).unwrap();
+    let mut caps = vec![0u8; lens.len() * CMD_HLEN];
+    t.read_exact(&mut caps).unwrap();
+    caps.chunks_exact(CMD_HLEN)
+        .map(|c| u16::from_le_bytes([c[10], c[11]]))
+        .collect()
+}
+
+/// The bytes the target sends for command `cid`: each byte names the command and its offset.
+fn pattern(cid: u16, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7) ^ cid as u8)
+        .collect()
+}
+
+#[test]
+fn pdus_that_arrived_together_are_taken_with_one_recv() {
+    let (mut q, mut t) = loopback(8);
+    let cids = submit_reads(&mut q, &mut t, &[512; 8]);
+    let mut answer = Vec::new();
+    for &cid in &cids {
+        answer.extend(c2h_success(cid, &pattern(cid, 512)));
+    }
+    t.write_all(&answer).unwrap();
+    assert!(q.wait_ready(Duration::from_secs(5)).unwrap());
+    // All 4,288 bytes in the socket (one loopback write).
+    std::thread::sleep(Duration::from_millis(50));
+    let before = q.recv_calls();
+    let mut got = Vec::new();
+    let n = q.poll(&mut |c| got.push(c)).unwrap();
+    assert_eq!(n, 8);
+    // One recv with the 16 PDUs (8 headers, 8 payloads), one that finds the socket empty;
+    // one recv per header and per payload was 16 and more.
+    assert!(
+        q.recv_calls() - before <= 2,
+        "{} recv calls",
+        q.recv_calls() - before
+    );
+    for c in got {
+        let cid = cids[c.tag as usize];
+        assert!(c.result.is_ok());
+        assert_eq!(c.buf.unwrap(), pattern(cid, 512), "command {cid}");
+    }
+}
+
+#[test]
+fn large_and_small_payloads_land_whole_through_the_receive_buffer_and_direct() {
+    let (mut q, mut t) = loopback(4);
+    // 200 KiB: its start comes through the 64 KiB receive buffer, the rest straight in.
+    let lens = [4096, 200 * 1024, 512, 64 * 1024 + 512];
+    let cids = submit_reads(&mut q, &mut t, &lens);
+    let mut answer = Vec::new();
+    for (&cid, &len) in cids.iter().zip(&lens) {
+        answer.extend(c2h_success(cid, &pattern(cid, len)));
+    }
+    let target = std::thread::spawn(move || {
+        t.write_all(&answer).unwrap();
+        t
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < lens.len() && Instant::now() < deadline {
+        q.poll(&mut |c| got.push(c)).unwrap();
+    }
+    let _t = target.join().unwrap();
+    assert_eq!(got.len(), lens.len());
+    for c in got {
+        let i = c.tag as usize;
+        assert!(c.result.is_ok());
+        let b = c.buf.unwrap();
+        assert!(
+            b == pattern(cids[i], lens[i]),
+            "read {i} of {} bytes",
+            lens[i]
+        );
+    }
+}
+
+#[test]
+fn a_connection_closed_after_kato_without_keep_alive_says_keep_alive_expired() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let (t, _) = l.accept().unwrap();
+    let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, NEG, 0, 4, 0, Duration::from_secs(5));
+    // KATO 100 ms (a Keep Alive every 50 ms): nobody polls for 300 ms; the target gives up.
+    q.set_keep_alive(Some(Duration::from_millis(50)));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(t);
+    let e = first_error(&mut q);
+    match &e {
+        TcpError::KeepAliveExpired { idle, kato } => {
+            assert_eq!(*kato, Duration::from_millis(100));
+            assert!(*idle >= Duration::from_millis(300), "{idle:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("poll the admin queue"), "{e}");
+}
+
+#[test]
+fn a_connection_closed_while_keep_alives_flow_is_just_closed() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let (t, _) = l.accept().unwrap();
+    let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, NEG, 0, 4, 0, Duration::from_secs(5));
+    q.set_keep_alive(Some(Duration::from_secs(10)));
+    drop(t);
+    let e = first_error(&mut q);
+    assert!(matches!(e, TcpError::Closed { .. }), "{e:?}");
+}
+
+/// Poll until the queue reports an error (the peer's close may take a moment to arrive).
+fn first_error(q: &mut TcpQueue<Vec<u8>>) -> TcpError {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Err(e) = q.poll(&mut |_| {}) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no error within 5 s of the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

@@ -31,6 +31,7 @@ pub fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, TcpError> {
             Ok(s) => {
                 s.set_nodelay(true)
                     .map_err(|e| TcpError::io("setting TCP_NODELAY", e))?;
+                set_quickack(&s).map_err(|e| TcpError::io("setting TCP_QUICKACK", e))?;
                 s.set_nonblocking(true)
                     .map_err(|e| TcpError::io("making the socket non-blocking", e))?;
                 return Ok(s);
@@ -54,6 +55,28 @@ pub fn connect(addr: &str, timeout: Duration) -> Result<TcpStream, TcpError> {
             reason: "it resolves to no address".into(),
         },
     })
+}
+
+/// TCP_QUICKACK: acknowledge at once instead of delaying ACKs (a command's response waits on
+/// nothing then). Linux may leave quick-ack mode again on its own; it is set once, at connect,
+/// not after every `recv` (a system call each).
+pub fn set_quickack(s: &TcpStream) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid int option value of its size, for the duration of the call; the fd is
+    // an open socket owned by `s`.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `sendmsg` of the slices (MSG_NOSIGNAL: a closed peer is an error, not a SIGPIPE).

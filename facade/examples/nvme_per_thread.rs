@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use ubdirect::dma::PoolConfig;
-use ubdirect::nvme::{Env, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::Env;
 
 /// Reads each thread keeps in flight.
 const QD: usize = 16;

@@ -6,10 +6,11 @@
 //! ```
 
 use ubdirect::dma::PoolConfig;
-use ubdirect::nvme::{Env, IoQueuePair, QueueOptions};
+use ubdirect::nvme::{IoQueuePair, QueueOptions};
 use ubdirect::pipeline::{
     compare, queue_checksum, run_direct, Limit, NullSink, PipelineConfig, PipelineSink,
 };
+use ubdirect::Env;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -7,31 +7,56 @@ use zerocopy::FromBytes;
 use crate::error::{NvmeError, Result};
 use crate::info::NamespaceInfo;
 use crate::spec::command::{admin_opcode, cns, feature};
-use crate::spec::identify::{IdentifyController, IdentifyNamespace};
+use crate::spec::identify::{IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
 use crate::spec::Sqe;
 
+use super::transport::{self, ControllerTransport, Registers};
 use super::{Controller, ShadowPages, PAGE_SIZE};
+
+/// The PCIe transport of the shared controller logic: BAR0 registers, the admin rings.
+pub(super) struct Pcie<'a>(pub(super) &'a Controller);
+
+impl Registers for Pcie<'_> {
+    type Error = NvmeError;
+    fn read_cap(&mut self) -> Result<u64> {
+        (&*self.0.mmio).read_cap()
+    }
+    fn read_csts(&mut self) -> Result<u32> {
+        (&*self.0.mmio).read_csts()
+    }
+    fn write_cc(&mut self, cc: u32) -> Result<()> {
+        (&*self.0.mmio).write_cc(cc)
+    }
+}
+
+impl ControllerTransport for Pcie<'_> {
+    fn identify(
+        &mut self,
+        cns: u8,
+        nsid: u32,
+        what: &'static str,
+        page: &mut [u8; IDENTIFY_LEN],
+    ) -> Result<()> {
+        let mut a = self.0.admin();
+        let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
+        sqe.nsid = nsid;
+        sqe.prp1 = a.data.iova();
+        sqe.cdw10 = cns as u32;
+        a.execute(sqe, what, self.0.opts.admin_timeout)?;
+        *page = read_page::<[u8; IDENTIFY_LEN]>(&a.data);
+        Ok(())
+    }
+}
 
 impl Controller {
     /// Identify Controller (CNS 01h), raw.
     pub fn identify_controller(&self) -> Result<Box<IdentifyController>> {
-        let mut a = self.admin();
-        let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
-        sqe.prp1 = a.data.iova();
-        sqe.cdw10 = cns::CONTROLLER as u32;
-        a.execute(sqe, "Identify Controller", self.opts.admin_timeout)?;
-        Ok(Box::new(read_page::<IdentifyController>(&a.data)))
+        transport::identify_controller(&mut Pcie(self))
     }
 
     /// Identify Namespace (CNS 00h), raw.
     pub fn identify_namespace(&self, nsid: u32) -> Result<Box<IdentifyNamespace>> {
-        let mut a = self.admin();
-        let mut sqe = Sqe::new(admin_opcode::IDENTIFY);
-        sqe.nsid = nsid;
-        sqe.prp1 = a.data.iova();
-        sqe.cdw10 = cns::NAMESPACE as u32;
-        a.execute(sqe, "Identify Namespace", self.opts.admin_timeout)?;
-        Ok(Box::new(read_page::<IdentifyNamespace>(&a.data)))
+        transport::identify_namespace(&mut Pcie(self), nsid)
     }
 
     /// Active Namespace ID list (CNS 02h), all pages: at most

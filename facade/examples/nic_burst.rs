@@ -19,9 +19,9 @@
 
 use std::time::{Duration, Instant};
 
-use ubdirect_core::ub::{PoolConfig, UbPool, UbRegistry};
-use ubdirect_core::{DmaDomain, PciAddress, PciDevice};
-use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, FRAME_OFFSET};
+use ubdirect::dma::PoolConfig;
+use ubdirect::virtio_net::{RxFrame, TxFrame, FRAME_OFFSET};
+use ubdirect::Env;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -29,28 +29,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("usage: nic_burst <tx-bdf> <rx-bdf> [frames=1000] [frame-size=1514]");
         std::process::exit(2);
     }
-    let tx_addr: PciAddress = args[1].parse()?;
-    let rx_addr: PciAddress = args[2].parse()?;
+    let (tx_addr, rx_addr) = (args[1].as_str(), args[2].as_str());
     let frames: u64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let size: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1514);
 
-    // 1. The DMA domain and devices, then the registry and a pool of 4 KiB blocks.
-    let domain = DmaDomain::new()?;
-    let tx_dev = PciDevice::open(&domain, tx_addr)?;
-    let rx_dev = PciDevice::open(&domain, rx_addr)?;
-    let registry = UbRegistry::new(domain.clone());
-    let pool = UbPool::with_hugepages(
-        &registry,
-        PoolConfig {
+    // 1. One call: the hugepages checked, the DMA domain, both NICs' devices, a pool of 4 KiB
+    //    blocks (mapped for the devices' DMA, so after them), then the NICs come up, each
+    //    filling its RX ring from the pool.
+    let mut env = Env::builder()
+        .nic(tx_addr)
+        .nic(rx_addr)
+        .pool(PoolConfig {
             block_size: 4096,
             block_count: 1024,
-        },
-        None,
-    )?;
+        })
+        .open()?;
+    let pool = env.pool().clone();
 
-    // 2. The NICs; each keeps its RX ring full from the pool.
-    let mut a = VirtioNet::from_device(&registry, tx_dev, pool.clone(), NetConfig::default())?;
-    let mut b = VirtioNet::from_device(&registry, rx_dev, pool.clone(), NetConfig::default())?;
+    // 2. The NICs, moved out of the environment (each could go to its own polling thread).
+    let mut nics = env.take_nics();
+    let mut b = nics.pop().expect("two NICs were named");
+    let mut a = nics.pop().expect("two NICs were named");
     let (src, dst) = (a.mac().unwrap_or_default(), b.mac().unwrap_or_default());
     if size < 14 || size > a.max_frame() {
         return Err(format!("frame size {size} must be 14..={}", a.max_frame()).into());

@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use ubdirect::dma::PoolConfig;
-use ubdirect::nvme::{Env, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::Env;
 
 fn main() -> std::process::ExitCode {
     match run() {

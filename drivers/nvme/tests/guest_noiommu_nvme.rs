@@ -1,0 +1,277 @@
+//! Guest tests of NVMe I/O on the no-IOMMU back end (issue 12): in a guest booted without an
+//! IOMMU (`scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu`, where the bind step
+//! ran `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`), nvme0 opens through its vfio no-IOMMU
+//! group, pool buffers reach it at their physical addresses, and real data is written and read
+//! back; device memory is refused; without the library opt-in nothing opens; `ubdirect perf
+//! --allow-noiommu --verify` runs clean and is refused without the flag. On a boot with an
+//! IOMMU each test reports a skip (listed in scripts/vm/expected-skips).
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{fill_random, T};
+use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
+use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect_nvme::{
+    Controller, ControllerOptions, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions,
+};
+use ubdirect_testbed::{self as testbed, NVME0_NS1};
+
+/// True in the no-IOMMU boot; elsewhere prints the skip line and returns false.
+fn no_iommu_boot() -> bool {
+    testbed::require();
+    if std::env::var("UBD_VM_NO_IOMMU").as_deref() == Ok("1") {
+        return true;
+    }
+    testbed::skip("needs the no-IOMMU boot (scripts/vm/suite.sh --kernel ubd --no-iommu)");
+    false
+}
+
+/// A registry whose domain allows the no-IOMMU back end, and nvme0 opened in it.
+fn open_nvme0() -> (Arc<UbRegistry>, Arc<Controller>) {
+    let tb = testbed::require();
+    let domain = DmaDomain::with_options(DomainOptions {
+        backend: None,
+        allow_noiommu: true,
+    })
+    .expect("a no-IOMMU domain with both opt-ins");
+    let registry = UbRegistry::new(domain);
+    let ctrl = Controller::open(
+        &registry,
+        tb.nvme[0].parse().unwrap(),
+        ControllerOptions::default(),
+    )
+    .expect("nvme0 opens through its no-IOMMU group");
+    (registry, ctrl)
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_nvme_write_read_verifies_real_data_at_physical_addresses() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let (registry, ctrl) = open_nvme0();
+    let domain = registry.domain();
+    assert_eq!(domain.backend_kind(), Some(BackendKind::NoIommu));
+    let why = domain.backend_choice().unwrap().reason;
+    assert!(why.contains("no-IOMMU group"), "{why}");
+    // 2 x 1 MiB blocks: one 2 MiB hugepage, physically contiguous by itself.
+    let pool = UbPool::with_hugepages(
+        &registry,
+        PoolConfig {
+            block_size: 1 << 20,
+            block_count: 2,
+        },
+        None,
+    )
+    .expect("a one-hugepage pool");
+    let mut qp = IoQueuePair::new(
+        &ctrl,
+        QueueOptions {
+            depth: 16,
+            nsid: Some(1),
+            ..Default::default()
+        },
+    )
+    .expect("queue pair");
+    let ns = qp.namespace(1).unwrap();
+    let mut src = pool.get().unwrap();
+    let mut dst = pool.get().unwrap();
+    // The bus address the controller is given is the buffer's physical address.
+    for b in [&src, &dst] {
+        let phys = noiommu::dma_address(b.as_ptr() as usize, 4096).unwrap();
+        assert_eq!(b.iova(), phys, "pool buffer at {:p}", b.as_ptr());
+    }
+
+    // Real data the host wrote into nvme0's image (LBAs below 32768 keep its pattern).
+    let len = 256 * 1024;
+    dst.as_mut_slice().fill(0);
+    let got = qp
+        .read_blocking(&ns, Lba(4096), IoBuf::new(dst, 0, len).unwrap(), T)
+        .unwrap_or_else(|r| panic!("pattern read: {}", r.error))
+        .into_buf();
+    testbed::check_pattern(NVME0_NS1.id, 4096 * 512, &got.as_slice()[..len]).unwrap_or_else(|m| {
+        panic!("the controller's read did not land at the physical address: {m:?}")
+    });
+    let mut dst = got;
+
+    // Write then read back fresh data in nvme0's scratch half, at several sizes and offsets.
+    for (i, &(len, off)) in [
+        (4096usize, 0usize),
+        (64 * 1024, 512),
+        (1 << 19, 4096),
+        (1 << 20, 0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let lba = 70_000 + i as u64 * 4096;
+        fill_random(0x5eed + i as u64, &mut src.as_mut_slice()[off..off + len]);
+        src = qp
+            .write_blocking(
+                &ns,
+                Lba(lba),
+                IoBuf::new(src, off, len).unwrap(),
+                IoFlags::FUA,
+                T,
+            )
+            .unwrap_or_else(|r| panic!("write {len} at lba {lba}: {}", r.error))
+            .into_buf();
+        dst.as_mut_slice().fill(0xa5);
+        dst = qp
+            .read_blocking(&ns, Lba(lba), IoBuf::new(dst, off, len).unwrap(), T)
+            .unwrap_or_else(|r| panic!("read {len} at lba {lba}: {}", r.error))
+            .into_buf();
+        assert!(
+            src.as_slice()[off..off + len] == dst.as_slice()[off..off + len],
+            "{len} bytes at lba {lba} (buffer offset {off}) read back differ"
+        );
+        assert!(
+            dst.as_slice()[..off].iter().all(|&b| b == 0xa5),
+            "bytes before the transfer were written"
+        );
+    }
+    let st = qp.stats();
+    println!("no-IOMMU: {st:?}");
+    assert_eq!((st.timeouts, st.failed_back), (0, 0), "{st:?}");
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_device_memory_and_ordinary_memory_are_refused() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let (registry, ctrl) = open_nvme0();
+    let before = (
+        registry.domain().mapping_count(),
+        registry.domain().mapped_bytes(),
+    );
+    let e = registry
+        .register_bar(ctrl.device(), 0)
+        .expect_err("a BAR has no safe bus address without an IOMMU");
+    let m = e.to_string();
+    assert!(m.starts_with("DMA back end noiommu:"), "{m}");
+    assert!(
+        m.contains(&format!(
+            "BAR 0 of {} cannot be registered",
+            ctrl.device().address()
+        )),
+        "{m}"
+    );
+    assert!(m.contains("turn the IOMMU on"), "{m}");
+    let e = ctrl
+        .device()
+        .export_bar_dmabuf(0)
+        .expect_err("no dma-buf export without an IOMMU");
+    assert!(e.to_string().contains("cannot be registered"), "{e}");
+    // Ordinary pages move: refused with the rule.
+    let e = registry
+        .register_anonymous(1 << 16, None)
+        .expect_err("anonymous memory is not given to a device without an IOMMU");
+    assert!(
+        e.to_string().contains("ordinary memory of 4 KiB pages"),
+        "{e}"
+    );
+    assert_eq!(
+        (
+            registry.domain().mapping_count(),
+            registry.domain().mapped_bytes()
+        ),
+        before,
+        "refusals changed the domain"
+    );
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_device_open_is_refused_without_the_library_opt_in() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let tb = testbed::require();
+    let addr = tb.nvme[0].parse().unwrap();
+    // The automatic choice is no-IOMMU here, but the default options do not allow it.
+    let registry = UbRegistry::new(DmaDomain::new().expect("domain"));
+    let Err(e) = Controller::open(&registry, addr, ControllerOptions::default()) else {
+        panic!("nvme0 opened through no-IOMMU without DomainOptions::allow_noiommu");
+    };
+    let m = e.to_string();
+    assert!(m.contains("allow_noiommu"), "{m}");
+    assert!(
+        m.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
+        "{m}"
+    );
+    assert_eq!(registry.domain().device_count(), 0);
+    assert_eq!(
+        registry.domain().backend_kind(),
+        None,
+        "no back end was set up"
+    );
+    drop(registry);
+    // Nothing was left open: with the opt-in the device opens.
+    let (_r, c) = open_nvme0();
+    assert_eq!(c.device().address(), addr);
+}
+
+fn ubdirect(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("ubdirect")
+        .args(args)
+        .output()
+        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let tb = testbed::require();
+    let args = [
+        "perf",
+        &tb.nvme[0],
+        "-q",
+        "8",
+        "-o",
+        "4096",
+        "-w",
+        "rw",
+        "-M",
+        "50",
+        "-t",
+        "1",
+        "--verify",
+        "--offset-mib",
+        "40",
+        "--span-mib",
+        "4",
+        "--json",
+    ];
+    let (rc, out, err) = ubdirect(&args);
+    assert_eq!(rc, 1, "perf without --allow-noiommu: stdout {out}");
+    assert!(err.contains("allow_noiommu"), "{err}");
+    assert!(err.contains("pass --allow-noiommu"), "{err}");
+    let mut with = args.to_vec();
+    with.push("--allow-noiommu");
+    let (rc, out, err) = ubdirect(&with);
+    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let t = &v["total"];
+    assert!(t["ios"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(t["errors"], 0, "{t}");
+    assert_eq!(t["verify_errors"], 0, "{t}");
+    let core = &v["cores"][0];
+    assert!(
+        core["verified_blocks"].as_u64().unwrap() > 0,
+        "reads found stamped blocks: {core}"
+    );
+}
