@@ -79,9 +79,7 @@ fn noiommu_domain_is_refused_without_both_opt_ins() {
         return;
     }
     let m = both.unwrap_err().to_string();
-    if std::path::Path::new("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode")
-        .exists()
-    {
+    if std::path::Path::new("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode").exists() {
         assert!(
             m.contains("has not enabled vfio's unsafe no-IOMMU mode"),
             "{m}"

@@ -221,6 +221,8 @@ mod tests {
         let help = all_help();
         assert!(help.len() >= 7, "{} help texts", help.len());
         for (name, text) in &help {
+            // The operator's no-IOMMU opt-in is a setting of setup.sh, not a test-bed hook.
+            let text = &text.replace("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh", "");
             for word in [
                 "hostcheck",
                 "HOSTCHECK",

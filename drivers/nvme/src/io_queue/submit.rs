@@ -3,7 +3,7 @@
 
 use crate::controller::PAGE_SIZE;
 use crate::error::NvmeError;
-use crate::io_types::{IoBufs, Rejected};
+use crate::io_types::{IoData, IoPayload, Rejected};
 use crate::prp;
 use crate::spec::command::io_opcode;
 use crate::spec::Sqe;
@@ -12,7 +12,7 @@ use super::pending::Pending;
 use super::sub_range::SubRange;
 use super::{CmdSlot, DataRef, IoQueuePair, NsLimits};
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     /// Queue the commands of one request. `data` describes where its `len` bytes are (for
     /// commands with data); `fill` sets opcode-specific dwords of command `k` covering blocks
     /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back. A request
@@ -28,10 +28,10 @@ impl IoQueuePair {
         nblocks: u64,
         max_blocks: u64,
         cdw12_flags: u32,
-        bufs: IoBufs,
+        bufs: P,
         data_offset: usize,
         tag: u64,
-    ) -> std::result::Result<(), Rejected> {
+    ) -> std::result::Result<(), Rejected<P>> {
         let max_blocks = max_blocks.max(1);
         let ncmds = nblocks.div_ceil(max_blocks).max(1) as usize;
         if ncmds > u16::MAX as usize {
@@ -96,7 +96,7 @@ impl IoQueuePair {
             }
         }
         let r = &mut self.reqs[rid as usize];
-        r.bufs = bufs;
+        r.bufs = Some(bufs);
         r.tag = tag;
         r.remaining = ncmds as u16;
         r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
@@ -126,13 +126,13 @@ impl IoQueuePair {
         &mut self,
         rid: u16,
         c: &mut Pending,
-        bufs: &IoBufs,
+        bufs: &P,
         count: usize,
         stamp: u64,
     ) -> std::result::Result<(), prp::PrpError> {
         let saved_cid_top = self.free_cid_top;
         let saved_tail = self.sq.tail();
-        let has_data = !matches!(bufs, IoBufs::None);
+        let has_data = !matches!(bufs.data(), IoData::None);
         let mut done = c.done;
         for _ in 0..count {
             let nlb = (c.nblocks - done).min(c.max_blocks);
@@ -145,12 +145,12 @@ impl IoQueuePair {
                 let byte_off = (done << c.lba_shift) as usize;
                 let bytes = (nlb << c.lba_shift) as usize;
                 let r = {
-                    let data = match bufs {
-                        IoBufs::One(b) => DataRef::One {
+                    let data = match bufs.data() {
+                        IoData::One(b) => DataRef::One {
                             iova: b.iova() + c.data_offset as u64,
                         },
-                        IoBufs::Sg(s) => DataRef::Sg(s),
-                        IoBufs::None => DataRef::None,
+                        IoData::Sg(s) => DataRef::Sg(s),
+                        IoData::None => DataRef::None,
                     };
                     self.build_prps(cid, &data, byte_off, bytes)
                 };
@@ -195,7 +195,7 @@ impl IoQueuePair {
     /// Check every command of a request that will be queued can be described by PRPs (nothing
     /// written). Cold: only for requests that do not fit the free slots.
     #[cold]
-    fn check_request(&self, c: &Pending, bufs: &IoBufs) -> std::result::Result<(), prp::PrpError> {
+    fn check_request(&self, c: &Pending, bufs: &P) -> std::result::Result<(), prp::PrpError> {
         let mut done = 0u64;
         while done < c.nblocks {
             let nlb = (c.nblocks - done).min(c.max_blocks);
@@ -203,13 +203,13 @@ impl IoQueuePair {
                 (done << c.lba_shift) as usize,
                 (nlb << c.lba_shift) as usize,
             );
-            match bufs {
-                IoBufs::None => return Ok(()),
-                IoBufs::One(b) => prp::check(
+            match bufs.data() {
+                IoData::None => return Ok(()),
+                IoData::One(b) => prp::check(
                     PAGE_SIZE,
                     [(b.iova() + (c.data_offset + off) as u64, bytes)],
                 )?,
-                IoBufs::Sg(sg) => prp::check(
+                IoData::Sg(sg) => prp::check(
                     PAGE_SIZE,
                     SubRange::new(
                         sg.iter().map(|s| (s.buf.iova() + s.offset as u64, s.len)),
@@ -229,12 +229,13 @@ impl IoQueuePair {
         &mut self,
         mut sqe: Sqe,
         len: usize,
+        ctx: P,
         tag: u64,
         write_page: impl FnOnce(&mut [u64]),
-    ) -> std::result::Result<(), Rejected> {
+    ) -> std::result::Result<(), Rejected<P>> {
         if self.free_cid_top == 0 || self.free_req_top == 0 || self.dead.is_some() {
             return Err(Rejected {
-                bufs: IoBufs::None,
+                bufs: ctx,
                 error: self.dead_error().unwrap_or(NvmeError::QueueFull {
                     qid: self.qid,
                     depth: self.depth,
@@ -260,7 +261,7 @@ impl IoQueuePair {
         self.sqes[cid as usize] = sqe;
         self.sq.push(&sqe);
         let r = &mut self.reqs[rid as usize];
-        r.bufs = IoBufs::None;
+        r.bufs = Some(ctx);
         r.tag = tag;
         r.remaining = 1;
         r.bytes = 0;
