@@ -44,6 +44,7 @@ fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
 /// The window's IOVA must be dword aligned (PRP entry rule).
 #[inline]
 fn check_one(buf: &IoBuf) -> Result<(), NvmeError> {
+    buf.buf().region().check_dma()?;
     let iova = buf.iova();
     if iova & 3 != 0 {
         return Err(crate::prp::PrpError::Misaligned { iova }.into());
@@ -55,6 +56,7 @@ fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
     let ps = PAGE_SIZE as u64;
     let n = sg.len();
     for (i, s) in sg.iter().enumerate() {
+        s.buf.region().check_dma()?;
         if s.offset.checked_add(s.len).is_none_or(|e| e > s.buf.len()) || s.len == 0 {
             return Err(NvmeError::BufferTooSmall {
                 need: s.offset.saturating_add(s.len),

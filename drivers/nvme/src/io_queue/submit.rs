@@ -101,8 +101,8 @@ impl<P: IoPayload> IoQueuePair<P> {
             }
         }
         let r = &mut self.reqs[rid as usize];
-        // A free request slot holds no payload (it went back with its completion): nothing to
-        // drop, so skip the drop call.
+        // A free request slot holds no buffers (they went back with its completion): nothing
+        // to drop, so skip the drop call.
         debug_assert!(r.bufs.is_none());
         std::mem::forget(r.bufs.replace(bufs));
         r.tag = tag;
