@@ -21,6 +21,20 @@ STREAM_MIB=${STREAM_MIB:-64}
 
 now() { echo "${EPOCHREALTIME/./}"; } # microseconds
 dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 180) || { echo "FAIL 0 kernel-tcp 0 0 connect failed"; exit 1; }
+# nomerge: merges off on the namespace's path device (nvmeXcZnY: the head /dev/nvmeXnY is
+# bio-based, its requests are queued and merged there). With merges on, io_uring's 32 adjacent
+# 4 KiB reads went out as one 128 KiB NVMe/TCP command (issue 14: the "kernel QD32 4 KiB IOPS"
+# were 4 KiB blocks of 128 KiB commands, ~670 commands/s); ubdirect's perf sends one command
+# per read. Off, every kernel read is one command too.
+nomerge() {
+    local fd=${dev#/dev/} p
+    p=$(ls /sys/block | grep -E "^${fd%n*}c[0-9]+n${fd##*n}$" | head -1)
+    [[ -n $p ]] && echo 2 >"/sys/block/$p/queue/nomerges" && return
+    echo 2 >"/sys/block/$fd/queue/nomerges"
+}
+nomerge
+# reads_kib: "<reads> <KiB read>" completed by the initiator's namespace so far.
+reads_kib() { awk '{ print $1, int($3 / 2) }' "/sys/block/${dev#/dev/}/stat"; }
 blocks4k=$(($(cat "/sys/block/${dev#/dev/}/size") / 8))
 echo "# kernel NVMe/TCP initiator: $dev ($((blocks4k / 256)) MiB) from $TARGET, kernel $(uname -r), $(nproc) vCPU"
 
@@ -39,8 +53,8 @@ run_dd() {
 run_uring() {
     local r=$1 q=$2 b=$3
     command -v ubdirect >/dev/null || { echo "FAIL $r kernel-tcp-uring $q $b no ubdirect binary in the guest (BIN=...)"; return; }
-    local j0 j1
-    j0=$(busy)
+    local j0 j1 s0
+    j0=$(busy) s0=$(reads_kib)
     if ubdirect pipeline --source "file:$dev" --sink null --block-size "$b" -q "$q" --seconds "$SECS" --json >/tmp/p.json 2>/tmp/p.err; then
         j1=$(busy)
         cpu_line "$r" kernel-tcp-uring "$q" "$b" "$(awk '/"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 } /"seconds":/ { gsub(/[",]/, ""); s = $2 } END { printf "%.0f", bps * s }' /tmp/p.json)" $((j1 - j0))
@@ -52,6 +66,10 @@ run_uring() {
             /"mean":/ { gsub(/[",]/, ""); mean = $2 }
             /"p99":/ { gsub(/[",]/, ""); p99 = $2 }
             END { printf "R %s kernel-tcp-uring %s %s %d %.3f %.0f %.1f %.1f %.1f\n", r, q, b, n, s, iops, bps / 1048576, mean / 1e3, p99 / 1e3 }' /tmp/p.json
+        # Commands the initiator sent: each read must be one command of the block size.
+        set -- $s0 $(reads_kib)
+        echo "# D $r kernel-tcp-uring $q $b commands $(($3 - $1)) KiB_per_command $((($4 - $2) / ($3 - $1 + (($3 == $1)))))"
+        (($3 > $1 && ($4 - $2) / ($3 - $1) > b / 1024)) && echo "FAIL $r kernel-tcp-uring $q $b commands of $((($4 - $2) / ($3 - $1))) KiB: reads were merged"
     else
         echo "FAIL $r kernel-tcp-uring $q $b $(head -n1 /tmp/p.err)"
     fi
@@ -116,6 +134,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
             fi
         done
         dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 30) || exit 1
+        nomerge
     fi
     # -------------------------------------------------------------------------------------------
 done

@@ -80,6 +80,9 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     let target: TcpTarget = p.addr.parse()?;
     let host = super::nvmf::host_identity();
     let digests = std::env::var("UBD_NVMF_DIGESTS").is_ok_and(|v| v == "1");
+    // UBD_NVMF_SPIN=1: poll without ever sleeping in poll(2) (issue 14's diagnosis: does the
+    // 1 ms wait cost IOPS at depth?).
+    let spin = std::env::var("UBD_NVMF_SPIN").is_ok_and(|v| v == "1");
     let kato_ms = match std::env::var("UBD_NVMF_KATO_MS") {
         Ok(v) => v.parse::<u32>().map_err(|_| {
             format!("UBD_NVMF_KATO_MS={v}: give the keep-alive timeout in milliseconds (0: off)")
@@ -183,7 +186,7 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
             ctrl.poll_admin()?;
             next_admin = Instant::now() + Duration::from_millis(kato_ms as u64 / 8);
         }
-        if q.poll(&mut |c| done.push(c))? == 0 {
+        if q.poll(&mut |c| done.push(c))? == 0 && !spin {
             // Nothing arrived: sleep in poll(2) until the socket is ready rather than spin,
             // so the kernel's TCP and (on one machine) nvmet work get the CPU. 1 ms bounds it
             // so command deadlines are still checked.

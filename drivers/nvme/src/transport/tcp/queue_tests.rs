@@ -349,3 +349,43 @@ fn first_error(q: &mut TcpQueue<Vec<u8>>) -> TcpError {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Issue 14: at depth every command goes on the wire without waiting for an earlier answer.
+/// The target reads all 128 capsules before it answers any (a queue that held commands back
+/// would leave `read_exact` short: it times out after 5 s), then answers them all; the 128
+/// reads submitted again from the completion callback, as `perf` does, go out from one
+/// more poll, again before any answer.
+#[test]
+fn all_commands_at_depth_are_sent_before_any_answer_and_resubmits_go_out_at_once() {
+    const DEPTH: usize = 128;
+    let (mut q, mut t) = loopback(DEPTH as u16);
+    let cids = submit_reads(&mut q, &mut t, &[512; DEPTH]);
+    assert_eq!(cids.len(), DEPTH);
+    let mut answer = Vec::new();
+    for &cid in &cids {
+        answer.extend(c2h_success(cid, &pattern(cid, 512)));
+    }
+    let target = std::thread::spawn(move || {
+        t.write_all(&answer).unwrap();
+        t
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = 0;
+    let mut back = Vec::new();
+    while got < DEPTH && Instant::now() < deadline {
+        got += q.poll(&mut |c| back.push(c)).unwrap();
+        for c in back.drain(..) {
+            let sqe = super::fabrics::rw(false, 1, 0, 1);
+            q.submit(sqe, "Read", Some(false), c.buf, 0, 512, c.tag)
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    }
+    let mut t = target.join().unwrap();
+    assert_eq!(got, DEPTH);
+    assert_eq!(q.in_flight(), DEPTH);
+    q.poll(&mut |_| panic!("nothing was answered yet")).unwrap();
+    let mut caps = vec![0u8; DEPTH * CMD_HLEN];
+    t.read_exact(&mut caps).unwrap();
+    assert!(caps.chunks_exact(CMD_HLEN).all(|c| c[0] == 0x04));
+}
