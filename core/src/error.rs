@@ -108,6 +108,18 @@ pub enum CoreError {
     /// The domain has no device yet, so the IOMMU is not set up.
     #[error("the DMA domain has no open device: open a PciDevice in it (PciDevice::open) before mapping memory; VFIO sets up the IOMMU when the first group joins and drops it when the last device closes")]
     NoDevice,
+    /// I/O into a region backed by a device BAR's dma-buf after ubdirect revoked that dma-buf
+    /// (memory decoding turned off, or the device reset, through its [`crate::PciDevice`]):
+    /// iommufd dropped the translation and never restores it, so the transfer cannot land.
+    #[error("UB region {id} is BAR{bar} of {device} imported as a dma-buf, which was revoked when the device's memory decoding was turned off or the device was reset: the IOMMU no longer translates it (iommufd never maps a revoked dma-buf again), so I/O into it is refused; unregister the region and register the BAR again once memory decoding is on")]
+    DmaBufRevoked {
+        /// The region.
+        id: u32,
+        /// The exporting device.
+        device: PciAddress,
+        /// The BAR.
+        bar: u8,
+    },
     /// The DMA back end asked for (or chosen) cannot serve this request; `fix` says what to do.
     #[error("DMA back end {backend}: {reason}; {fix}")]
     Backend {

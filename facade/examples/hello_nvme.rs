@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use ubdirect::dma::PoolConfig;
-use ubdirect::nvme::{IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions};
 use ubdirect::Env;
 
 fn main() -> std::process::ExitCode {
@@ -25,26 +25,25 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Ring the doorbell once, then poll until the request tagged `tag` completes (at most 5 s):
-/// its buffer window comes back with the completion.
-fn reap(qp: &mut IoQueuePair, tag: u64) -> Result<IoBuf, Box<dyn std::error::Error>> {
+/// its buffer window comes back with the completion, as the `IoBuf` it was (the queue pair's
+/// payload type), nothing to match or unwrap.
+fn reap(qp: &mut IoQueuePair<IoBuf>, tag: u64) -> Result<IoBuf, Box<dyn std::error::Error>> {
     qp.ring();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut done = None;
-    while done.is_none() {
-        if Instant::now() > deadline {
-            return Err(format!("request {tag} did not complete within 5 s").into());
-        }
+    loop {
         qp.poll(8, |c| {
             if c.tag == tag {
                 done = Some(c)
             }
         })?;
-    }
-    let c = done.expect("set by the poll");
-    c.result?;
-    match c.bufs {
-        IoBufs::One(buf) => Ok(buf),
-        _ => Err("a one-buffer request comes back with its buffer".into()),
+        if let Some(c) = done {
+            c.result?;
+            return Ok(c.bufs);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("request {tag} did not complete within 5 s").into());
+        }
     }
 }
 
@@ -82,8 +81,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .last_blocks(blocks)
             .ok_or("the namespace is smaller than 4 KiB")?,
     };
-    // One queue pair per thread: this one is ours.
-    let mut qp = IoQueuePair::new(ctrl, QueueOptions::default())?;
+    // One queue pair per thread: this one is ours. Its payload type (`IoBuf`: one window per
+    // request) is what every completion hands back.
+    let mut qp = IoQueuePair::<IoBuf>::with_payload(ctrl, QueueOptions::default())?;
 
     // The buffer window moves into the request and comes back with the completion.
     let mut out = IoBuf::prefix(pool.get()?, len)?;

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use ubdirect::dma::PoolConfig;
-use ubdirect::nvme::{IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions};
 use ubdirect::Env;
 
 /// Reads each thread keeps in flight.
@@ -58,7 +58,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         depth: QD,
                         ..QueueOptions::default()
                     };
-                    let mut qp = IoQueuePair::new(ctrl, opts).map_err(|e| e.to_string())?;
+                    // Its payload is one `IoBuf` window per request: completions hand it back.
+                    let mut qp = IoQueuePair::<IoBuf>::with_payload(ctrl, opts)
+                        .map_err(|e| e.to_string())?;
                     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
                     let mut next_lba = move || {
                         x ^= x << 13;
@@ -89,9 +91,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                             if let Err(e) = c.result {
                                 failed.get_or_insert(e.to_string());
                             }
-                            if let IoBufs::One(buf) = c.bufs {
-                                free.push(buf);
-                            }
+                            free.push(c.bufs);
                             completed += 1;
                         })
                         .map_err(|e| e.to_string())?;

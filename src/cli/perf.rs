@@ -103,7 +103,7 @@ pub struct Args {
 
     /// Allow the no-IOMMU back end (vfio's unsafe no-IOMMU mode: the controller DMAs to
     /// physical addresses with no isolation and can reach all of memory). Also needs the
-    /// operator's opt-in: `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`.
+    /// operator's opt-in: vfio's no-IOMMU mode turned on by scripts/setup.sh (see README).
     #[arg(long = "allow-noiommu")]
     allow_noiommu: bool,
 
@@ -1011,8 +1011,10 @@ fn worker(
                         blocks_per_io,
                     );
                 }
+                // One counter read per batch (s0): every request of the batch is timed from
+                // its start, so no latency is understated.
                 slots[slot] = Slot {
-                    submitted: rdtsc(),
+                    submitted: s0,
                     lba,
                     write,
                 };
@@ -1029,9 +1031,13 @@ fn worker(
             submit_cycles += rdtsc() - s0;
         }
         let p0 = rdtsc();
+        // Read the counter once per batch of completions, at the first one.
+        let mut now = 0u64;
         let n = qp
             .poll(depth, |c| {
-                let now = rdtsc();
+                if now == 0 {
+                    now = rdtsc();
+                }
                 let slot = c.tag as usize;
                 let s = slots[slot];
                 let lat = now.saturating_sub(s.submitted);
@@ -1164,6 +1170,12 @@ mod tests {
             crate::cli::Command::Perf(a) => a,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_noiommu_opt_in_is_off_unless_asked() {
+        assert!(!parse(&["00:04.0"]).allow_noiommu);
+        assert!(parse(&["00:04.0", "--allow-noiommu"]).allow_noiommu);
     }
 
     #[test]

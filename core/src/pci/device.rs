@@ -3,6 +3,7 @@
 use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use vfio_bindings::bindings::vfio::{
@@ -46,6 +47,8 @@ pub struct PciDevice {
     domain: Arc<DmaDomain>,
     /// The VFIO request channel, once [`PciDevice::enable_removal_notice`] registered it.
     removal: Mutex<Option<RemovalNotice>>,
+    /// Times this handle revoked the device's exported dma-bufs ([`PciDevice::dmabuf_revocations`]).
+    dmabuf_revocations: AtomicU64,
 }
 
 /// What config space, BARs and reset go to.
@@ -103,6 +106,7 @@ impl PciDevice {
             numa: sys.numa,
             domain: domain.clone(),
             removal: Mutex::new(None),
+            dmabuf_revocations: AtomicU64::new(0),
         };
         d.read_ids()?;
         Ok(Arc::new(d))
@@ -129,6 +133,7 @@ impl PciDevice {
             numa,
             domain: domain.clone(),
             removal: Mutex::new(None),
+            dmabuf_revocations: AtomicU64::new(0),
         };
         d.read_ids()?;
         Ok(Arc::new(d))
@@ -159,6 +164,7 @@ impl PciDevice {
             class: 0,
             domain: domain.clone(),
             removal: Mutex::new(None),
+            dmabuf_revocations: AtomicU64::new(0),
         };
         d.read_ids()?;
         Ok(Arc::new(d))
@@ -246,11 +252,17 @@ impl PciDevice {
                 if what == "read" {
                     m.config_read(off, b);
                 } else {
+                    self.note_command_write(off, b);
                     m.config_write(off, b);
                 }
                 return Ok(());
             }
         };
+        if what == "write" {
+            // SAFETY: buf points to len bytes owned by the caller (see the callers).
+            let b = unsafe { std::slice::from_raw_parts(buf, len) };
+            self.note_command_write(off, b);
+        }
         let pos = (self.config_off + u64::from(off)) as libc::off_t;
         // SAFETY: buf points to len bytes owned by the caller; pread/pwrite touch only those.
         let n = unsafe {
@@ -336,6 +348,26 @@ impl PciDevice {
     /// Length of BAR `bar` in bytes.
     pub fn bar_len(&self, bar: u8) -> Result<u64> {
         self.check_bar(bar)
+    }
+
+    /// How many times ubdirect revoked this device's exported BAR dma-bufs through this handle:
+    /// a config write that turns memory decoding off (COMMAND bit 1 clear) or a reset (vfio-pci
+    /// revokes its dma-bufs for both, drivers/vfio/pci/vfio_pci_config.c and vfio_pci_core.c).
+    /// iommufd drops a revoked dma-buf's translation for good (drivers/iommu/iommufd/pages.c,
+    /// `iopt_revoke_notify`), and tells userspace nothing: a region exported before the count
+    /// moved takes no more DMA ([`crate::UbRegion::check_dma`]).
+    pub fn dmabuf_revocations(&self) -> u64 {
+        self.dmabuf_revocations.load(Ordering::Acquire)
+    }
+
+    /// A config write covering the COMMAND register (offset 4) with memory decoding off: the
+    /// exporter revokes every dma-buf of the device. Counted before the write reaches it, so
+    /// I/O checks see the revocation no later than the device does.
+    fn note_command_write(&self, off: u16, bytes: &[u8]) {
+        let (off, cmd) = (usize::from(off), usize::from(COMMAND));
+        if off <= cmd && cmd < off + bytes.len() && bytes[cmd - off] & CMD_MEMORY as u8 == 0 {
+            self.dmabuf_revocations.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Export BAR `bar` as a dma-buf (vfio-pci's `VFIO_DEVICE_FEATURE_DMA_BUF`), for an iommufd
@@ -450,6 +482,8 @@ impl PciDevice {
                 what: "VFIO_DEVICE_RESET",
             });
         }
+        // vfio-pci revokes the device's dma-bufs around the reset, whether it succeeds or not.
+        self.dmabuf_revocations.fetch_add(1, Ordering::AcqRel);
         let fd = match &self.access {
             Access::Vfio(dev) => dev.as_raw_fd(),
             Access::NoIommu(dev) => dev.as_raw_fd(),
@@ -547,4 +581,67 @@ fn device_flags(dev: &VfioDevice) -> std::io::Result<u32> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(info.flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 256 bytes of config space, nothing else.
+    struct Cfg(Mutex<[u8; 256]>);
+
+    impl DeviceModel for Cfg {
+        fn config_len(&self) -> u16 {
+            256
+        }
+        fn config_read(&self, off: u16, buf: &mut [u8]) {
+            let c = self.0.lock().unwrap();
+            buf.copy_from_slice(&c[usize::from(off)..usize::from(off) + buf.len()]);
+        }
+        fn config_write(&self, off: u16, data: &[u8]) {
+            let mut c = self.0.lock().unwrap();
+            c[usize::from(off)..usize::from(off) + data.len()].copy_from_slice(data);
+        }
+        fn bar_len(&self, _: u8) -> u64 {
+            0
+        }
+        fn mmio_read(&self, _: u8, _: u64, _: u8) -> u64 {
+            0
+        }
+        fn mmio_write(&self, _: u8, _: u64, _: u8, _: u64) {}
+        fn can_reset(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn turning_memory_decoding_off_counts_as_a_dmabuf_revocation() {
+        let mut cfg = [0u8; 256];
+        cfg[..4].copy_from_slice(&[0xf4, 0x1a, 0x10, 0x11]);
+        cfg[4] = 0x06; // memory + bus master
+        let d = DmaDomain::host_only();
+        let dev = PciDevice::from_model(
+            &d,
+            "0000:00:09.0".parse().unwrap(),
+            Arc::new(Cfg(Mutex::new(cfg))),
+        )
+        .unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 0);
+        // Memory decoding stays on: no revocation (bus master off, other registers).
+        dev.config_write_u16(COMMAND, 0x02).unwrap();
+        dev.config_write_u8(5, 0).unwrap();
+        dev.config_write_u32(0x10, 0).unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 0);
+        // Off, through a u16, a u8 and a u32 write covering the COMMAND register.
+        dev.config_write_u16(COMMAND, 0x04).unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 1);
+        dev.config_write_u8(4, 0).unwrap();
+        dev.config_write_u32(4, 0x0010_0000).unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 3);
+        // Turning it back on does not undo a revocation; a reset is one more.
+        dev.config_write_u16(COMMAND, 0x06).unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 3);
+        dev.reset().unwrap();
+        assert_eq!(dev.dmabuf_revocations(), 4);
+    }
 }

@@ -106,7 +106,7 @@ pub(crate) enum Backing {
     /// A BAR: its mmap for the CPU, the device, and the dma-buf the IOAS maps (iommufd).
     BarDmaBuf(
         #[allow(dead_code)] Mmio,
-        #[allow(dead_code)] Arc<PciDevice>,
+        Arc<PciDevice>,
         #[allow(dead_code)] std::os::fd::OwnedFd,
     ),
     /// An imported dma-buf (kept open while registered).
@@ -133,6 +133,9 @@ pub struct UbRegion {
     owner: AtomicU8,
     /// The region's IOMMU mapping: only the region unmaps it.
     mapping: Mutex<DmaMapping>,
+    /// For a BAR imported as a dma-buf: the exporter's [`PciDevice::dmabuf_revocations`] when
+    /// the dma-buf was exported (a later count means it was revoked).
+    revocation_mark: u64,
     // Dropped after Drop::drop (and the mapping field) unmapped the IOVA range.
     _backing: Backing,
 }
@@ -170,7 +173,12 @@ impl UbRegion {
         mapping: DmaMapping,
         backing: Backing,
     ) -> UbRegion {
+        let revocation_mark = match &backing {
+            Backing::BarDmaBuf(_, dev, _) => dev.dmabuf_revocations(),
+            _ => 0,
+        };
         UbRegion {
+            revocation_mark,
             id,
             vaddr,
             iova: mapping.iova(),
@@ -256,6 +264,29 @@ impl UbRegion {
     /// on; the IOVAs are freed only when the region goes. For fault injection and fencing.
     pub fn revoke_dma(&self) -> Result<()> {
         self.mapping().revoke()
+    }
+
+    /// Whether devices can still reach the region, checked before I/O is queued into it:
+    /// [`CoreError::DmaBufRevoked`] for a BAR imported as a dma-buf after ubdirect revoked it
+    /// (the exporter's memory decoding turned off or the device reset through its
+    /// [`PciDevice`]); the kernel tells userspace nothing of a revocation, and iommufd never
+    /// maps the dma-buf again. No syscall, no allocation: a few loads.
+    #[inline]
+    pub fn check_dma(&self) -> Result<()> {
+        match &self._backing {
+            Backing::BarDmaBuf(_, dev, _) if dev.dmabuf_revocations() != self.revocation_mark => {
+                let bar = match self.kind {
+                    RegionKind::DeviceBar { bar, .. } | RegionKind::BarWindow { bar, .. } => bar,
+                    _ => 0,
+                };
+                Err(CoreError::DmaBufRevoked {
+                    id: self.id,
+                    device: dev.address(),
+                    bar,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// True when `[iova, iova+len)` lies inside the region.

@@ -82,7 +82,10 @@ impl UbRegistry {
         // walking the process's page tables); a kernel that refuses it gets the map by address.
         if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
             let align = size.bytes() as usize;
-            match self.domain.map_file(mem.memfd(), 0, len, align, true) {
+            match self
+                .domain
+                .map_file_at(mem.memfd(), 0, len, align, true, Some(ptr))
+            {
                 Ok(mapping) => {
                     return Ok(self.insert_mapped(ptr, len, kind, numa, mapping, Backing::Huge(mem)))
                 }
@@ -146,19 +149,49 @@ impl UbRegistry {
                 what: "registering a BAR of a device model (no memory behind it)",
             });
         }
-        let (ptr, len) = (m.as_ptr(), m.len());
-        let align = if len >= MIB2 && len % MIB2 == 0 {
-            MIB2
-        } else {
-            4096
-        };
+        let len = m.len();
         let kind = RegionKind::DeviceBar {
             device: dev.address(),
             bar,
         };
+        self.register_bar_range(dev, bar, m, 0, len, kind)
+    }
+
+    /// Map bytes `[offset, offset+len)` of BAR `bar` of `dev` (`m`: the whole BAR's mmap; the
+    /// range is checked to lie inside it) and register them as `kind`: on iommufd the BAR
+    /// travels as a dma-buf exported by vfio-pci and mapped by file (`IOMMU_IOAS_MAP_FILE`),
+    /// the CPU using the mmap; on type1 the mmap itself is mapped.
+    fn register_bar_range(
+        &self,
+        dev: &Arc<PciDevice>,
+        bar: u8,
+        m: Mmio,
+        offset: u64,
+        len: usize,
+        kind: RegionKind,
+    ) -> Result<Arc<UbRegion>> {
+        // Callers check the range; a mistake here must not reach the IOMMU.
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|e| e > m.len() as u64)
+        {
+            return Err(CoreError::InvalidArgument(format!(
+                "BAR range [{offset:#x}, +{len:#x}) outside BAR{bar} ({:#x} bytes) of {}",
+                m.len(),
+                dev.address()
+            )));
+        }
+        let ptr = m.as_ptr().wrapping_add(offset as usize);
+        let align = if len >= MIB2 && len % MIB2 == 0 && offset % MIB2 as u64 == 0 {
+            MIB2
+        } else {
+            4096
+        };
         if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
             let fd = dev.export_bar_dmabuf(bar)?;
-            let mapping = self.domain.map_file(fd.as_fd(), 0, len, align, true)?;
+            let mapping =
+                self.domain
+                    .map_file_at(fd.as_fd(), offset, len, align, true, Some(ptr))?;
             return Ok(self.insert_mapped(
                 ptr,
                 len,
@@ -168,7 +201,7 @@ impl UbRegistry {
                 Backing::BarDmaBuf(m, dev.clone(), fd),
             ));
         }
-        // SAFETY: the BAR mapping (and the device) move into the region.
+        // SAFETY: the BAR mapping (and the device) move into the region; the range lies in it.
         unsafe {
             self.insert(
                 ptr,
@@ -247,43 +280,12 @@ impl UbRegistry {
                 what: "registering a BAR window of a device model (no memory behind it)",
             });
         }
-        // Checked above: the window lies inside the mapping of the whole BAR.
-        let ptr = m.as_ptr().wrapping_add(offset as usize);
-        let len = len as usize;
-        let align = if len >= MIB2 && len % MIB2 == 0 && offset % MIB2 as u64 == 0 {
-            MIB2
-        } else {
-            4096
-        };
         let kind = RegionKind::BarWindow {
             device: dev.address(),
             bar,
             offset,
         };
-        if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
-            // As register_bar: the BAR travels as a dma-buf; only the window is mapped.
-            let fd = dev.export_bar_dmabuf(bar)?;
-            let mapping = self.domain.map_file(fd.as_fd(), offset, len, align, true)?;
-            return Ok(self.insert_mapped(
-                ptr,
-                len,
-                kind,
-                dev.numa_node(),
-                mapping,
-                Backing::BarDmaBuf(m, dev.clone(), fd),
-            ));
-        }
-        // SAFETY: the BAR mapping (and the device) move into the region; the window lies in it.
-        unsafe {
-            self.insert(
-                ptr,
-                len,
-                align,
-                kind,
-                dev.numa_node(),
-                Backing::Bar(m, dev.clone()),
-            )
-        }
+        self.register_bar_range(dev, bar, m, offset, len as usize, kind)
     }
 
     /// Map and register memory the caller allocated.

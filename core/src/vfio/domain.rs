@@ -74,8 +74,11 @@ struct Entry {
     revoked: bool,
     /// Mapped with READ permission only ([`DmaDomain::map_readonly`]).
     readonly: bool,
-    /// Mapped by file ([`DmaDomain::map_file`]); `vaddr` is 0 and it is never replayed.
+    /// Mapped by file ([`DmaDomain::map_file`]); never replayed.
     file: bool,
+    /// `vaddr` is the CPU address of the memory and on record in `by_vaddr` (false for a
+    /// file mapping without a CPU mapping, whose `vaddr` is 0).
+    indexed: bool,
 }
 
 impl State {
@@ -99,6 +102,29 @@ impl State {
             let _ = self.iova.reserve(iova, e.len as u64);
         }
     }
+}
+
+/// [`CoreError::AlreadyMapped`] when `[va, va+len)` overlaps memory this domain has mapped:
+/// memory is mapped once, on every back end (iommufd itself would map it again).
+fn check_not_mapped(s: &State, va: usize, len: usize) -> Result<()> {
+    if let Some((&pv, &pl)) = s.by_vaddr.range(..va.saturating_add(len)).next_back() {
+        if pv + pl > va {
+            return Err(CoreError::AlreadyMapped { vaddr: va, len });
+        }
+    }
+    Ok(())
+}
+
+/// A fresh IOVA range of `len` bytes aligned to `align`, or why there is none.
+fn alloc_iova(s: &mut State, len: usize, align: u64) -> Result<u64> {
+    s.iova.alloc(len as u64, align).map_err(|e| match e {
+        IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
+            len: len as u64,
+            align,
+            largest_free,
+        },
+        other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
+    })
 }
 
 fn intersect(a: &Range<u64>, b: &Range<u64>) -> Range<u64> {
@@ -156,7 +182,12 @@ impl DmaDomain {
                 noiommu_opt_ins(&options)?;
                 false
             }
-            None => !Path::new("/dev/iommu").exists(),
+            // With vfio's no-IOMMU mode on, the first device's group decides (a type1
+            // container opened now would refuse its no-IOMMU group).
+            None => {
+                !Path::new("/dev/iommu").exists()
+                    && super::noiommu::operator_opt_in(Path::new("/")).is_err()
+            }
         };
         let d = DmaDomain::with_backend(None, None, options);
         if eager_type1 {
@@ -177,8 +208,8 @@ fn noiommu_opt_ins_in(root: &Path, options: &DomainOptions) -> Result<()> {
     if !options.allow_noiommu {
         return Err(CoreError::Backend {
             backend: "noiommu",
-            reason: "refused: without an IOMMU a device can read and write all of memory, and this DmaDomain was not created with DomainOptions::allow_noiommu".into(),
-            fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".into(),
+            reason: "refused: without an IOMMU a device can read and write all of memory, and the program did not opt in to the no-IOMMU back end".into(),
+            fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in twice: the operator with `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`, the program with the domain option allow_noiommu (`ubdirect perf --allow-noiommu`)".into(),
         });
     }
     super::noiommu::operator_opt_in(root)
@@ -351,15 +382,7 @@ impl DmaDomain {
         readonly: bool,
     ) -> Result<DmaMapping> {
         let mut s = self.lock();
-        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
-        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
-        let Some(info) = s
-            .info
-            .clone()
-            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
-        else {
-            return Err(CoreError::NoDevice);
-        };
+        let info = self.live_info(&s)?;
         let page = info.min_page() as usize;
         let va = vaddr as usize;
         if len == 0 || va % page != 0 || len % page != 0 {
@@ -372,11 +395,7 @@ impl DmaDomain {
                 "map alignment {align:#x} is not a power of two"
             )));
         }
-        if let Some((&pv, &pl)) = s.by_vaddr.range(..va.saturating_add(len)).next_back() {
-            if pv + pl > va {
-                return Err(CoreError::AlreadyMapped { vaddr: va, len });
-            }
-        }
+        check_not_mapped(&s, va, len)?;
         let align = (align as u64).max(page as u64);
         let iova = if self.backend_kind() == Some(BackendKind::NoIommu) {
             // No translation: the bus address is the memory's physical address.
@@ -393,31 +412,53 @@ impl DmaDomain {
                 .map_err(|_| CoreError::AlreadyMapped { vaddr: va, len })?;
             a
         } else {
-            s.iova.alloc(len as u64, align).map_err(|e| match e {
-                IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
-                    len: len as u64,
-                    align,
-                    largest_free,
-                },
-                other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
-            })?
+            alloc_iova(&mut s, len, align)?
         };
-        // SAFETY: forwarded from this function's contract.
-        if let Err(errno) = unsafe { self.backend_map(iova, len, vaddr, readonly) } {
+        let needed = s.mapped + len as u64;
+        let entry = Entry {
+            vaddr: va,
+            len,
+            revoked: false,
+            readonly,
+            file: false,
+            indexed: true,
+        };
+        self.map_with(&mut s, iova, entry, || {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.backend_map(iova, len, vaddr, readonly) }
+                .map_err(|errno| map_errno(errno, needed, va, len, iova))
+        })
+    }
+
+    /// The IOMMU facts while mappings can be made. No device open: NoDevice on every back end
+    /// (an iommufd IOAS keeps its mappings, but new ones wait for a device, whose attach may
+    /// narrow the usable IOVA ranges).
+    fn live_info(&self, s: &State) -> Result<IommuInfo> {
+        s.info
+            .clone()
+            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
+            .ok_or(CoreError::NoDevice)
+    }
+
+    /// The one "program the IOMMU, record it" sequence of every kind of mapping, for the
+    /// IOVA range `[iova, +entry.len)` the caller took from the allocator: `program` is the
+    /// back-end call; when it fails, the range goes back and nothing is recorded.
+    fn map_with(
+        self: &Arc<Self>,
+        s: &mut State,
+        iova: u64,
+        entry: Entry,
+        program: impl FnOnce() -> Result<()>,
+    ) -> Result<DmaMapping> {
+        let len = entry.len;
+        if let Err(e) = program() {
             let _ = s.iova.free(iova, len as u64);
-            return Err(map_errno(errno, s.mapped + len as u64, va, len, iova));
+            return Err(e);
         }
-        s.maps.insert(
-            iova,
-            Entry {
-                vaddr: va,
-                len,
-                revoked: false,
-                readonly,
-                file: false,
-            },
-        );
-        s.by_vaddr.insert(va, len);
+        s.maps.insert(iova, entry);
+        if entry.indexed {
+            s.by_vaddr.insert(entry.vaddr, len);
+        }
         s.mapped += len as u64;
         Ok(DmaMapping::new(self.clone(), iova, len))
     }
@@ -464,16 +505,23 @@ impl DmaDomain {
         align: usize,
         writeable: bool,
     ) -> Result<DmaMapping> {
+        self.map_file_at(fd, offset, len, align, writeable, None)
+    }
+
+    /// [`DmaDomain::map_file`] of bytes the process also reaches at `cpu` (a hugepage memfd's
+    /// or a BAR's mmap): those addresses are on record like [`DmaDomain::map`]'s, so the same
+    /// memory is mapped once whatever the back end ([`CoreError::AlreadyMapped`]).
+    pub(crate) fn map_file_at(
+        self: &Arc<Self>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        align: usize,
+        writeable: bool,
+        cpu: Option<*mut u8>,
+    ) -> Result<DmaMapping> {
         let mut s = self.lock();
-        // No device open: NoDevice on every back end (an iommufd IOAS keeps its mappings, but
-        // new ones wait for a device, whose attach may narrow the usable IOVA ranges).
-        let Some(info) = s
-            .info
-            .clone()
-            .filter(|_| s.live && (!s.devices.is_empty() || self.is_host_only()))
-        else {
-            return Err(CoreError::NoDevice);
-        };
+        let info = self.live_info(&s)?;
         let Some(b) = self.backend() else {
             return Err(CoreError::NoDevice);
         };
@@ -483,48 +531,43 @@ impl DmaDomain {
             )));
         }
         let page = info.min_page();
-        if len == 0 || offset % page != 0 || len as u64 % page != 0 || !align.is_power_of_two() {
+        let va = cpu.map_or(0, |p| p as usize);
+        if len == 0
+            || offset % page != 0
+            || len as u64 % page != 0
+            || va as u64 % page != 0
+            || !align.is_power_of_two()
+        {
             return Err(CoreError::InvalidArgument(format!(
                 "map_file of [{offset:#x}, +{len:#x}) aligned {align:#x}: offset and length must be non-zero multiples of the IOMMU page ({page:#x}), the alignment a power of two"
             )));
         }
-        let align = (align as u64).max(page);
-        let iova = s.iova.alloc(len as u64, align).map_err(|e| match e {
-            IovaError::Exhausted { largest_free } => CoreError::IovaExhausted {
-                len: len as u64,
-                align,
-                largest_free,
-            },
-            other => CoreError::InvalidArgument(format!("IOVA allocation: {other:?}")),
-        })?;
-        let done = match b.map_file(iova, len, fd, offset, writeable) {
-            Some(r) => r,
-            None => {
-                let _ = s.iova.free(iova, len as u64);
-                let kind = b.kind().map(BackendKind::name).unwrap_or("host-only");
-                return Err(CoreError::Backend {
-                    backend: kind_static(kind),
-                    reason: "mapping a file or dma-buf (IOMMU_IOAS_MAP_FILE) needs the iommufd back end".into(),
-                    fix: "boot a kernel with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV and leave UBD_IOMMU_BACKEND unset (or set it to iommufd)".into(),
-                });
-            }
-        };
-        if let Err(errno) = done {
-            let _ = s.iova.free(iova, len as u64);
-            return Err(map_file_errno(errno, offset, len, iova));
+        if cpu.is_some() {
+            check_not_mapped(&s, va, len)?;
         }
-        s.maps.insert(
-            iova,
-            Entry {
-                vaddr: 0,
-                len,
-                revoked: false,
-                readonly: !writeable,
-                file: true,
-            },
-        );
-        s.mapped += len as u64;
-        Ok(DmaMapping::new(self.clone(), iova, len))
+        let align = (align as u64).max(page);
+        let iova = alloc_iova(&mut s, len, align)?;
+        let entry = Entry {
+            vaddr: va,
+            len,
+            revoked: false,
+            readonly: !writeable,
+            file: true,
+            indexed: cpu.is_some(),
+        };
+        self.map_with(&mut s, iova, entry, || {
+            match b.map_file(iova, len, fd, offset, writeable) {
+                Some(done) => done.map_err(|errno| map_file_errno(errno, offset, len, iova)),
+                None => {
+                    let kind = b.kind().map(BackendKind::name).unwrap_or("host-only");
+                    Err(CoreError::Backend {
+                        backend: kind_static(kind),
+                        reason: "mapping a file or dma-buf (IOMMU_IOAS_MAP_FILE) needs the iommufd back end".into(),
+                        fix: "boot a kernel with CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV and leave UBD_IOMMU_BACKEND unset (or set it to iommufd)".into(),
+                    })
+                }
+            }
+        })
     }
 
     /// Remove the mapping at `iova` of `len` bytes and free its IOVAs. Not public: only the
@@ -544,7 +587,7 @@ impl DmaDomain {
                 })?;
         }
         if let Some(e) = s.maps.remove(&iova) {
-            if !e.file {
+            if e.indexed {
                 s.by_vaddr.remove(&e.vaddr);
             }
         }
@@ -612,7 +655,17 @@ impl DmaDomain {
             Backend::NoIommu(c) => OpenedDevice::NoIommu(c.open_device(addr, sys.group)?),
             _ => match backend.open_device(&addr.sysfs_path()) {
                 Some(Ok(d)) => OpenedDevice::Vfio(d),
-                Some(Err(e)) => return Err(open_error(e, addr, sys.group)),
+                Some(Err(e)) => {
+                    // The cdev bind answers EINVAL (not EBUSY) when the device is already open
+                    // through its cdev elsewhere: the group node tells (it is busy then).
+                    if bind_refused_einval(&e) && group_node_busy(sys.group) {
+                        return Err(CoreError::GroupBusy {
+                            addr,
+                            group: sys.group,
+                        });
+                    }
+                    return Err(open_error(e, addr, sys.group));
+                }
                 None => return Err(CoreError::NoDevice),
             },
         };
@@ -780,13 +833,21 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),
             fix: "close the other user of the device first".into(),
         },
-        VfioError::VfioDeviceBindIommufd(err) | VfioError::VfioDeviceAttachIommufdPt(err) => {
-            CoreError::Backend {
-                backend: "iommufd",
-                reason: format!("binding/attaching {addr} to the IOAS: {err}"),
-                fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
-            }
-        }
+        VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EINVAL => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu was refused (EINVAL): vfio lets a device be opened once through its cdev, so it is probably open already (in another process, or another DMA domain of this one); otherwise its IOMMU cannot enforce cache coherency"),
+            fix: "close the other user of the device first, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+        VfioError::VfioDeviceBindIommufd(err) => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu: {err}"),
+            fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+        VfioError::VfioDeviceAttachIommufdPt(err) => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("attaching {addr} to the domain's IOAS: {err}"),
+            fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
         VfioError::GroupGetDeviceFD(err) if err.errno() == libc::EBUSY => CoreError::Vfio {
             op: "opening the device (it is already open in this or another process)",
             source: VfioError::GroupGetDeviceFD(err),
@@ -795,6 +856,26 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             op: "opening the device",
             source: other,
         },
+    }
+}
+
+/// True for the cdev bind's EINVAL (drivers/vfio/vfio_main.c, vfio_df_open: "Only the group
+/// path allows the device to be opened multiple times").
+fn bind_refused_einval(e: &VfioError) -> bool {
+    matches!(e, VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EINVAL)
+}
+
+/// True when opening `/dev/vfio/<group>` answers EBUSY: a device of the group is bound through
+/// its cdev (drivers/vfio/group.c: `cdev_device_open_cnt`) or the group is open. The probe's
+/// fd is closed at once.
+fn group_node_busy(group: u32) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/vfio/{group}"))
+    {
+        Ok(_) => false,
+        Err(e) => e.raw_os_error() == Some(libc::EBUSY),
     }
 }
 
@@ -1125,6 +1206,28 @@ mod tests {
     }
 
     #[test]
+    fn memory_mapped_by_address_is_not_mapped_again_by_file() {
+        let d = DmaDomain::host_only();
+        let m = page_mem(1 << 16);
+        // SAFETY: m outlives the mapping.
+        let a = unsafe { d.map(m.as_ptr(), 0x4000, 4096) }.unwrap();
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&f);
+        // The same CPU memory by file (a hugepage memfd, a BAR's dma-buf): refused by the
+        // domain itself, before any back end is asked (iommufd would map it twice).
+        let cpu = Some(m.as_ptr().wrapping_add(0x2000));
+        let e = d.map_file_at(fd, 0, 0x4000, 4096, true, cpu).unwrap_err();
+        assert!(matches!(e, CoreError::AlreadyMapped { .. }), "{e}");
+        assert_eq!((d.mapping_count(), d.mapped_bytes()), (1, 0x4000));
+        // Memory next to it passes the check (and meets the host-only refusal).
+        let cpu = Some(m.as_ptr().wrapping_add(0x4000));
+        let e = d.map_file_at(fd, 0, 0x4000, 4096, true, cpu).unwrap_err();
+        assert!(e.to_string().contains("needs the iommufd back end"), "{e}");
+        drop(a);
+        assert_eq!(d.mapping_count(), 0);
+    }
+
+    #[test]
     fn map_file_errors_name_the_import_requirement() {
         let e = map_file_errno(libc::EINVAL, 0, 4096, 0x10_0000).to_string();
         assert!(e.contains("IOMMU_IOAS_MAP_FILE"), "{e}");
@@ -1147,6 +1250,20 @@ mod tests {
         let e = open_error(VfioError::VfioDeviceBindIommufd(busy), addr, 7).to_string();
         assert!(e.contains("already open"), "{e}");
         assert!(e.contains("/dev/vfio/7"), "{e}");
+        // A second cdev open of a device is EINVAL: named as such, not as a viability problem.
+        let inval = VfioError::VfioDeviceBindIommufd(vmm_sys_util::errno::Error::new(libc::EINVAL));
+        assert!(bind_refused_einval(&inval));
+        let e = open_error(inval, addr, 7).to_string();
+        assert!(e.contains("opened once through its cdev"), "{e}");
+        assert!(e.contains("close the other user"), "{e}");
+        let attach =
+            VfioError::VfioDeviceAttachIommufdPt(vmm_sys_util::errno::Error::new(libc::EINVAL));
+        assert!(!bind_refused_einval(&attach));
+        let e = open_error(attach, addr, 7).to_string();
+        assert!(
+            e.contains("attaching 0000:00:04.0 to the domain's IOAS"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::controller::PAGE_SIZE;
 use crate::error::NvmeError;
 use crate::io_flags::IoFlags;
 use crate::io_queue::{IoQueuePair, NsLimits};
-use crate::io_types::{IoBuf, IoBufs, Rejected, SgList};
+use crate::io_types::{IoBuf, IoData, IoPayload, Rejected, SgList};
 use crate::namespace::{Lba, Namespace};
 use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE};
 use crate::spec::Sqe;
@@ -44,6 +44,7 @@ fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
 /// The window's IOVA must be dword aligned (PRP entry rule).
 #[inline]
 fn check_one(buf: &IoBuf) -> Result<(), NvmeError> {
+    buf.buf().region().check_dma()?;
     let iova = buf.iova();
     if iova & 3 != 0 {
         return Err(crate::prp::PrpError::Misaligned { iova }.into());
@@ -55,6 +56,7 @@ fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
     let ps = PAGE_SIZE as u64;
     let n = sg.len();
     for (i, s) in sg.iter().enumerate() {
+        s.buf.region().check_dma()?;
         if s.offset.checked_add(s.len).is_none_or(|e| e > s.buf.len()) || s.len == 0 {
             return Err(NvmeError::BufferTooSmall {
                 need: s.offset.saturating_add(s.len),
@@ -93,30 +95,30 @@ fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
     Ok(())
 }
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     #[inline]
     fn data_cmd(
         &mut self,
         opcode: u8,
         ns: &Namespace,
         slba: Lba,
-        bufs: IoBufs,
+        bufs: P,
         flags: IoFlags,
         tag: u64,
-    ) -> Result<(), Rejected> {
+    ) -> Result<(), Rejected<P>> {
         let checked = (|| {
             let ns = self.ns_limits(ns.nsid())?;
-            let len = match &bufs {
-                IoBufs::One(b) => {
+            let len = match bufs.data() {
+                IoData::One(b) => {
                     check_one(b)?;
                     b.len()
                 }
-                IoBufs::Sg(sg) => {
+                IoData::Sg(sg) => {
                     let len = sg.total_len();
                     check_sg(sg, len)?;
                     len
                 }
-                IoBufs::None => {
+                IoData::None => {
                     return Err(NvmeError::InvalidArgument("a data transfer needs a buffer"))
                 }
             };
@@ -152,11 +154,11 @@ impl IoQueuePair {
         &mut self,
         ns: &Namespace,
         slba: Lba,
-        buf: IoBuf,
+        buf: impl Into<P>,
         flags: IoFlags,
         tag: u64,
-    ) -> Result<(), Rejected> {
-        self.data_cmd(io_opcode::READ, ns, slba, IoBufs::One(buf), flags, tag)
+    ) -> Result<(), Rejected<P>> {
+        self.data_cmd(io_opcode::READ, ns, slba, buf.into(), flags, tag)
     }
 
     /// Queue a write of `buf`'s window to `slba` of `ns` ([`IoFlags::FUA`]: on media before it
@@ -166,11 +168,11 @@ impl IoQueuePair {
         &mut self,
         ns: &Namespace,
         slba: Lba,
-        buf: IoBuf,
+        buf: impl Into<P>,
         flags: IoFlags,
         tag: u64,
-    ) -> Result<(), Rejected> {
-        self.data_cmd(io_opcode::WRITE, ns, slba, IoBufs::One(buf), flags, tag)
+    ) -> Result<(), Rejected<P>> {
+        self.data_cmd(io_opcode::WRITE, ns, slba, buf.into(), flags, tag)
     }
 
     /// Queue a read of the whole scatter list (its total length) from `slba`. The first
@@ -179,11 +181,11 @@ impl IoQueuePair {
         &mut self,
         ns: &Namespace,
         slba: Lba,
-        sg: Box<SgList>,
+        sg: impl Into<P>,
         flags: IoFlags,
         tag: u64,
-    ) -> Result<(), Rejected> {
-        self.data_cmd(io_opcode::READ, ns, slba, IoBufs::Sg(sg), flags, tag)
+    ) -> Result<(), Rejected<P>> {
+        self.data_cmd(io_opcode::READ, ns, slba, sg.into(), flags, tag)
     }
 
     /// Queue a write of the whole scatter list to `slba`. Same rules as
@@ -192,20 +194,36 @@ impl IoQueuePair {
         &mut self,
         ns: &Namespace,
         slba: Lba,
-        sg: Box<SgList>,
+        sg: impl Into<P>,
         flags: IoFlags,
         tag: u64,
-    ) -> Result<(), Rejected> {
-        self.data_cmd(io_opcode::WRITE, ns, slba, IoBufs::Sg(sg), flags, tag)
+    ) -> Result<(), Rejected<P>> {
+        self.data_cmd(io_opcode::WRITE, ns, slba, sg.into(), flags, tag)
     }
 
-    /// Queue an NVMe Flush of `ns` (its volatile write cache to media).
-    pub fn submit_flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), Rejected> {
-        let ns = self.ns_limits(ns.nsid()).map_err(|error| Rejected {
-            bufs: IoBufs::None,
-            error,
-        })?;
-        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, IoBufs::None, 0, tag)
+    /// Queue an NVMe Flush of `ns` (its volatile write cache to media). Its completion hands
+    /// back `P::default()` (`IoBufs::None`); [`IoQueuePair::submit_flush_with`] for a payload
+    /// type without a default.
+    pub fn submit_flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), Rejected<P>>
+    where
+        P: Default,
+    {
+        self.submit_flush_with(ns, P::default(), tag)
+    }
+
+    /// Queue an NVMe Flush of `ns` carrying `ctx`, which its completion hands back; `ctx`'s
+    /// data, if any, is not transferred.
+    pub fn submit_flush_with(
+        &mut self,
+        ns: &Namespace,
+        ctx: P,
+        tag: u64,
+    ) -> Result<(), Rejected<P>> {
+        let ns = match self.ns_limits(ns.nsid()) {
+            Ok(ns) => ns,
+            Err(error) => return Err(Rejected { bufs: ctx, error }),
+        };
+        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, ctx, 0, tag)
     }
 
     /// Queue Write Zeroes of `nlb` blocks at `slba` (split at 65536 blocks per command).
@@ -215,12 +233,15 @@ impl IoQueuePair {
         slba: Lba,
         nlb: u64,
         tag: u64,
-    ) -> Result<(), Rejected> {
+    ) -> Result<(), Rejected<P>>
+    where
+        P: Default,
+    {
         let ns = self
             .ns_limits(ns.nsid())
             .and_then(|ns| check_lbas(&ns, slba.0, nlb).map(|_| ns))
             .map_err(|error| Rejected {
-                bufs: IoBufs::None,
+                bufs: P::default(),
                 error,
             })?;
         self.queue_request(
@@ -230,7 +251,7 @@ impl IoQueuePair {
             nlb,
             MAX_NLB,
             0,
-            IoBufs::None,
+            P::default(),
             0,
             tag,
         )
@@ -243,13 +264,16 @@ impl IoQueuePair {
         slba: Lba,
         nlb: u32,
         tag: u64,
-    ) -> Result<(), Rejected> {
+    ) -> Result<(), Rejected<P>>
+    where
+        P: Default,
+    {
         let slba = slba.0;
         let ns = self
             .ns_limits(ns.nsid())
             .and_then(|ns| check_lbas(&ns, slba, nlb as u64).map(|_| ns))
             .map_err(|error| Rejected {
-                bufs: IoBufs::None,
+                bufs: P::default(),
                 error,
             })?;
         let mut sqe = Sqe::new(io_opcode::DATASET_MANAGEMENT);
@@ -257,7 +281,7 @@ impl IoQueuePair {
         sqe.cdw10 = 0; // one range (NR is 0-based)
         sqe.cdw11 = DSM_ATTR_DEALLOCATE;
         // Range descriptor: context attributes (u32), length in blocks (u32), starting LBA (u64).
-        self.queue_with_slot_page(sqe, 16, tag, |page| {
+        self.queue_with_slot_page(sqe, 16, P::default(), tag, |page| {
             page[0] = (nlb as u64) << 32;
             page[1] = slba;
         })

@@ -172,13 +172,116 @@ pub enum IoBufs {
     Sg(Box<SgList>),
 }
 
-/// A finished request.
+impl From<IoBuf> for IoBufs {
+    fn from(b: IoBuf) -> IoBufs {
+        IoBufs::One(b)
+    }
+}
+
+impl From<Box<SgList>> for IoBufs {
+    fn from(sg: Box<SgList>) -> IoBufs {
+        IoBufs::Sg(sg)
+    }
+}
+
+/// Where a request's bytes are, as the queue pair sees its payload.
+#[derive(Debug, Clone, Copy)]
+pub enum IoData<'a> {
+    /// No data.
+    None,
+    /// One buffer window.
+    One(&'a IoBuf),
+    /// A scatter list.
+    Sg(&'a SgList),
+}
+
+/// What a request carries into an [`crate::IoQueuePair`] and hands back, unchanged and with its
+/// own type, in its [`IoCompletion`] (or [`Rejected`]): the queue pair's payload type `P`.
+///
+/// [`IoBufs`] (the default) takes every request kind and hands back the enum; a queue pair of
+/// [`IoBuf`] (one window per request), `Box<SgList>` (scatter lists) or `(IoBuf, T)` (a window
+/// and the caller's own context `T`) hands back exactly that type, so nothing is matched or
+/// unwrapped: `IoQueuePair::<IoBuf>::with_payload(&ctrl, opts)`.
+///
+/// ```no_run
+/// # use ubdirect_nvme::{Controller, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions};
+/// # fn f(ctrl: &std::sync::Arc<Controller>, buf: IoBuf) -> Result<(), Box<dyn std::error::Error>> {
+/// let ns = ctrl.first_namespace()?;
+/// let mut qp = IoQueuePair::<IoBuf>::with_payload(ctrl, QueueOptions::default())?;
+/// qp.submit_read(&ns, Lba(0), buf, IoFlags::empty(), 1)?;
+/// qp.ring();
+/// qp.poll(8, |c| {
+///     let buf: IoBuf = c.bufs; // the window that was submitted, typed
+///     # let _ = buf;
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// A queue pair of windows takes no scatter list (and no Flush: `IoBuf` has no empty value;
+/// [`crate::IoQueuePair::submit_flush_with`] carries a window through a Flush): it does not
+/// compile.
+///
+/// ```compile_fail
+/// # use ubdirect_nvme::{IoBuf, IoFlags, IoQueuePair, Lba, Namespace, SgList};
+/// fn f(qp: &mut IoQueuePair<IoBuf>, ns: &Namespace, sg: Box<SgList>) {
+///     let _ = qp.submit_readv(ns, Lba(0), sg, IoFlags::empty(), 1);
+/// }
+/// ```
+///
+/// # Safety
+/// The device reads or writes the memory [`IoPayload::data`] describes until the request
+/// completes. An implementation must describe memory the payload owns exclusively (nothing
+/// else reads or writes it while the payload is in the queue) and return the same windows on
+/// every call.
+pub unsafe trait IoPayload: Send {
+    /// Where the request's bytes are.
+    fn data(&self) -> IoData<'_>;
+}
+
+// SAFETY: the windows are owned by the enum's buffers, which move into the request.
+unsafe impl IoPayload for IoBufs {
+    #[inline]
+    fn data(&self) -> IoData<'_> {
+        match self {
+            IoBufs::None => IoData::None,
+            IoBufs::One(b) => IoData::One(b),
+            IoBufs::Sg(sg) => IoData::Sg(sg),
+        }
+    }
+}
+
+// SAFETY: the window is the IoBuf's own buffer, moved into the request.
+unsafe impl IoPayload for IoBuf {
+    #[inline]
+    fn data(&self) -> IoData<'_> {
+        IoData::One(self)
+    }
+}
+
+// SAFETY: the segments' buffers are owned by the list, moved into the request.
+unsafe impl IoPayload for Box<SgList> {
+    #[inline]
+    fn data(&self) -> IoData<'_> {
+        IoData::Sg(self)
+    }
+}
+
+// SAFETY: the window is the IoBuf's own buffer; `T` is never given to the device.
+unsafe impl<T: Send> IoPayload for (IoBuf, T) {
+    #[inline]
+    fn data(&self) -> IoData<'_> {
+        IoData::One(&self.0)
+    }
+}
+
+/// A finished request: the payload that was submitted, with its type (`P`, see
+/// [`IoPayload`]).
 #[derive(Debug)]
-pub struct IoCompletion {
+pub struct IoCompletion<P = IoBufs> {
     /// The caller's tag.
     pub tag: u64,
-    /// The buffers, back to the caller.
-    pub bufs: IoBufs,
+    /// The payload, back to the caller as it was submitted.
+    pub bufs: P,
     /// Bytes transferred (0 for commands without data), or the first error of its commands.
     pub result: Result<usize, NvmeError>,
 }
@@ -186,20 +289,20 @@ pub struct IoCompletion {
 /// A request refused before it reached the device: the buffers come back with the reason.
 /// Nothing was queued.
 #[derive(Debug)]
-pub struct Rejected {
-    /// The buffers given to the submission.
-    pub bufs: IoBufs,
+pub struct Rejected<P = IoBufs> {
+    /// The payload given to the submission.
+    pub bufs: P,
     /// Why (validation error, or [`NvmeError::QueueFull`]: poll, then resubmit).
     pub error: NvmeError,
 }
 
-impl std::fmt::Display for Rejected {
+impl<P> std::fmt::Display for Rejected<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.error.fmt(f)
     }
 }
 
-impl std::error::Error for Rejected {
+impl<P: std::fmt::Debug> std::error::Error for Rejected<P> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
     }

@@ -12,8 +12,10 @@
 //!   [`Rejected`] with its buffers and nothing changed on the device.
 //! - One [`IoQueuePair`] per thread (`Send`, not `Sync`; the [`Controller`] is shared):
 //!   `submit_*` queues, [`IoQueuePair::ring`] writes the SQ doorbell once for the batch,
-//!   [`IoQueuePair::poll`] reaps completions, each handing back exactly the buffers submitted
-//!   ([`IoBufs::One`] for one window, [`IoBufs::Sg`] for a scatter list, [`IoBufs::None`]). The
+//!   [`IoQueuePair::poll`] reaps completions, each handing back exactly the payload submitted,
+//!   with its type: the queue pair's [`IoPayload`] `P` ([`IoBufs`] by default, the enum of every
+//!   request kind; `IoQueuePair::<IoBuf>::with_payload` for windows handed back as [`IoBuf`]s,
+//!   `(IoBuf, T)` for a window and the caller's context, `Box<SgList>` for scatter lists). The
 //!   I/O path allocates nothing and makes no system call. Every wait has a deadline
 //!   ([`QueueOptions::io_timeout`], then [`Recovery`]).
 //! - The `*_blocking` helpers (submit, ring, wait for that one request) are conveniences for
@@ -72,8 +74,8 @@ pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};
 pub use io_flags::IoFlags;
 pub use io_queue::IoQueuePair;
 pub use io_types::{
-    IoBuf, IoBufError, IoBufs, IoCompletion, QueueOptions, QueueStats, Recovery, Rejected, Segment,
-    SgList, MAX_SEGMENTS,
+    IoBuf, IoBufError, IoBufs, IoCompletion, IoData, IoPayload, QueueOptions, QueueStats, Recovery,
+    Rejected, Segment, SgList, MAX_SEGMENTS,
 };
 pub use log_pages::{ErrorLogEntry, SmartLog};
 pub use namespace::{Lba, Namespace};

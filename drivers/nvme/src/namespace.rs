@@ -121,7 +121,7 @@ pub(crate) fn limits(info: &NamespaceInfo, max_cmd_ctrl: usize) -> NsLimits {
     }
 }
 
-impl crate::IoQueuePair {
+impl<P: crate::IoPayload> crate::IoQueuePair<P> {
     /// The handle of namespace `nsid` as this queue pair knows it (the same limits as
     /// [`crate::Controller::namespace`]): [`NvmeError::NamespaceMissing`] when it is not active.
     pub fn namespace(&self, nsid: u32) -> Result<Namespace, NvmeError> {

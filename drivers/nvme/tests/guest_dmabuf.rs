@@ -134,38 +134,94 @@ fn an_exported_bar_dmabuf_registers_as_an_external_dmabuf_region() {
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
-fn a_revoked_bar_dmabuf_takes_no_more_dma_and_nothing_crashes() {
+fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
     let Some(bed) = iommufd_bed() else { return };
     let bar = BarTarget::register(&bed);
     let mut qp = bed.qp(32, 1);
     let (lba_before, lba_after, len) = (12_000u64, 20_000u64, 64 * 1024usize);
     // The read before the revocation; its host check ("nvme-dmabuf-revoked") runs after the
-    // guest exits: the backing file still holds these bytes after the blocked write below.
+    // guest exits: the backing file still holds these bytes (nothing reaches the BAR later).
     let buf = bar.read_and_check(&mut qp, "nvme-dmabuf-revoked", 5, (lba_before, len, 0));
-    let dev = &bar.dev;
+    assert!(bar.region.check_dma().is_ok());
+    let dev = bar.dev.clone();
     // The exporter revokes: memory decoding of the ivshmem device off (vfio-pci moves its
-    // dma-bufs to revoked; iommufd drops the IOAS's translation of them).
+    // dma-bufs to revoked; iommufd drops the IOAS's translation of them and never restores
+    // it, and the kernel tells userspace nothing). The write went through ubdirect's
+    // PciDevice, so the library knows: I/O into the region is refused before it is queued.
     let cmd = dev.config_read_u16(0x04).expect("command register");
     dev.config_write_u16(0x04, cmd & !0x2)
         .expect("memory decoding off");
-    // The NVMe now writes into an IOVA without translation: the IOMMU blocks it (the
-    // controller still completes; the guest kernel logs a DMAR fault). Nothing crashes.
-    let r = qp.read_blocking(
-        &qp.namespace(1).unwrap(),
-        Lba(lba_after),
-        IoBuf::prefix(buf, len).unwrap(),
-        T,
+    let revoked = |r: Result<IoBuf, ubdirect_nvme::Rejected>, what: &str| -> IoBuf {
+        let rej = match r {
+            Ok(_) => panic!("{what}: a read into a revoked dma-buf completed"),
+            Err(rej) => rej,
+        };
+        let m = rej.error.to_string();
+        assert!(
+            matches!(
+                rej.error,
+                ubdirect_nvme::NvmeError::Core(ubdirect_core::CoreError::DmaBufRevoked {
+                    bar: 2,
+                    ..
+                })
+            ),
+            "{what}: {m}"
+        );
+        assert!(m.contains("register the BAR again"), "{m}");
+        match rej.bufs {
+            ubdirect_nvme::IoBufs::One(b) => b,
+            _ => panic!("{what}: the buffer did not come back"),
+        }
+    };
+    let ns = qp.namespace(1).unwrap();
+    let buf = revoked(
+        qp.read_blocking(&ns, Lba(lba_after), IoBuf::prefix(buf, len).unwrap(), T),
+        "decoding off",
     );
-    println!(
-        "read after the revocation: {:?}",
-        r.as_ref().map(|_| "completed")
+    // Memory decoding back on: iommufd does not map a revoked dma-buf again, so the region
+    // stays refused.
+    dev.config_write_u16(0x04, cmd)
+        .expect("memory decoding back on");
+    let buf = revoked(
+        qp.read_blocking(&ns, Lba(lba_after), buf, T),
+        "decoding back on",
     );
-    drop(r);
+    drop(buf);
     let BarTarget { region, pool, .. } = bar;
     drop(pool);
     bed.registry
         .unregister(region.id)
         .expect("a revoked region unregisters");
-    dev.config_write_u16(0x04, cmd)
-        .expect("memory decoding back on");
+    // Registered again (a fresh dma-buf), the BAR takes DMA again.
+    let region = bed
+        .registry
+        .register_bar(&dev, 2)
+        .expect("register BAR2 again");
+    let pool = UbPool::new(
+        &bed.registry,
+        region.clone(),
+        PoolConfig {
+            block_size: 1 << 20,
+            block_count: 8,
+        },
+    )
+    .expect("pool on the BAR again");
+    let buf = qp
+        .read_blocking(
+            &ns,
+            Lba(lba_after),
+            IoBuf::prefix(pool.get().unwrap(), len).unwrap(),
+            T,
+        )
+        .expect("read into the BAR registered again")
+        .into_buf();
+    testbed::check_pattern(
+        testbed::NVME0_NS1.id,
+        lba_after * 512,
+        &buf.as_slice()[..len],
+    )
+    .expect("pattern via the BAR mapping");
+    drop(buf);
+    drop(pool);
+    bed.registry.unregister(region.id).expect("unregister");
 }

@@ -18,7 +18,7 @@
 //! `tx_burst` reads device_status once and returns `DeviceGone` (all-ones, 0, or DRIVER_OK
 //! lost: QEMU reads 0 from a vanished device) or `DeviceNeedsReset`; every later burst call on
 //! that pair returns the same error. A poll loop that propagates burst errors with `?` cannot
-//! miss it (see `examples/nic_burst.rs`). Then drop the `VirtioNet`: its reset is trusted only
+//! miss it (see `facade/examples/nic_burst.rs`). Then drop the `VirtioNet`: its reset is trusted only
 //! if the BAR still decodes, otherwise its rings and buffers are leaked rather than returned
 //! to a pool the device may still write (see [`health`] and `VirtioNet::shutdown`).
 

@@ -3,12 +3,14 @@
 //! (sendmmsg on NIC A's netdev, recvmmsg on NIC B's). The frames go through the socket copy
 //! path: user buffer -> kernel skb -> device and back.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use nix::sys::socket::{
+    bind, setsockopt, socket, sockopt, AddressFamily, LinkAddr, SockFlag, SockType, SockaddrLike,
+};
 use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
@@ -76,32 +78,38 @@ pub fn netdev_of(addr: PciAddress) -> Result<Netdev, LoopbackError> {
     Err(not_found())
 }
 
-fn os_err(what: &str) -> LoopbackError {
+fn os_err(what: &str, e: nix::Error) -> LoopbackError {
     LoopbackError::Setup(format!(
         "{what}: {} (needs root / CAP_NET_RAW)",
-        io::Error::last_os_error()
+        io::Error::from(e)
     ))
 }
 
+// SIOCGIFFLAGS / SIOCSIFFLAGS through nix's ioctl macros (the request numbers are not
+// _IOC-encoded, hence the `_bad` forms). nix has no safe wrapper for interface flags.
+nix::ioctl_readwrite_bad!(get_if_flags, libc::SIOCGIFFLAGS, libc::ifreq);
+nix::ioctl_write_ptr_bad!(set_if_flags, libc::SIOCSIFFLAGS, libc::ifreq);
+
 /// Sets IFF_UP on `name`.
 fn if_up(sock: &OwnedFd, name: &str) -> Result<(), LoopbackError> {
-    let cname = CString::new(name)
-        .map_err(|_| LoopbackError::Setup(format!("bad interface name {name}")))?;
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return Err(LoopbackError::Setup(format!("bad interface name {name}")));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value (an empty name, no flags).
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(cname.as_bytes_with_nul()) {
+    for (d, s) in ifr.ifr_name.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
-    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
-        return Err(os_err(&format!("SIOCGIFFLAGS {name}")));
-    }
-    // SAFETY: the union field ifru_flags is the one SIOCGIFFLAGS filled.
+    // SAFETY: SIOCGIFFLAGS reads a NUL-terminated name from, and writes the flags into, the
+    // ifreq we own for the duration of the call.
+    unsafe { get_if_flags(sock.as_raw_fd(), &mut ifr) }
+        .map_err(|e| os_err(&format!("SIOCGIFFLAGS {name}"), e))?;
+    // SAFETY: ifru_flags is the union field SIOCGIFFLAGS just filled.
     unsafe { ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
-    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) } < 0 {
-        return Err(os_err(&format!("SIOCSIFFLAGS {name} up")));
-    }
+    // SAFETY: SIOCSIFFLAGS only reads the ifreq we own.
+    unsafe { set_if_flags(sock.as_raw_fd(), &ifr) }
+        .map_err(|e| os_err(&format!("SIOCSIFFLAGS {name} up"), e))?;
     Ok(())
 }
 
@@ -124,54 +132,41 @@ fn wait_oper_up(name: &str) -> Result<(), LoopbackError> {
     }
 }
 
-/// An AF_PACKET raw socket bound to one interface and the pattern EtherType.
-fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
-    let proto_be = proto.to_be();
-    // SAFETY: plain socket(2) call.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto_be as i32) };
-    if fd < 0 {
-        return Err(os_err("socket(AF_PACKET, SOCK_RAW)"));
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+/// The link-layer address an AF_PACKET socket binds to: interface `ifindex`, EtherType
+/// `proto` (0: receive nothing, for a send-only socket).
+fn link_addr(ifindex: i32, proto: u16) -> LinkAddr {
     // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto_be;
+    sll.sll_protocol = proto.to_be();
     sll.sll_ifindex = ifindex;
-    // SAFETY: bind with a sockaddr_ll of the right size.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(os_err("bind(AF_PACKET)"));
-    }
-    let big: libc::c_int = 8 << 20;
+    let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: `sll` is a complete, initialised sockaddr_ll of `len` bytes with family
+    // AF_PACKET, which is what LinkAddr wraps. nix has no safe LinkAddr constructor.
+    unsafe { LinkAddr::from_raw((&sll as *const libc::sockaddr_ll).cast(), Some(len)) }
+        .expect("a sockaddr_ll of AF_PACKET with its own size is a LinkAddr")
+}
+
+/// An AF_PACKET raw socket bound to one interface and EtherType `proto`.
+fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
+    // Protocol 0 at socket(): nothing is received until bind names the EtherType (nix's
+    // SockProtocol has no variant for an arbitrary EtherType).
+    let fd = socket(
+        AddressFamily::Packet,
+        SockType::Raw,
+        SockFlag::empty(),
+        None,
+    )
+    .map_err(|e| os_err("socket(AF_PACKET, SOCK_RAW)", e))?;
+    bind(fd.as_raw_fd(), &link_addr(ifindex, proto)).map_err(|e| os_err("bind(AF_PACKET)", e))?;
     // Socket buffers large enough for the whole window (the *FORCE variants pass rmem_max /
     // wmem_max as root), so the baseline is not limited by a small default buffer.
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        let set = |opt| {
-            // SAFETY: setsockopt with an int option value of the right size.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&big as *const libc::c_int).cast(),
-                    4,
-                )
-            }
-        };
-        if set(force) < 0 {
-            set(plain);
-        }
+    let big = 8usize << 20;
+    if setsockopt(&fd, sockopt::RcvBufForce, &big).is_err() {
+        let _ = setsockopt(&fd, sockopt::RcvBuf, &big);
+    }
+    if setsockopt(&fd, sockopt::SndBufForce, &big).is_err() {
+        let _ = setsockopt(&fd, sockopt::SndBuf, &big);
     }
     Ok(fd)
 }
@@ -197,13 +192,13 @@ pub fn run(
     // Interfaces up before the sockets bind (a packet socket bound to a down interface keeps
     // ENETDOWN pending), then wait (bounded) for the links to report up.
     {
-        // SAFETY: plain socket(2) call; the fd is owned right away.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-        if fd < 0 {
-            return Err(os_err("socket(AF_INET) for interface flags"));
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ctl = socket(
+            AddressFamily::Inet,
+            SockType::Datagram,
+            SockFlag::empty(),
+            None,
+        )
+        .map_err(|e| os_err("socket(AF_INET) for interface flags", e))?;
         if_up(&ctl, &a.name)?;
         if_up(&ctl, &b.name)?;
     }

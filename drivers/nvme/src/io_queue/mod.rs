@@ -28,7 +28,7 @@ use ubdirect_core::DmaMem;
 use crate::controller::{Controller, PAGE_SIZE};
 use crate::doorbell::Doorbell;
 use crate::error::{NvmeError, Result};
-use crate::io_types::{IoBufs, QueueOptions, QueueStats, Recovery};
+use crate::io_types::{IoBufs, IoCompletion, IoPayload, QueueOptions, QueueStats, Recovery};
 use crate::prp::list_pages_needed;
 use crate::ring::{CqRing, SqRing};
 use crate::spec::command::admin_opcode;
@@ -59,14 +59,27 @@ struct CmdSlot {
     stamp: u64,
 }
 
-#[derive(Default)]
-struct ReqSlot {
-    bufs: IoBufs,
+struct ReqSlot<P> {
+    /// The payload while the request is in flight (None when the slot is free).
+    bufs: Option<P>,
     tag: u64,
     remaining: u16,
     bytes: usize,
     opcode: u8,
     error: Option<NvmeStatus>,
+}
+
+impl<P> Default for ReqSlot<P> {
+    fn default() -> Self {
+        ReqSlot {
+            bufs: None,
+            tag: 0,
+            remaining: 0,
+            bytes: 0,
+            opcode: 0,
+            error: None,
+        }
+    }
 }
 
 /// Why a queue pair stopped for good: the controller will complete none of its commands.
@@ -92,7 +105,12 @@ pub(crate) enum DataRef<'a> {
 }
 
 /// One I/O queue pair. `Send` (move it to its thread), not `Sync`.
-pub struct IoQueuePair {
+///
+/// `P` is what each request carries in and its completion hands back ([`IoPayload`]): by
+/// default [`IoBufs`] (every request kind); [`IoQueuePair::with_payload`] makes a queue pair
+/// of another payload type, e.g. `IoQueuePair::<IoBuf>` whose completions hand back the
+/// `IoBuf` itself.
+pub struct IoQueuePair<P: IoPayload = IoBufs> {
     qid: u16,
     sq: ManuallyDrop<SqRing>,
     cq: ManuallyDrop<CqRing>,
@@ -106,7 +124,7 @@ pub struct IoQueuePair {
     sqes: Box<[Sqe]>,
     free_cids: Box<[u16]>,
     free_cid_top: usize,
-    reqs: ManuallyDrop<Box<[ReqSlot]>>,
+    reqs: ManuallyDrop<Box<[ReqSlot<P>]>>,
     free_reqs: Box<[u16]>,
     free_req_top: usize,
     /// Per request slot: where its commands not yet sent resume (queued requests).
@@ -131,7 +149,7 @@ pub struct IoQueuePair {
     generation: u64,
     /// Completions [`ubdirect_core::seams::BlockQueue::poll`] could not deliver (requests without
     /// a single buffer), kept for [`IoQueuePair::take_native_completions`]; capacity `depth`.
-    pub(crate) held: Vec<crate::io_types::IoCompletion>,
+    pub(crate) held: Vec<IoCompletion<P>>,
     /// Test hook: the next command is taken as submitted but never reaches the device.
     lose_next: bool,
     /// Set once the controller cannot complete anything: every later call fails at once.
@@ -148,8 +166,15 @@ const _: fn() = || {
 };
 
 impl IoQueuePair {
-    /// Create an I/O queue pair on `ctrl` (Create I/O CQ, polled, then Create I/O SQ).
+    /// A queue pair whose requests carry [`IoBufs`]; see [`IoQueuePair::with_payload`].
     pub fn new(ctrl: &Arc<Controller>, opts: QueueOptions) -> Result<IoQueuePair> {
+        IoQueuePair::with_payload(ctrl, opts)
+    }
+}
+
+impl<P: IoPayload> IoQueuePair<P> {
+    /// Create an I/O queue pair on `ctrl` (Create I/O CQ, polled, then Create I/O SQ).
+    pub fn with_payload(ctrl: &Arc<Controller>, opts: QueueOptions) -> Result<IoQueuePair<P>> {
         if ctrl.namespaces().is_empty() {
             return Err(NvmeError::NamespaceMissing {
                 nsid: opts.nsid.unwrap_or(1),
@@ -419,7 +444,7 @@ pub(super) fn doorbells(ctrl: &Controller, qid: u16, shadow: bool) -> (Doorbell,
     )
 }
 
-impl Drop for IoQueuePair {
+impl<P: IoPayload> Drop for IoQueuePair<P> {
     fn drop(&mut self) {
         let span = self.ctrl.span().clone();
         let _entered = span.enter();

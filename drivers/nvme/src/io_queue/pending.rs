@@ -4,7 +4,7 @@
 //! only touched when a request did not fit.
 
 use crate::error::NvmeError;
-use crate::io_types::IoCompletion;
+use crate::io_types::{IoCompletion, IoPayload};
 
 use super::poll::opcode_name;
 use super::IoQueuePair;
@@ -32,7 +32,7 @@ impl Pending {
     }
 }
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     /// Append request slot `rid` (whose commands were not all sent) to the pending FIFO.
     #[cold]
     pub(super) fn push_pending(&mut self, rid: u16, c: Pending) {
@@ -54,9 +54,12 @@ impl IoQueuePair {
             let rid = self.pending[self.pending_head];
             let mut c = self.pend[rid as usize];
             let count = c.cmds_left().min(self.free_cid_top);
-            let bufs = std::mem::take(&mut self.reqs[rid as usize].bufs);
+            let bufs = self.reqs[rid as usize]
+                .bufs
+                .take()
+                .expect("a pending request holds its payload");
             let r = self.send_cmds(rid, &mut c, &bufs, count, stamp);
-            self.reqs[rid as usize].bufs = bufs;
+            self.reqs[rid as usize].bufs = Some(bufs);
             if r.is_err() {
                 // Not reached: check_request refused every command that cannot be built before
                 // the request was queued. Should it happen, the unsent commands count as
@@ -83,7 +86,7 @@ impl IoQueuePair {
     /// [`NvmeError::FailedByReset`] (the others when their last command in flight is failed
     /// back). Returns how many completed here.
     #[cold]
-    pub(super) fn fail_back_pending(&mut self, f: &mut dyn FnMut(IoCompletion)) -> usize {
+    pub(super) fn fail_back_pending(&mut self, f: &mut dyn FnMut(IoCompletion<P>)) -> usize {
         let mut n = 0;
         while self.pending_len > 0 {
             let rid = self.pending[self.pending_head] as usize;
@@ -97,7 +100,10 @@ impl IoQueuePair {
             }
             let c = IoCompletion {
                 tag: r.tag,
-                bufs: std::mem::take(&mut r.bufs),
+                bufs: r
+                    .bufs
+                    .take()
+                    .expect("a request in flight holds its payload"),
                 result: Err(NvmeError::FailedByReset {
                     command: opcode_name(r.opcode),
                     qid: self.qid,

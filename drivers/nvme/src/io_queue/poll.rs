@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use crate::error::{NvmeError, Result};
-use crate::io_types::{IoCompletion, Recovery};
+use crate::io_types::{IoCompletion, IoPayload, Recovery};
 use crate::spec::command::{admin_opcode, io_opcode};
 use crate::spec::Sqe;
 use crate::status::NvmeStatus;
@@ -30,7 +30,7 @@ pub(crate) const CHECK_EVERY: u32 = 32;
 
 const DURING: &str = "waiting for I/O completions";
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     /// Reap up to `max` finished requests, calling `f` for each; writes the CQ head doorbell
     /// once for the batch. Returns how many requests finished. An error means a malformed
     /// completion was skipped (the completions of the same batch were delivered to `f` all the
@@ -44,7 +44,7 @@ impl IoQueuePair {
     /// them): their buffers never go back to the pool, as the device might still write them;
     /// dropping the queue pair leaks them.
     #[inline]
-    pub fn poll(&mut self, max: usize, mut f: impl FnMut(IoCompletion)) -> Result<usize> {
+    pub fn poll(&mut self, max: usize, mut f: impl FnMut(IoCompletion<P>)) -> Result<usize> {
         if self.dead.is_some() {
             if let Some(e) = self.dead_error() {
                 return Err(e);
@@ -109,7 +109,7 @@ impl IoQueuePair {
         &mut self,
         cid: usize,
         status: NvmeStatus,
-    ) -> Option<IoCompletion> {
+    ) -> Option<IoCompletion<P>> {
         let rid = self.cmds[cid].req as usize;
         self.cmds[cid].active = false;
         self.free_cids[self.free_cid_top] = cid as u16;
@@ -122,7 +122,10 @@ impl IoQueuePair {
         if r.remaining != 0 {
             return None;
         }
-        let bufs = std::mem::take(&mut r.bufs);
+        let bufs = r
+            .bufs
+            .take()
+            .expect("a request in flight holds its payload");
         let result = match r.error {
             None => Ok(r.bytes),
             Some(status) => Err(NvmeError::Command {
@@ -181,7 +184,7 @@ impl IoQueuePair {
     /// The slow path, every [`CHECK_EVERY`] polls with requests in flight: the ages of the
     /// commands in flight against `io_timeout`. Returns the requests a recovery completed.
     #[cold]
-    fn check_deadlines(&mut self, f: &mut dyn FnMut(IoCompletion)) -> Result<usize> {
+    fn check_deadlines(&mut self, f: &mut dyn FnMut(IoCompletion<P>)) -> Result<usize> {
         let now = ubdirect_core::util::rdtsc();
         if now.wrapping_sub(self.last_check) < self.ticks.check_every {
             return Ok(0);
@@ -228,7 +231,7 @@ impl IoQueuePair {
     /// clocks. When an Abort is not answered the admin queue is dead: stop at once (recover or
     /// die) instead of waiting `admin_timeout` per command.
     #[cold]
-    fn abort_expired(&mut self, f: &mut dyn FnMut(IoCompletion), now: u64) -> Result<usize> {
+    fn abort_expired(&mut self, f: &mut dyn FnMut(IoCompletion<P>), now: u64) -> Result<usize> {
         let span = self.ctrl.span().clone();
         let _entered = span.enter();
         let mut first = None;

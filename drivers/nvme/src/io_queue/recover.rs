@@ -5,19 +5,19 @@
 //! [`NvmeError::FailedByReset`]. Cold code: only after a fault.
 
 use crate::error::{NvmeError, Result};
-use crate::io_types::{IoCompletion, Recovery};
+use crate::io_types::{IoCompletion, IoPayload, Recovery};
 
 use super::poll::opcode_name;
 use super::{create_device_queues, doorbells, IoQueuePair};
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     /// Reset the controller because of `why`, then rebuild this queue. A reset that fails
     /// (device gone, controller never ready again, namespace changed) kills the queue with its
     /// error.
     #[cold]
     pub(super) fn recover(
         &mut self,
-        f: &mut dyn FnMut(IoCompletion),
+        f: &mut dyn FnMut(IoCompletion<P>),
         why: NvmeError,
     ) -> Result<usize> {
         let span = self.ctrl.span().clone();
@@ -42,7 +42,7 @@ impl IoQueuePair {
     #[cold]
     pub(super) fn after_reset_elsewhere(
         &mut self,
-        f: &mut dyn FnMut(IoCompletion),
+        f: &mut dyn FnMut(IoCompletion<P>),
     ) -> Result<usize> {
         if self.recovery == Recovery::Report {
             return Err(self.die(NvmeError::ResetUnderQueue {
@@ -56,7 +56,7 @@ impl IoQueuePair {
     /// Re-create the queue on the device after a reset and requeue or fail back what was in
     /// flight. Returns the requests completed (failed back).
     #[cold]
-    fn rebuild(&mut self, f: &mut dyn FnMut(IoCompletion)) -> Result<usize> {
+    fn rebuild(&mut self, f: &mut dyn FnMut(IoCompletion<P>)) -> Result<usize> {
         self.generation = self.ctrl.generation();
         self.stats.resets += 1;
         // The controller was disabled since: it no longer reads or writes the old rings, the
@@ -103,7 +103,7 @@ impl IoQueuePair {
 
     /// Complete every request in flight with [`NvmeError::FailedByReset`] and its buffers.
     #[cold]
-    fn fail_back_all(&mut self, f: &mut dyn FnMut(IoCompletion)) -> usize {
+    fn fail_back_all(&mut self, f: &mut dyn FnMut(IoCompletion<P>)) -> usize {
         let mut n = 0;
         for cid in 0..self.depth {
             if !self.cmds[cid].active {
@@ -120,7 +120,10 @@ impl IoQueuePair {
             }
             let c = IoCompletion {
                 tag: r.tag,
-                bufs: std::mem::take(&mut r.bufs),
+                bufs: r
+                    .bufs
+                    .take()
+                    .expect("a request in flight holds its payload"),
                 result: Err(NvmeError::FailedByReset {
                     command: opcode_name(r.opcode),
                     qid: self.qid,

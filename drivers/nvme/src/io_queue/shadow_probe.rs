@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::controller::{Controller, PAGE_SIZE};
 use crate::error::{NvmeError, Result, TIMEOUT_WAIT};
-use crate::io_types::{QueueOptions, Recovery};
+use crate::io_types::{IoBufs, QueueOptions, Recovery};
 use crate::spec::command::io_opcode;
 use crate::spec::Sqe;
 
@@ -50,7 +50,7 @@ pub(crate) fn probe_shadow(
             let mut sqe = Sqe::new(io_opcode::READ);
             sqe.nsid = ns.nsid;
             sqe.set_slba(0);
-            qp.queue_with_slot_page(sqe, ns.lba_size as usize, sent as u64, |_| {})
+            qp.queue_with_slot_page(sqe, ns.lba_size as usize, IoBufs::None, sent as u64, |_| {})
                 .map_err(|r| r.error)?;
             sent += 1;
         }

@@ -3,7 +3,7 @@
 
 use crate::controller::PAGE_SIZE;
 use crate::error::NvmeError;
-use crate::io_types::{IoBufs, Rejected};
+use crate::io_types::{IoData, IoPayload, Rejected};
 use crate::prp;
 use crate::spec::command::io_opcode;
 use crate::spec::Sqe;
@@ -12,7 +12,7 @@ use super::pending::Pending;
 use super::sub_range::SubRange;
 use super::{CmdSlot, DataRef, IoQueuePair, NsLimits};
 
-impl IoQueuePair {
+impl<P: IoPayload> IoQueuePair<P> {
     /// Queue the commands of one request. `data` describes where its `len` bytes are (for
     /// commands with data); `fill` sets opcode-specific dwords of command `k` covering blocks
     /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back. A request
@@ -28,12 +28,17 @@ impl IoQueuePair {
         nblocks: u64,
         max_blocks: u64,
         cdw12_flags: u32,
-        bufs: IoBufs,
+        bufs: P,
         data_offset: usize,
         tag: u64,
-    ) -> std::result::Result<(), Rejected> {
+    ) -> std::result::Result<(), Rejected<P>> {
         let max_blocks = max_blocks.max(1);
-        let ncmds = nblocks.div_ceil(max_blocks).max(1) as usize;
+        // The common case, one command, without a 64-bit division.
+        let ncmds = if nblocks <= max_blocks {
+            1
+        } else {
+            nblocks.div_ceil(max_blocks) as usize
+        };
         if ncmds > u16::MAX as usize {
             return Err(Rejected {
                 bufs,
@@ -96,7 +101,10 @@ impl IoQueuePair {
             }
         }
         let r = &mut self.reqs[rid as usize];
-        r.bufs = bufs;
+        // A free request slot holds no buffers (they went back with its completion): nothing
+        // to drop, so skip the drop call.
+        debug_assert!(r.bufs.is_none());
+        std::mem::forget(r.bufs.replace(bufs));
         r.tag = tag;
         r.remaining = ncmds as u16;
         r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
@@ -126,39 +134,34 @@ impl IoQueuePair {
         &mut self,
         rid: u16,
         c: &mut Pending,
-        bufs: &IoBufs,
+        bufs: &P,
         count: usize,
         stamp: u64,
     ) -> std::result::Result<(), prp::PrpError> {
         let saved_cid_top = self.free_cid_top;
         let saved_tail = self.sq.tail();
-        let has_data = !matches!(bufs, IoBufs::None);
+        let has_data = !matches!(bufs.data(), IoData::None);
         let mut done = c.done;
         for _ in 0..count {
             let nlb = (c.nblocks - done).min(c.max_blocks);
             self.free_cid_top -= 1;
             let cid = self.free_cids[self.free_cid_top];
-            let mut sqe = Sqe::new(c.opcode);
-            sqe.set_cid(cid);
-            sqe.nsid = c.nsid;
+            let (mut prp1, mut prp2) = (0, 0);
             if has_data {
                 let byte_off = (done << c.lba_shift) as usize;
                 let bytes = (nlb << c.lba_shift) as usize;
                 let r = {
-                    let data = match bufs {
-                        IoBufs::One(b) => DataRef::One {
+                    let data = match bufs.data() {
+                        IoData::One(b) => DataRef::One {
                             iova: b.iova() + c.data_offset as u64,
                         },
-                        IoBufs::Sg(s) => DataRef::Sg(s),
-                        IoBufs::None => DataRef::None,
+                        IoData::Sg(s) => DataRef::Sg(s),
+                        IoData::None => DataRef::None,
                     };
                     self.build_prps(cid, &data, byte_off, bytes)
                 };
                 match r {
-                    Ok(p) => {
-                        sqe.prp1 = p.prp1;
-                        sqe.prp2 = p.prp2;
-                    }
+                    Ok(p) => (prp1, prp2) = (p.prp1, p.prp2),
                     Err(e) => {
                         // The slots taken so far go back free (not in flight).
                         for i in self.free_cid_top..saved_cid_top {
@@ -170,6 +173,14 @@ impl IoQueuePair {
                     }
                 }
             }
+            // Built in place in the slot's saved copy (kept to submit it again after a reset),
+            // then copied once into the ring.
+            let sqe = &mut self.sqes[cid as usize];
+            *sqe = Sqe::new(c.opcode);
+            sqe.set_cid(cid);
+            sqe.nsid = c.nsid;
+            sqe.prp1 = prp1;
+            sqe.prp2 = prp2;
             if c.opcode != io_opcode::FLUSH {
                 sqe.set_slba(c.slba + done);
                 sqe.cdw12 = (nlb as u32 - 1) | c.cdw12_flags;
@@ -180,11 +191,10 @@ impl IoQueuePair {
                 aborted: false,
                 stamp,
             };
-            self.sqes[cid as usize] = sqe;
             if self.lose_next {
                 self.lose_next = false;
             } else {
-                self.sq.push(&sqe);
+                self.sq.push(&self.sqes[cid as usize]);
             }
             done += nlb;
         }
@@ -195,7 +205,7 @@ impl IoQueuePair {
     /// Check every command of a request that will be queued can be described by PRPs (nothing
     /// written). Cold: only for requests that do not fit the free slots.
     #[cold]
-    fn check_request(&self, c: &Pending, bufs: &IoBufs) -> std::result::Result<(), prp::PrpError> {
+    fn check_request(&self, c: &Pending, bufs: &P) -> std::result::Result<(), prp::PrpError> {
         let mut done = 0u64;
         while done < c.nblocks {
             let nlb = (c.nblocks - done).min(c.max_blocks);
@@ -203,13 +213,13 @@ impl IoQueuePair {
                 (done << c.lba_shift) as usize,
                 (nlb << c.lba_shift) as usize,
             );
-            match bufs {
-                IoBufs::None => return Ok(()),
-                IoBufs::One(b) => prp::check(
+            match bufs.data() {
+                IoData::None => return Ok(()),
+                IoData::One(b) => prp::check(
                     PAGE_SIZE,
                     [(b.iova() + (c.data_offset + off) as u64, bytes)],
                 )?,
-                IoBufs::Sg(sg) => prp::check(
+                IoData::Sg(sg) => prp::check(
                     PAGE_SIZE,
                     SubRange::new(
                         sg.iter().map(|s| (s.buf.iova() + s.offset as u64, s.len)),
@@ -229,12 +239,13 @@ impl IoQueuePair {
         &mut self,
         mut sqe: Sqe,
         len: usize,
+        ctx: P,
         tag: u64,
         write_page: impl FnOnce(&mut [u64]),
-    ) -> std::result::Result<(), Rejected> {
+    ) -> std::result::Result<(), Rejected<P>> {
         if self.free_cid_top == 0 || self.free_req_top == 0 || self.dead.is_some() {
             return Err(Rejected {
-                bufs: IoBufs::None,
+                bufs: ctx,
                 error: self.dead_error().unwrap_or(NvmeError::QueueFull {
                     qid: self.qid,
                     depth: self.depth,
@@ -260,7 +271,7 @@ impl IoQueuePair {
         self.sqes[cid as usize] = sqe;
         self.sq.push(&sqe);
         let r = &mut self.reqs[rid as usize];
-        r.bufs = IoBufs::None;
+        r.bufs = Some(ctx);
         r.tag = tag;
         r.remaining = 1;
         r.bytes = 0;
@@ -297,6 +308,11 @@ impl IoQueuePair {
         byte_off: usize,
         bytes: usize,
     ) -> std::result::Result<prp::Prps, prp::PrpError> {
+        if let DataRef::One { iova } = data {
+            if let Some(p) = direct_prps(iova + byte_off as u64, bytes) {
+                return Ok(p);
+            }
+        }
         let (list, list_iova) = self.list_of(cid);
         match data {
             DataRef::None => Err(prp::PrpError::Empty),
@@ -317,5 +333,66 @@ impl IoQueuePair {
                 list_iova,
             ),
         }
+    }
+}
+
+/// The PRPs of one contiguous transfer of `bytes` at `start` that fits PRP1/PRP2 directly (one
+/// or two memory pages, dword aligned): what [`prp::build`] returns for it, without its loop
+/// and divisions. None for anything else (empty, misaligned, more than two pages): the caller
+/// then builds (or refuses) it with [`prp::build`].
+#[inline(always)]
+fn direct_prps(start: u64, bytes: usize) -> Option<prp::Prps> {
+    const PS: u64 = PAGE_SIZE as u64;
+    if bytes == 0 || start & 3 != 0 {
+        return None;
+    }
+    let next = (start & !(PS - 1)) + PS;
+    let end = start + bytes as u64;
+    if end <= next {
+        Some(prp::Prps {
+            prp1: start,
+            prp2: 0,
+            entries: 1,
+        })
+    } else if end <= next + PS {
+        Some(prp::Prps {
+            prp1: start,
+            prp2: next,
+            entries: 2,
+        })
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_prps_agree_with_build_wherever_they_answer() {
+        let mut list = vec![0u64; 1024];
+        let mut answered = 0;
+        for page in [0x1000_0000u64, 0x7fff_f000] {
+            for off in (0..2 * PAGE_SIZE as u64).step_by(4).chain([1, 2, 3, 6]) {
+                for bytes in [0usize, 4, 512, 4092, 4096, 4100, 8192, 8196, 12288] {
+                    let start = page + off;
+                    let built = prp::build(PAGE_SIZE, [(start, bytes)], &mut list, 0x9000_0000);
+                    match direct_prps(start, bytes) {
+                        Some(p) => {
+                            answered += 1;
+                            assert_eq!(Ok(p), built, "start {start:#x} bytes {bytes}");
+                            assert!(p.entries <= 2);
+                        }
+                        // Declined: empty, misaligned or needing a list.
+                        None => assert!(
+                            built.as_ref().map_or(true, |b| b.entries > 2),
+                            "start {start:#x} bytes {bytes}: {built:?}"
+                        ),
+                    }
+                }
+            }
+        }
+        assert!(answered > 10_000, "{answered}");
     }
 }
