@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use model_support::{fast_opts, model};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::NvmeConfig;
+use ubdirect_nvme::spec::command::io_opcode;
 use ubdirect_nvme::{
     Controller, IoBuf, IoCompletion, IoFlags, IoPayload, IoQueuePair, Lba, NvmeError, QueueOptions,
 };
