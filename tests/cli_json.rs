@@ -105,25 +105,7 @@ fn pipeline_json_from_a_file_validates() {
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + 3) as u8).collect();
     fs::write(&path, &data).unwrap();
     let src = format!("file:{}", path.display());
-    let v = schema::json_of(
-        BIN,
-        &[
-            "pipeline",
-            "--source",
-            &src,
-            "--sink",
-            "null",
-            "--block-size",
-            "256K",
-            "-q",
-            "4",
-            "--verify",
-            "--segments",
-            "--json",
-        ],
-        &[],
-        0,
-    );
+    let v = schema::json_of(BIN, &schema::pipeline_json_args(&src, &[]), &[], 0);
     let _ = fs::remove_file(&path);
     let runs = v["runs"].as_array().unwrap();
     let last = runs.last().unwrap();

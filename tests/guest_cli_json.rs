@@ -64,25 +64,7 @@ fn every_subcommand_json_validates_against_the_documented_schema() {
     assert!(t["latency_ns"]["p50"].as_f64().unwrap() > 0.0);
 
     let src = format!("nvme:{nvme0}");
-    let v = j(
-        &[
-            "pipeline",
-            "--source",
-            &src,
-            "--sink",
-            "null",
-            "--block-size",
-            "256K",
-            "-q",
-            "4",
-            "--bytes",
-            "4M",
-            "--verify",
-            "--segments",
-            "--json",
-        ],
-        0,
-    );
+    let v = j(&schema::pipeline_json_args(&src, &["--bytes", "4M"]), 0);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.last().unwrap()["verify"]["ok"], true, "{v}");
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use ubdirect_testbed as testbed;
+use ubdirect_testbed::cli::perf_verify_args;
 
 /// Run `ubdirect <args>`, with the reset hook armed for `reset_after` (None: no reset). Returns
 /// the output and the run's duration.
@@ -48,28 +49,7 @@ fn perf_verify_survives_a_controller_reset() {
     let addr = tb.nvme[1].clone();
     // The region guest_nvme_cli's perf test writes too (nvme1 ns2, 48-52 MiB); the reset comes
     // 3 s into the 8 s of I/O.
-    let args = [
-        "perf",
-        &addr,
-        "--ns",
-        "2",
-        "-q",
-        "8",
-        "-o",
-        "8192",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
-        "8",
-        "--verify",
-        "--offset-mib",
-        "48",
-        "--span-mib",
-        "4",
-        "--json",
-    ];
+    let args = perf_verify_args(&addr, "8");
     let (out, took) = run(&args, Some(Duration::from_secs(3)));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("(FLR) under the run"), "{stderr}");

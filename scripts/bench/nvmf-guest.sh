@@ -77,23 +77,24 @@ cpu_line() {
         'BEGIN { if (by > 0) printf "# C %s %s %s %s cpu_s_per_gb %.2f\n", r, e, q, b, j / 100 / (by / 1e9) }'
 }
 
-# run_ubd ROUND QD BLOCK: ubdirect's own NVMe/TCP initiator (`ubdirect perf nvmf-tcp://...`).
+# run_ubd ROUND QD BLOCK [BINARY ENGINE]: ubdirect's own NVMe/TCP initiator (`ubdirect perf
+# nvmf-tcp://...`); BINARY ubdirect-before, ENGINE ubdirect-tcp-before for the BIN_BEFORE build.
 run_ubd() {
-    local r=$1 q=$2 b=$3 j0 j1 w=randread
+    local r=$1 q=$2 b=$3 bin=${4:-ubdirect} eng=${5:-ubdirect-tcp} j0 j1 w=randread
     [[ $b == 1048576 ]] && w=read
     j0=$(busy)
-    if ubdirect perf "nvmf-tcp://$TARGET:4420/$NQN/1" -q "$q" -o "$b" -w "$w" -t "$SECS" --json >/tmp/u.json 2>/tmp/u.err; then
+    if "$bin" perf "nvmf-tcp://$TARGET:4420/$NQN/1" -q "$q" -o "$b" -w "$w" -t "$SECS" --json >/tmp/u.json 2>/tmp/u.err; then
         j1=$(busy)
-        awk -v r="$r" -v q="$q" -v b="$b" '
+        awk -v r="$r" -v e="$eng" -v q="$q" -v b="$b" '
             /"ios":/ { gsub(/[",]/, ""); n = $2 }
             /"seconds":/ { gsub(/[",]/, ""); s = $2 }
             /"iops":/ { gsub(/[",]/, ""); iops = $2 }
             /"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 }
             /"mean_latency_ns":/ { gsub(/[",]/, ""); mean = $2 }
-            END { printf "R %s ubdirect-tcp %s %s %d %.3f %.0f %.1f %.1f\n", r, q, b, n, s, iops, bps / 1048576, mean / 1e3 }' /tmp/u.json
-        cpu_line "$r" ubdirect-tcp "$q" "$b" "$(awk '/"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 } /"seconds":/ { gsub(/[",]/, ""); s = $2 } END { printf "%.0f", bps * s }' /tmp/u.json)" $((j1 - j0))
+            END { printf "R %s %s %s %s %d %.3f %.0f %.1f %.1f\n", r, e, q, b, n, s, iops, bps / 1048576, mean / 1e3 }' /tmp/u.json
+        cpu_line "$r" "$eng" "$q" "$b" "$(awk '/"bytes_per_s":/ { gsub(/[",]/, ""); bps = $2 } /"seconds":/ { gsub(/[",]/, ""); s = $2 } END { printf "%.0f", bps * s }' /tmp/u.json)" $((j1 - j0))
     else
-        echo "FAIL $r ubdirect-tcp $q $b $(head -n1 /tmp/u.err)"
+        echo "FAIL $r $eng $q $b $(head -n1 /tmp/u.err)"
     fi
 }
 
@@ -110,6 +111,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
         /ubd/scripts/vm/nvmet.sh --disconnect --nqn "$NQN" >/dev/null # the target's queues to ubdirect alone
         for spec in $(for q in $DEPTHS; do echo "$q:4096"; done) 4:1048576; do
             run_ubd "$round" "${spec%%:*}" "${spec##*:}"
+            if [[ ${UBD_NVMF_BEFORE:-0} == 1 ]]; then
+                run_ubd "$round" "${spec%%:*}" "${spec##*:}" ubdirect-before ubdirect-tcp-before
+            fi
         done
         dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 30) || exit 1
     fi

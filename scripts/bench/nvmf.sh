@@ -10,6 +10,9 @@
 #   env: ROUNDS=3 DEPTHS="1 32 128" SECS=3 IOS=2048 STREAM_MIB=64
 #        BIN=target/release/ubdirect (else target/debug/ubdirect: the io_uring engine runs
 #        through `ubdirect pipeline --source file:/dev/nvmeXn1`; see the guest half)
+#        BIN_BEFORE=FILE: a second ubdirect (e.g. built from the commit before a change), run
+#        as engine ubdirect-tcp-before right after each ubdirect-tcp run in the same boot
+#        (needs UBD_NVMF_UBDIRECT=1): before and after side by side
 # Prints every run and a table of medians. TCG guest: compare engines side by side in one run,
 # never with other tables.
 set -euo pipefail
@@ -30,7 +33,14 @@ BIN=${BIN:-target/release/ubdirect}
 envs=(--env "ROUNDS=${ROUNDS:-3}" --env "DEPTHS=${DEPTHS:-1 32 128}" --env "IOS=${IOS:-2048}" --env "SECS=${SECS:-3}"
     --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}")
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+before_dir=$(mktemp -d)
+trap 'rm -rf "$log" "$before_dir"' EXIT
+if [[ -n ${BIN_BEFORE:-} ]]; then
+    [[ -x $BIN_BEFORE ]] || { echo "nvmf.sh: BIN_BEFORE=$BIN_BEFORE is not an executable" >&2 && exit 2; }
+    cp "$BIN_BEFORE" "$before_dir/ubdirect-before"
+    bin_args+=(--bin "$before_dir/ubdirect-before")
+    envs+=(--env UBD_NVMF_BEFORE=1)
+fi
 echo "# $(date -u '+%F %T UTC'), mode $mode, kernel $kernel, host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 case $mode in
 loop)
@@ -49,14 +59,18 @@ echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/lo
 python3 - "$log" <<'PY'
 import sys, statistics as st, collections
 runs = collections.defaultdict(list)
+cpu = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
     if len(f) >= 9 and f[0] == "R":
         runs[(f[2], int(f[3]), int(f[4]))].append([float(x) for x in f[7:]])
-print("\n| engine | QD | block | runs | IOPS median (range) | MiB/s median | mean latency (us) | p99 (us) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    if len(f) == 8 and f[:2] == ["#", "C"] and f[6] == "cpu_s_per_gb":
+        cpu[(f[3], int(f[4]), int(f[5]))].append(float(f[7]))
+print("\n| engine | QD | block | runs | IOPS median (range) | MiB/s median | mean latency (us) | p99 (us) | CPU-s/GB (runs) |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for (e, q, b), v in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
     io = [x[0] for x in v]
     m = lambda i: f"{st.median(x[i] for x in v):,.1f}" if all(len(x) > i for x in v) else ""
-    print(f"| {e} | {q} | {'1 MiB' if b == 1048576 else '4 KiB'} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | {m(1)} | {m(2)} | {m(3)} |")
+    c = ", ".join(f"{x:g}" for x in cpu.get((e, q, b), []))
+    print(f"| {e} | {q} | {'1 MiB' if b == 1048576 else '4 KiB'} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | {m(1)} | {m(2)} | {m(3)} | {c} |")
 PY

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use ubdirect_core::vfio::{choose_backend_in, BackendKind, BACKEND_ENV};
+use ubdirect_core::vfio::{choose_backend_in, noiommu, BackendKind, BACKEND_ENV};
 use ubdirect_diag::topology::preflight::{Finding, Severity};
 use ubdirect_diag::topology::PciDeviceInfo;
 
@@ -35,10 +35,24 @@ pub fn of_in(
         choose_backend_in(root, addr, None, env)
             .map(|c| DmaBackend {
                 kind: c.kind.name().into(),
-                reason: c.reason,
+                reason: if c.kind == BackendKind::NoIommu {
+                    format!("{}; {}", c.reason, noiommu_state(root))
+                } else {
+                    c.reason
+                },
             })
             .map_err(|e| e.to_string()),
     )
+}
+
+/// What a no-IOMMU device needs before a program may open it: the operator's opt-in (vfio's
+/// unsafe no-IOMMU mode, read under `root`) and the program's; and the warning.
+fn noiommu_state(root: &Path) -> String {
+    let operator = match noiommu::operator_opt_in(root) {
+        Ok(()) => "the operator opted in (vfio's unsafe no-IOMMU mode is on)".to_string(),
+        Err(e) => e.to_string(),
+    };
+    format!("{operator}; a program must opt in too (the domain option allow_noiommu, `ubdirect perf --allow-noiommu`); no isolation: the device can read and write all of memory")
 }
 
 /// [`of_in`] with `UBD_IOMMU_BACKEND` from the environment.
@@ -63,7 +77,7 @@ pub fn findings(root: &Path, selected: &[PciDeviceInfo]) -> Vec<Finding> {
                 check: "dma-backend",
                 device: Some(d.address.clone()),
                 action: if b.kind == BackendKind::NoIommu.name() {
-                    "no-IOMMU DMA has no isolation (the device can read and write all of memory): turn the IOMMU on (intel_iommu=on / amd_iommu=on); to use it anyway the operator runs `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config` and the program opts in (DomainOptions::allow_noiommu; `ubdirect perf --allow-noiommu`)".into()
+                    "no-IOMMU DMA has no isolation (the device can read and write all of memory): turn the IOMMU on (intel_iommu=on / amd_iommu=on); to use it anyway the operator runs `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config` and the program opts in (the domain option allow_noiommu; `ubdirect perf --allow-noiommu`)".into()
                 } else {
                     String::new()
                 },
@@ -101,5 +115,41 @@ mod tests {
         );
         let e = of_in(root.path(), &d, Some("bogus")).unwrap().unwrap_err();
         assert!(e.contains("type1, iommufd or noiommu"), "{e}");
+    }
+
+    #[test]
+    fn a_noiommu_device_reports_both_opt_ins_and_the_warning() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let mut d = fake_device("0000:00:04.0", 0x010802, None);
+        d.driver = Some("vfio-pci".into());
+        let dev = r.join("sys/bus/pci/devices/0000:00:04.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::create_dir_all(r.join("sys/kernel/iommu_groups/3")).unwrap();
+        std::os::unix::fs::symlink("../../../kernel/iommu_groups/3", dev.join("iommu_group"))
+            .unwrap();
+        std::fs::create_dir_all(r.join("dev/vfio")).unwrap();
+        std::fs::write(r.join("dev/vfio/noiommu-3"), "").unwrap();
+        let param = r.join(noiommu::UNSAFE_MODE_PARAM);
+        std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+        std::fs::write(&param, "Y\n").unwrap();
+        let b = of_in(r, &d, None).unwrap().unwrap();
+        assert_eq!(b.kind, "noiommu");
+        for want in [
+            "/dev/vfio/noiommu-3",
+            "the operator opted in",
+            "--allow-noiommu",
+            "can read and write all of memory",
+        ] {
+            assert!(b.reason.contains(want), "{want}: {}", b.reason);
+        }
+        std::fs::write(&param, "N\n").unwrap();
+        let b = of_in(r, &d, None).unwrap().unwrap();
+        assert!(
+            b.reason
+                .contains("has not enabled vfio's unsafe no-IOMMU mode"),
+            "{}",
+            b.reason
+        );
     }
 }

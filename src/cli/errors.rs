@@ -205,10 +205,9 @@ fn core_message(e: &CoreError) -> String {
             backend: "noiommu",
             reason,
             ..
-        } if reason.contains("DomainOptions::allow_noiommu") => format!(
-            "{} (ubdirect: pass --allow-noiommu to `ubdirect perf` to opt in)",
-            scrub(&e.to_string())
-        ),
+        } if reason.contains("did not opt in to the no-IOMMU back end") => {
+            "DMA back end noiommu: refused: the device sits in a vfio no-IOMMU group, where it can read and write all of memory, and this command was not told to allow that; turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with `ubdirect perf --allow-noiommu` after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".to_string()
+        }
         CoreError::IovaExhausted { len, .. } => format!(
             "no room left in the device's DMA address space for {len} more bytes: use a smaller pool (--pool-size, --blocks)"
         ),

@@ -72,7 +72,48 @@ fn type_name_in(msg: &str) -> Option<String> {
     None
 }
 
+/// The no-IOMMU back end's refusals (issue 12), as the library makes them.
+fn noiommu_errors() -> Vec<CoreError> {
+    use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
+    let smaps = "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \nKernelPageSize:        4 kB\n";
+    vec![
+        ubdirect_core::DmaDomain::with_options(DomainOptions {
+            backend: Some(BackendKind::NoIommu),
+            allow_noiommu: false,
+        })
+        .unwrap_err(),
+        noiommu::dma_address_in(smaps, 0x7f00_0000_0000, 4096, |_| Ok(0)).unwrap_err(),
+        noiommu::dma_address_in(smaps, 0x1000, 4096, |_| Ok(0)).unwrap_err(),
+        noiommu::device_memory_refusal("BAR 2 of 0000:00:05.0"),
+    ]
+}
+
+#[test]
+fn noiommu_refusals_speak_the_cli_s_terms() {
+    let m: Vec<String> = noiommu_errors().iter().map(|e| user_message(e).0).collect();
+    assert!(m[0].contains("ubdirect perf --allow-noiommu"), "{}", m[0]);
+    assert!(
+        m[0].contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
+        "{}",
+        m[0]
+    );
+    assert!(
+        m[1].contains("hugepage memory only (a hugepage pool"),
+        "{}",
+        m[1]
+    );
+    for t in &m {
+        assert!(type_name_in(t).is_none(), "{t}");
+    }
+}
+
 fn core_errors() -> Vec<CoreError> {
+    let mut v = noiommu_errors();
+    v.extend(core_errors_other());
+    v
+}
+
+fn core_errors_other() -> Vec<CoreError> {
     vec![
         CoreError::VfioUnavailable {
             reason: "no /dev/vfio/vfio".into(),

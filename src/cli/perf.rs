@@ -103,7 +103,7 @@ pub struct Args {
 
     /// Allow the no-IOMMU back end (vfio's unsafe no-IOMMU mode: the controller DMAs to
     /// physical addresses with no isolation and can reach all of memory). Also needs the
-    /// operator's opt-in: `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`.
+    /// operator's opt-in: vfio's no-IOMMU mode turned on by scripts/setup.sh (see README).
     #[arg(long = "allow-noiommu")]
     allow_noiommu: bool,
 
@@ -1164,6 +1164,12 @@ mod tests {
             crate::cli::Command::Perf(a) => a,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_noiommu_opt_in_is_off_unless_asked() {
+        assert!(!parse(&["00:04.0"]).allow_noiommu);
+        assert!(parse(&["00:04.0", "--allow-noiommu"]).allow_noiommu);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 
 #![deny(missing_docs)]
 
+pub mod alloc_count;
 pub mod bar_check;
+pub mod cli;
 pub mod log_capture;
 
 pub use bar_check::check_bar_copy;

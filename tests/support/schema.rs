@@ -1,7 +1,5 @@
 //! The `--json` schema of docs/json.md, and running the built `ubdirect` binary.
 
-use std::process::Command;
-
 /// Validate `doc` against the JSON Schema in docs/json.md; the errors as text.
 pub fn validate(doc: &serde_json::Value) -> Result<(), String> {
     let text = include_str!("../../docs/json.md");
@@ -21,18 +19,27 @@ pub fn validate(doc: &serde_json::Value) -> Result<(), String> {
 }
 
 /// Run `bin` with `args` (and `env`); exit status, stdout, stderr.
+#[allow(unused_imports)]
+pub use ubdirect_testbed::cli::run;
+
+/// The pipeline run whose `--json` both JSON tests validate: `src` to the null sink in 256 KiB
+/// blocks at queue depth 4, with `extra` arguments, verified, with segments.
 #[allow(dead_code)]
-pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(bin)
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("running {bin}: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+pub fn pipeline_json_args<'a>(src: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "pipeline",
+        "--source",
+        src,
+        "--sink",
+        "null",
+        "--block-size",
+        "256K",
+        "-q",
+        "4",
+    ];
+    a.extend_from_slice(extra);
+    a.extend(["--verify", "--segments", "--json"]);
+    a
 }
 
 /// Run and parse stdout as a `--json` document that validates; panics with the output if not.

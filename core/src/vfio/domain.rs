@@ -156,7 +156,12 @@ impl DmaDomain {
                 noiommu_opt_ins(&options)?;
                 false
             }
-            None => !Path::new("/dev/iommu").exists(),
+            // With vfio's no-IOMMU mode on, the first device's group decides (a type1
+            // container opened now would refuse its no-IOMMU group).
+            None => {
+                !Path::new("/dev/iommu").exists()
+                    && super::noiommu::operator_opt_in(Path::new("/")).is_err()
+            }
         };
         let d = DmaDomain::with_backend(None, None, options);
         if eager_type1 {
@@ -177,8 +182,8 @@ fn noiommu_opt_ins_in(root: &Path, options: &DomainOptions) -> Result<()> {
     if !options.allow_noiommu {
         return Err(CoreError::Backend {
             backend: "noiommu",
-            reason: "refused: without an IOMMU a device can read and write all of memory, and this DmaDomain was not created with DomainOptions::allow_noiommu".into(),
-            fix: "use a machine with the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with DomainOptions { allow_noiommu: true, .. } after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".into(),
+            reason: "refused: without an IOMMU a device can read and write all of memory, and the program did not opt in to the no-IOMMU back end".into(),
+            fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in twice: the operator with `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`, the program with the domain option allow_noiommu (`ubdirect perf --allow-noiommu`)".into(),
         });
     }
     super::noiommu::operator_opt_in(root)

@@ -108,7 +108,7 @@ pub fn dma_address_in(
     let vma = vma_of(smaps, vaddr).ok_or_else(|| {
         refuse(
             format!("{vaddr:#x} is not mapped in this process"),
-            "map memory the process owns (a UbPool or hugepages::HugeMem)",
+            "map hugepage memory the process owns (a hugepage pool or region)",
         )
     })?;
     if end > vma.range.end {
@@ -127,7 +127,7 @@ pub fn dma_address_in(
                 vma.page_size / 1024,
                 if vma.name.is_empty() { "anonymous" } else { vma.name.as_str() }
             ),
-            "without an IOMMU, give devices hugepage memory only (a UbPool, or hugepages::HugeMem)",
+            "without an IOMMU, give devices hugepage memory only (a hugepage pool or region; reserve hugepages with scripts/setup.sh config)",
         ));
     }
     let page = vma.page_size as usize;

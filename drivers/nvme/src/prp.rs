@@ -88,27 +88,13 @@ where
     let mut prp1 = 0u64;
     let mut pending = 0u64;
     let mut count = 0usize;
-    let mut prev_end_aligned = true;
-    let mut total = 0usize;
+    let mut rules = Alignment::new(page_size);
     for (index, (iova, len)) in segments.into_iter().enumerate() {
         if len == 0 {
             continue;
         }
-        if index == 0 || count == 0 {
-            if iova & 3 != 0 {
-                return Err(PrpError::Misaligned { iova });
-            }
-        } else if iova % ps != 0 || !prev_end_aligned {
-            return Err(PrpError::SegmentNotPageAligned {
-                index,
-                iova,
-                len,
-                page_size,
-            });
-        }
+        rules.admit(index, iova, len)?;
         let end = iova + len as u64;
-        prev_end_aligned = end % ps == 0;
-        total += len;
         let mut p = iova;
         while p < end {
             match count {
@@ -123,7 +109,7 @@ where
             p = (p / ps + 1) * ps;
         }
     }
-    if total == 0 {
+    if rules.total == 0 {
         return Err(PrpError::Empty);
     }
     let prp2 = match count {
@@ -149,34 +135,60 @@ pub fn check<I>(page_size: usize, segments: I) -> Result<(), PrpError>
 where
     I: IntoIterator<Item = (u64, usize)>,
 {
-    let ps = page_size as u64;
-    let mut first = true;
-    let mut prev_end_aligned = true;
-    let mut total = 0usize;
+    let mut rules = Alignment::new(page_size);
     for (index, (iova, len)) in segments.into_iter().enumerate() {
-        if len == 0 {
-            continue;
+        if len != 0 {
+            rules.admit(index, iova, len)?;
         }
-        if first {
+    }
+    if rules.total == 0 {
+        return Err(PrpError::Empty);
+    }
+    Ok(())
+}
+
+/// The alignment rules of [`build`] and [`check`], applied to one non-empty segment after
+/// another: the first starts dword aligned, every later one starts on a page that the one before
+/// ended on.
+struct Alignment {
+    page_size: usize,
+    first: bool,
+    prev_end_aligned: bool,
+    /// Bytes admitted so far.
+    total: usize,
+}
+
+impl Alignment {
+    fn new(page_size: usize) -> Alignment {
+        Alignment {
+            page_size,
+            first: true,
+            prev_end_aligned: true,
+            total: 0,
+        }
+    }
+
+    /// Admits segment `index` (`len` > 0 bytes at `iova`), or says which rule it breaks.
+    #[inline]
+    fn admit(&mut self, index: usize, iova: u64, len: usize) -> Result<(), PrpError> {
+        let ps = self.page_size as u64;
+        if self.first {
             if iova & 3 != 0 {
                 return Err(PrpError::Misaligned { iova });
             }
-        } else if iova % ps != 0 || !prev_end_aligned {
+        } else if iova % ps != 0 || !self.prev_end_aligned {
             return Err(PrpError::SegmentNotPageAligned {
                 index,
                 iova,
                 len,
-                page_size,
+                page_size: self.page_size,
             });
         }
-        first = false;
-        prev_end_aligned = (iova + len as u64) % ps == 0;
-        total += len;
+        self.first = false;
+        self.prev_end_aligned = (iova + len as u64) % ps == 0;
+        self.total += len;
+        Ok(())
     }
-    if total == 0 {
-        return Err(PrpError::Empty);
-    }
-    Ok(())
 }
 
 struct ListWriter<'a> {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use common::{fill_random, T};
 use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
-use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::{DmaDomain, PageSize, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{
     Controller, ControllerOptions, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions,
 };
@@ -184,6 +184,53 @@ fn noiommu_device_memory_and_ordinary_memory_are_refused() {
         before,
         "refusals changed the domain"
     );
+
+    // The same hugepage under a second virtual address has the same bus address: refused.
+    let r = registry
+        .register_hugepages(2 << 20, PageSize::Size2M, None)
+        .expect("one hugepage");
+    let phys = noiommu::dma_address(r.vaddr as usize, r.len).unwrap();
+    assert_eq!(
+        r.iova, phys,
+        "a hugepage region's bus address is its physical address"
+    );
+    // A second view of the same hugetlb file (root may open /proc/self/map_files).
+    let (start, end) = (r.vaddr as usize, r.vaddr as usize + r.len);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/map_files/{start:x}-{end:x}"))
+        .expect("the region's hugetlb file");
+    // SAFETY: a fresh shared mapping of that file, unmapped below and never written through.
+    let alias = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            r.len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(
+        alias,
+        libc::MAP_FAILED,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the alias maps r.len bytes; a read faults the page in (pagemap shows it then).
+    let _ = unsafe { alias.cast::<u8>().read_volatile() };
+    let n = registry.domain().mapping_count();
+    // SAFETY: the alias stays mapped until after the (refused) map returns.
+    let e = unsafe { registry.domain().map(alias.cast(), r.len, 2 << 20) }
+        .expect_err("the same physical memory mapped twice");
+    assert!(
+        matches!(e, ubdirect_core::CoreError::AlreadyMapped { .. }),
+        "{e}"
+    );
+    assert_eq!(registry.domain().mapping_count(), n);
+    // SAFETY: the alias made above, no longer used.
+    unsafe { libc::munmap(alias, r.len) };
 }
 
 #[test]
@@ -258,8 +305,11 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
     ];
     let (rc, out, err) = ubdirect(&args);
     assert_eq!(rc, 1, "perf without --allow-noiommu: stdout {out}");
-    assert!(err.contains("allow_noiommu"), "{err}");
-    assert!(err.contains("pass --allow-noiommu"), "{err}");
+    assert!(err.contains("ubdirect perf --allow-noiommu"), "{err}");
+    assert!(
+        err.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
+        "{err}"
+    );
     let mut with = args.to_vec();
     with.push("--allow-noiommu");
     let (rc, out, err) = ubdirect(&with);

@@ -2,22 +2,9 @@
 //! command line; `ubdirect perf --json --verify` runs I/O without errors. The suite puts the
 //! `ubdirect` binary in the guest's PATH.
 
-use std::process::Command;
-
 use serde_json::Value;
 use ubdirect_testbed as testbed;
-
-fn ubdirect(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("ubdirect")
-        .args(args)
-        .output()
-        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use ubdirect_testbed::cli::{perf_verify_args, ubdirect};
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
@@ -59,28 +46,7 @@ fn identify_json_matches_the_qemu_command_line() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn perf_json_verify_runs_clean() {
     let tb = testbed::require();
-    let (rc, out, err) = ubdirect(&[
-        "perf",
-        &tb.nvme[1],
-        "--ns",
-        "2",
-        "-q",
-        "8",
-        "-o",
-        "8192",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
-        "1",
-        "--verify",
-        "--offset-mib",
-        "48",
-        "--span-mib",
-        "4",
-        "--json",
-    ]);
+    let (rc, out, err) = ubdirect(&perf_verify_args(&tb.nvme[1], "1"));
     assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
     let v: Value = serde_json::from_str(&out).expect("JSON");
     let t = &v["total"];

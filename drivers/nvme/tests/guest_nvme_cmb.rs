@@ -13,6 +13,7 @@ use common::{fill_random, T};
 use ubdirect_core::{DmaDomain, PoolConfig, RegionKind, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::cli::ubdirect;
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 fn cmb_addr() -> String {
@@ -235,18 +236,6 @@ fn cmb_errors_name_the_fix() {
     let e = cmb_qp(&ctrl, 8).err().unwrap();
     assert!(e.to_string().contains("already carved"), "{e}");
     drop(pool);
-}
-
-fn ubdirect(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new("ubdirect")
-        .args(args)
-        .output()
-        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -80,6 +80,39 @@ fn read_check(
     buf
 }
 
+/// Checks that the segments of `sg`, one after another, hold image `id`'s pattern from byte
+/// `pos` on.
+fn check_segments(id: u8, mut pos: u64, sg: &SgList) {
+    for s in sg.iter() {
+        testbed::check_pattern(id, pos, &s.buf.as_slice()[s.offset..s.offset + s.len])
+            .unwrap_or_else(|m| panic!("segment at byte {pos}: {m:?}"));
+        pos += s.len as u64;
+    }
+}
+
+/// Fills the segments of `sg` with random bytes (seed `seed` + the segment's index) and writes
+/// them to namespace 1 at `lba` with one writev; returns the list written.
+fn fill_and_writev(qp: &mut IoQueuePair, sg: SgList, seed: u64, lba: u64) -> Box<SgList> {
+    let mut w = Box::new(SgList::new());
+    for (i, mut s) in sg.into_segments().enumerate() {
+        fill_random(
+            i as u64 + seed,
+            &mut s.buf.as_mut_slice()[s.offset..s.offset + s.len],
+        );
+        w.push(s).unwrap();
+    }
+    qp.writev_blocking(&qp.namespace(1).unwrap(), Lba(lba), w, IoFlags::empty(), T)
+        .expect("writev")
+}
+
+/// Checks that `dst` holds the segments of `w`, one after another, from byte `pos` on.
+fn check_read_back(w: &SgList, dst: &UbBuf, mut pos: usize) {
+    for s in w.iter() {
+        assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
+        pos += s.len;
+    }
+}
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn reads_512b_to_8mib_at_unaligned_buffer_offsets() {
@@ -342,16 +375,7 @@ fn scatter_list_of_three_buffers() {
     let sg = qp
         .readv_blocking(&qp.namespace(1).unwrap(), Lba(lba), sg, T)
         .expect("readv");
-    let mut pos = lba * 512;
-    for s in sg.iter() {
-        testbed::check_pattern(
-            NVME0_NS1.id,
-            pos,
-            &s.buf.as_slice()[s.offset..s.offset + s.len],
-        )
-        .unwrap();
-        pos += s.len as u64;
-    }
+    check_segments(NVME0_NS1.id, lba * 512, &sg);
     // A middle segment that does not start on a page is refused before submission.
     let mut bad = Box::new(SgList::new());
     bad.push(Segment {
@@ -378,24 +402,7 @@ fn scatter_list_of_three_buffers() {
     // writev + readv round trip in the scratch half.
     let mut sg = sg;
     drop(r);
-    let mut w = Box::new(SgList::new());
-    for (i, s) in std::mem::take(&mut *sg).into_segments().enumerate() {
-        let mut s = s;
-        fill_random(
-            i as u64 + 9,
-            &mut s.buf.as_mut_slice()[s.offset..s.offset + s.len],
-        );
-        w.push(s).unwrap();
-    }
-    let w = qp
-        .writev_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(90_000),
-            w,
-            IoFlags::empty(),
-            T,
-        )
-        .expect("writev");
+    let w = fill_and_writev(&mut qp, std::mem::take(&mut *sg), 9, 90_000);
     let dst = qp
         .read_blocking(
             &qp.namespace(1).unwrap(),
@@ -405,11 +412,7 @@ fn scatter_list_of_three_buffers() {
         )
         .expect("read")
         .into_buf();
-    let mut pos = 0;
-    for s in w.iter() {
-        assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
-        pos += s.len;
-    }
+    check_read_back(&w, &dst, 0);
 }
 
 #[test]
@@ -635,34 +638,8 @@ fn scatter_list_split_at_mdts_on_nvme1() {
         .readv_blocking(&qp.namespace(1).unwrap(), Lba(lba), sg, T)
         .expect("readv");
     assert_eq!(qp.stats().commands - before, 3);
-    let mut pos = lba * 512;
-    for s in sg.iter() {
-        testbed::check_pattern(
-            NVME1_NS1.id,
-            pos,
-            &s.buf.as_slice()[s.offset..s.offset + s.len],
-        )
-        .unwrap_or_else(|m| panic!("segment at byte {pos}: {m:?}"));
-        pos += s.len as u64;
-    }
-    let mut w = Box::new(SgList::new());
-    for (i, s) in sg.into_segments().enumerate() {
-        let mut s = s;
-        fill_random(
-            i as u64 + 40,
-            &mut s.buf.as_mut_slice()[s.offset..s.offset + s.len],
-        );
-        w.push(s).unwrap();
-    }
-    let w = qp
-        .writev_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(110_000),
-            w,
-            IoFlags::empty(),
-            T,
-        )
-        .expect("writev");
+    check_segments(NVME1_NS1.id, lba * 512, &sg);
+    let w = fill_and_writev(&mut qp, *sg, 40, 110_000);
     let dst = qp
         .read_blocking(
             &qp.namespace(1).unwrap(),
@@ -672,9 +649,5 @@ fn scatter_list_split_at_mdts_on_nvme1() {
         )
         .expect("read")
         .into_buf();
-    let mut pos = 4;
-    for s in w.iter() {
-        assert!(s.buf.as_slice()[s.offset..s.offset + s.len] == dst.as_slice()[pos..pos + s.len]);
-        pos += s.len;
-    }
+    check_read_back(&w, &dst, 4);
 }

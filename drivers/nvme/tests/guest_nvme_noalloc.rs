@@ -3,37 +3,13 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use common::{one, T};
 use ubdirect_core::UbBuf;
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
+use ubdirect_testbed::alloc_count::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
@@ -94,11 +70,11 @@ fn submit_and_poll_allocate_nothing() {
         free.push(one(r.bufs).into_buf());
     };
     round(&mut qp, &mut free, 0);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = GLOBAL.count();
     for n in 1..50 {
         round(&mut qp, &mut free, n);
     }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let allocs = GLOBAL.count() - before;
     let st = qp.stats();
     println!(
         "{allocs} allocations over {} requests / {} commands",

@@ -1,9 +1,13 @@
 //! Guest tests of the NVMe/TCP initiator (issue 14) against the kernel's own target (nvmet)
 //! over loopback in the test-bed guest: write-then-read byte checks at in-capsule, R2T and
 //! multi-H2CData sizes, with and without digests, data landing in UB pool buffers; the fault
-//! cases (port removed mid-flight, wrong NQN, refused connection) and a reconnect.
+//! cases (port removed mid-flight, wrong NQN, refused connection, keep-alive expiry, a data
+//! digest mismatch made by a corrupting proxy on the path) and a reconnect.
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -265,4 +269,176 @@ fn nvmf_tcp_port_removed_mid_flight_fails_in_time_buffers_back_then_reconnects()
         )
         .unwrap();
     assert!(b.is_some());
+}
+
+/// Read `len` bytes at `slba` on `q` to completion: the buffer, or the error.
+fn read_one(q: &mut TcpQueue<UbBuf>, slba: u64, len: usize) -> Result<UbBuf, TcpError> {
+    let sqe = fabrics::rw(false, 1, slba, (len / 4096) as u32);
+    let pool = pool();
+    q.submit(
+        sqe,
+        "Read",
+        Some(false),
+        Some(pool.get().unwrap()),
+        0,
+        len as u32,
+        1,
+    )
+    .map_err(|(e, _)| e)?;
+    let mut got = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = q.poll(&mut |c| got = Some(c));
+        if let Some(c) = got.take() {
+            let buf = c.buf.expect("the buffer comes back");
+            return match (c.result, r) {
+                (Ok(_), _) => Ok(buf),
+                // The queue's error names the cause; the command's says the connection failed.
+                (Err(_), Err(e)) | (Err(e), Ok(_)) => Err(e),
+            };
+        }
+        r?;
+        assert!(Instant::now() < deadline, "read did not finish in 60 s");
+    }
+}
+
+#[test]
+#[ignore = "guest: needs nvmet, run by scripts/test.sh"]
+fn nvmf_tcp_keep_alive_expiry_is_a_clear_error_then_reconnects() {
+    let t = target();
+    // KATO 1 s (nvmet counts whole seconds); then nobody polls for 8 s.
+    let o = TcpOptions {
+        kato_ms: 1000,
+        io_timeout: Duration::from_secs(10),
+        ..opts(false)
+    };
+    let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &o).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    read_one(&mut q, 0, 4096).expect("a read before the expiry");
+    std::thread::sleep(Duration::from_secs(8));
+    let start = Instant::now();
+    let e = loop {
+        match ctrl.poll_admin() {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "the admin connection still answers 8 s past a 1 s KATO"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let dmesg = Command::new("dmesg")
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let dmesg = String::from_utf8_lossy(&dmesg);
+    println!(
+        "admin queue: {e}\nnvmet: {}",
+        dmesg
+            .lines()
+            .rfind(|l| l.contains("keep-alive"))
+            .unwrap_or("(no keep-alive line in dmesg)")
+    );
+    assert!(
+        matches!(e, TcpError::KeepAliveExpired { kato, .. } if kato == Duration::from_secs(1)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("poll the admin queue"), "{e}");
+    // The I/O queue's connection went with the controller: the next command fails at once
+    // (within its deadline), its buffer back.
+    let start = Instant::now();
+    let e = read_one(&mut q, 0, 4096).unwrap_err();
+    println!("I/O queue: {e} after {:?}", start.elapsed());
+    assert!(
+        matches!(e, TcpError::Closed { .. } | TcpError::Io { .. }),
+        "{e}"
+    );
+    assert!(start.elapsed() < o.io_timeout + Duration::from_secs(1));
+    drop(q);
+    drop(ctrl);
+    // Reconnect: a new controller and queue work.
+    let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &opts(false)).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    read_one(&mut q, 0, 4096).expect("a read after reconnecting");
+}
+
+/// A TCP proxy in front of nvmet on 127.0.0.1:4420 that, while `armed`, flips the first
+/// payload byte of one C2HData PDU going to the host (then disarms). Returns its address.
+fn corrupting_proxy(armed: Arc<AtomicBool>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for host in l.incoming() {
+            let Ok(host) = host else { return };
+            let Ok(target) = TcpStream::connect(ADDR) else {
+                return;
+            };
+            let (mut h_rd, mut t_wr) = (host.try_clone().unwrap(), target.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut h_rd, &mut t_wr);
+                let _ = t_wr.shutdown(Shutdown::Both);
+            });
+            let armed = armed.clone();
+            std::thread::spawn(move || {
+                let (mut t_rd, mut h_wr) = (target, host);
+                loop {
+                    let mut hdr = [0u8; 8];
+                    if t_rd.read_exact(&mut hdr).is_err() {
+                        break;
+                    }
+                    let plen = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
+                    let mut rest = vec![0u8; plen.saturating_sub(8)];
+                    if t_rd.read_exact(&mut rest).is_err() {
+                        break;
+                    }
+                    // C2HData (7) with a payload: PDO is where the data starts.
+                    let pdo = hdr[3] as usize;
+                    if hdr[0] == 7 && pdo >= 8 && pdo < plen && armed.swap(false, Ordering::AcqRel)
+                    {
+                        rest[pdo - 8] ^= 0x01;
+                    }
+                    if h_wr.write_all(&hdr).is_err() || h_wr.write_all(&rest).is_err() {
+                        break;
+                    }
+                }
+                let _ = h_wr.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+#[ignore = "guest: needs nvmet, run by scripts/test.sh"]
+fn nvmf_tcp_data_digest_mismatch_from_a_corrupting_path_is_a_clear_error() {
+    let t = target();
+    let _ = Command::new("modprobe").arg("crc32c_generic").status();
+    let armed = Arc::new(AtomicBool::new(false));
+    let via = TcpTarget {
+        addr: corrupting_proxy(armed.clone()),
+        ..t.clone()
+    };
+    let ctrl = TcpController::connect(&via, &HostIdentity::generated(), &opts(true)).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    assert!(q.negotiated().ddgst, "nvmet accepted data digests");
+    // Through the proxy unarmed: the same bytes as straight from nvmet.
+    let clean = read_one(&mut q, 16, 65536).expect("a read through the proxy");
+    armed.store(true, Ordering::Release);
+    let start = Instant::now();
+    let e = read_one(&mut q, 16, 65536).unwrap_err();
+    println!("corrupted C2HData: {e} after {:?}", start.elapsed());
+    assert!(!armed.load(Ordering::Acquire), "the proxy flipped a byte");
+    assert!(matches!(e, TcpError::DataDigest { .. }), "{e}");
+    assert!(e.to_string().contains("corrupted on the path"), "{e}");
+    // The connection is closed: every later submit is refused.
+    assert!(q.is_dead());
+    drop(q);
+    drop(ctrl);
+    // Reconnect straight to nvmet: the data was never damaged on the target.
+    let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &opts(true)).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let again = read_one(&mut q, 16, 65536).expect("a read after reconnecting");
+    assert!(again.as_slice()[..65536] == clean.as_slice()[..65536]);
 }

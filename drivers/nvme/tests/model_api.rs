@@ -6,8 +6,7 @@ mod model_support;
 
 use std::time::Duration;
 
-use model_support::{fast_opts, model, one};
-use ubdirect_core::{PoolConfig, UbPool};
+use model_support::{anon_pool, fast_opts, model, one, queue};
 use ubdirect_devmodel::nvme::NvmeConfig;
 use ubdirect_nvme::spec::command::io_opcode;
 use ubdirect_nvme::{Controller, IoBuf, IoFlags, IoQueuePair, Lba, NvmeError, QueueOptions};
@@ -47,24 +46,9 @@ fn the_namespace_handle_carries_the_limits_requests_are_checked_against() {
 fn a_wrong_size_buffer_or_an_out_of_range_lba_is_refused_before_submission() {
     let (reg, m, dev) = model(NvmeConfig::default());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 8192,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 8192, 2);
     let ns = ctrl.namespace(1).unwrap();
-    let mut qp = IoQueuePair::new(
-        &ctrl,
-        QueueOptions {
-            depth: 8,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    let mut qp = queue(&ctrl, 8);
     let mut before = vec![0u8; 2048 * 512];
     m.read_medium(1, 0, &mut before);
     let stats = qp.stats();
@@ -177,15 +161,7 @@ fn a_wrong_size_buffer_or_an_out_of_range_lba_is_refused_before_submission() {
 fn a_completion_hands_back_the_window_that_was_submitted() {
     let (reg, m, dev) = model(NvmeConfig::default());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 64 << 10,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 64 << 10, 2);
     let ns = ctrl.first_namespace().unwrap();
     let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default()).unwrap();
     let mut w = IoBuf::new(pool.get().unwrap(), 1024, 4096).unwrap();

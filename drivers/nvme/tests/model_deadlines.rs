@@ -6,8 +6,8 @@ mod model_support;
 
 use std::time::{Duration, Instant};
 
-use model_support::{fast_opts, model, one, within};
-use ubdirect_core::{PoolConfig, UbBuf, UbPool};
+use model_support::{anon_pool, fast_opts, model, one, within};
+use ubdirect_core::{UbBuf, UbPool};
 use ubdirect_devmodel::nvme::{NvmeConfig, Tamper};
 use ubdirect_nvme::spec::command::{admin_opcode, io_opcode};
 use ubdirect_nvme::{Controller, IoCompletion, IoQueuePair, NvmeError, QueueOptions, Recovery};
@@ -63,15 +63,7 @@ struct Bed {
 fn bed() -> Bed {
     let (reg, model, dev) = model(NvmeConfig::default());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 4096,
-            block_count: 16,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 4096, 16);
     Bed { model, ctrl, pool }
 }
 

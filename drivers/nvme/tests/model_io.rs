@@ -5,8 +5,7 @@ mod model_support;
 
 use std::time::{Duration, Instant};
 
-use model_support::{fast_opts, model};
-use ubdirect_core::{PoolConfig, UbPool};
+use model_support::{anon_pool, fast_opts, model, queue};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions, ShadowDoorbells};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
@@ -58,23 +57,8 @@ fn bring_up_identifies_the_model() {
 fn write_then_read_back_through_a_queue_pair() {
     let (reg, m, dev) = model(NvmeConfig::default());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 64 << 10,
-            block_count: 4,
-        },
-        None,
-    )
-    .unwrap();
-    let mut qp = IoQueuePair::new(
-        &ctrl,
-        QueueOptions {
-            depth: 16,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 64 << 10, 4);
+    let mut qp = queue(&ctrl, 16);
     assert_eq!(m.io_sq_count(), 1);
     let mut w = pool.get().unwrap();
     for (i, b) in w.as_mut_slice().iter_mut().enumerate() {
@@ -127,15 +111,7 @@ fn reset_brings_queues_back() {
     let ctrl = Controller::open_device(&reg, dev, opts).unwrap();
     assert!(ctrl.shadow_doorbells());
     ctrl.reset().unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 4096,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 4096, 2);
     let mut qp = IoQueuePair::new(&ctrl, QueueOptions::default()).unwrap();
     assert!(qp.uses_shadow_doorbells());
     let mut b = pool.get().unwrap();

@@ -5,10 +5,10 @@
 
 mod model_support;
 
-use model_support::{fast_opts, model};
+use model_support::{fast_opts, model, queue};
 use ubdirect_core::DmaMem;
 use ubdirect_devmodel::nvme::NvmeConfig;
-use ubdirect_nvme::{Controller, IoQueuePair, QueueOptions};
+use ubdirect_nvme::Controller;
 
 #[test]
 fn rings_and_prp_pages_are_on_the_controllers_node() {
@@ -22,14 +22,7 @@ fn rings_and_prp_pages_are_on_the_controllers_node() {
         // node would be carved from it.
         let _other = DmaMem::alloc_on(&reg, 4096, Some(9)).unwrap();
         let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-        let qp = IoQueuePair::new(
-            &ctrl,
-            QueueOptions {
-                depth: 8,
-                ..QueueOptions::default()
-            },
-        )
-        .unwrap();
+        let qp = queue(&ctrl, 8);
         assert_eq!(
             qp.host_memory_numa(),
             vec![node; 3],

@@ -7,10 +7,9 @@ mod model_support;
 
 use std::time::Duration;
 
-use model_support::{fast_opts, model, one};
-use ubdirect_core::{PoolConfig, UbPool};
+use model_support::{anon_pool, fast_opts, model, one, queue};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
-use ubdirect_nvme::{Controller, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect_nvme::{Controller, NvmeError};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
@@ -37,24 +36,9 @@ fn a_request_of_more_commands_than_the_queue_holds_is_queued_and_completes() {
     let (reg, m, dev) = model(small_mdts());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
     assert_eq!(ctrl.max_command_bytes(), 16 << 10);
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 256 << 10,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 256 << 10, 2);
     // Depth 2: a 256 KiB request (+ 8 bytes of buffer offset) is 16 commands.
-    let mut qp = IoQueuePair::new(
-        &ctrl,
-        QueueOptions {
-            depth: 2,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    let mut qp = queue(&ctrl, 2);
     let len = 240 << 10;
     let mut w = pool.get().unwrap();
     for (i, b) in w.as_mut_slice().iter_mut().enumerate() {
@@ -95,24 +79,9 @@ fn a_request_of_more_commands_than_the_queue_holds_is_queued_and_completes() {
 fn requests_beyond_the_free_slots_wait_in_order_and_all_complete() {
     let (reg, m, dev) = model(small_mdts());
     let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 64 << 10,
-            block_count: 9,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = anon_pool(&reg, 64 << 10, 9);
     // Depth 8: eight 64 KiB reads (4 commands each) are 32 commands for 8 slots.
-    let mut qp = IoQueuePair::new(
-        &ctrl,
-        QueueOptions {
-            depth: 8,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
+    let mut qp = queue(&ctrl, 8);
     let mut w = pool.get().unwrap();
     for (i, b) in w.as_mut_slice().iter_mut().enumerate() {
         *b = byte(i, 2);

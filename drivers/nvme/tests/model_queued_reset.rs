@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model_support::{fast_opts, model, one, within};
-use ubdirect_core::{PoolConfig, UbPool};
+use model_support::{anon_pool, fast_opts, model, one, within};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig, Tamper};
 use ubdirect_nvme::spec::command::io_opcode;
 use ubdirect_nvme::{Controller, IoBuf, IoFlags, IoQueuePair, Lba, NvmeError, QueueOptions};
@@ -46,15 +45,7 @@ fn a_reset_fails_back_requests_waiting_in_the_pending_list_once_each() {
             ..NvmeConfig::default()
         });
         let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
-        let pool = UbPool::with_anonymous(
-            &reg,
-            PoolConfig {
-                block_size: 64 << 10,
-                block_count: 3,
-            },
-            None,
-        )
-        .unwrap();
+        let pool = anon_pool(&reg, 64 << 10, 3);
         let mut qp = IoQueuePair::new(
             &ctrl,
             QueueOptions {

@@ -8,11 +8,11 @@ mod model_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model_support::{fast_opts, model, one};
-use ubdirect_core::{PoolConfig, UbPool};
+use model_support::{anon_pool, fast_opts, model, one, queue};
+use ubdirect_core::UbPool;
 use ubdirect_devmodel::nvme::NvmeConfig;
 use ubdirect_nvme::controller::{ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
@@ -32,23 +32,8 @@ fn open(lazy_cq: bool, mode: ShadowDoorbells) -> (Arc<Controller>, IoQueuePair, 
         },
     )
     .unwrap();
-    let qp = IoQueuePair::new(
-        &ctrl,
-        QueueOptions {
-            depth: 32,
-            ..QueueOptions::default()
-        },
-    )
-    .unwrap();
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
-            block_size: 4096,
-            block_count: 32,
-        },
-        None,
-    )
-    .unwrap();
+    let qp = queue(&ctrl, 32);
+    let pool = anon_pool(&reg, 4096, 32);
     (ctrl, qp, pool)
 }
 

@@ -3,44 +3,13 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use common::*;
+use ubdirect_testbed::alloc_count::CountingAlloc;
 use ubdirect_virtio_net::pattern::{self, Check};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, FRAME_OFFSET};
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-thread_local! {
-    static WATCH: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if WATCH.with(|w| w.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if WATCH.with(|w| w.get()) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
@@ -87,17 +56,10 @@ fn burst_path_allocates_nothing() {
         }
     };
     run(300, &mut sent, &mut got);
-    WATCH.with(|w| w.set(true));
     // The counter itself works: one Box is one allocation.
-    drop(std::hint::black_box(Box::new(7u64)));
-    assert_eq!(
-        ALLOCS.swap(0, Ordering::Relaxed),
-        1,
-        "counting allocator is active"
-    );
-    run(4000, &mut sent, &mut got);
-    WATCH.with(|w| w.set(false));
-    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let ((), one) = GLOBAL.count_on_this_thread(|| drop(std::hint::black_box(Box::new(7u64))));
+    assert_eq!(one, 1, "counting allocator is active");
+    let ((), allocs) = GLOBAL.count_on_this_thread(|| run(4000, &mut sent, &mut got));
     assert_eq!(got, 4300, "every frame came back");
     assert_eq!(bad, 0);
     assert_eq!(

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ubdirect_core::{DmaDomain, PciDevice, UbRegistry};
+use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
 use ubdirect_devmodel::nvme::{Hostile, NvmeConfig, NvmeModel};
-use ubdirect_nvme::{Controller, ControllerOptions};
+use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 
 /// A registry over a host-only domain: the model's DMA goes through its IOVAs.
 pub fn registry() -> Arc<UbRegistry> {
@@ -62,4 +62,29 @@ pub fn one(bufs: ubdirect_nvme::IoBufs) -> ubdirect_nvme::IoBuf {
         ubdirect_nvme::IoBufs::One(b) => b,
         other => panic!("a single-buffer request came back with {other:?}"),
     }
+}
+
+/// A pool of `block_count` blocks of `block_size` bytes in anonymous memory of `reg`'s domain.
+pub fn anon_pool(reg: &Arc<UbRegistry>, block_size: usize, block_count: usize) -> Arc<UbPool> {
+    UbPool::with_anonymous(
+        reg,
+        PoolConfig {
+            block_size,
+            block_count,
+        },
+        None,
+    )
+    .unwrap()
+}
+
+/// An I/O queue pair of `depth` on `ctrl`, the other options their defaults.
+pub fn queue(ctrl: &Arc<Controller>, depth: usize) -> IoQueuePair {
+    IoQueuePair::new(
+        ctrl,
+        QueueOptions {
+            depth,
+            ..QueueOptions::default()
+        },
+    )
+    .unwrap()
 }
