@@ -8,9 +8,10 @@
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
 #                                                       indicatif, cudarc, io-uring -> "embedder: ..."
-#   5. scripts/vm/suite.sh --kernel K                   guest tests in one QEMU boot per kernel K:
-#      Debian 6.12 (vfio type1); --kernels "6.12 ubd" adds ubd (built from linux-source-7.3,
-#      scripts/vm/kernel-build.sh), whose whole suite does not pass yet (iommufd, issue 12)
+#   5. scripts/vm/suite.sh --kernel K                   the whole guest suite in one QEMU boot per
+#      kernel K: Debian 6.12 (vfio type1, what most users have) and ubd (built from
+#      linux-source-7.3 by scripts/vm/kernel-build.sh: iommufd and the vfio device cdev, chosen
+#      automatically; issue 12)
 #      -> "guest-shell[K]: ...", "guest-rust[K]: ...", "hostcheck[K]: ...",
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
@@ -32,9 +33,8 @@
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
 #   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
 #   --kernels "6.12 ubd"           the guest kernels for the whole suite, in order (UBD_TEST_KERNELS,
-#                                  default 6.12; --kernel K = only K). The whole suite on ubd (where
-#                                  iommufd is chosen) does not pass yet: RELIABILITY.md, "DMA back
-#                                  ends (issue 12)". The ubd kernel's no-IOMMU boot always runs.
+#                                  default "6.12 ubd"; --kernel K = only K). The ubd kernel's
+#                                  no-IOMMU boot always runs.
 #   any other option goes to scripts/vm/suite.sh / run.sh (e.g. --test-timeout 900)
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
@@ -44,7 +44,7 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo" || exit 2
-host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=() kernels=${UBD_TEST_KERNELS:-6.12}
+host=1 guest=1 lint=1 deps=1 soak=1 filter='' suite_args=() kernels=${UBD_TEST_KERNELS:-6.12 ubd}
 while (($# > 0)); do
     case $1 in
     --host-only) guest=0 && shift ;;

@@ -6,7 +6,7 @@
 #   R <round> <engine> <qd> <iops> <mean_ns> <p50_ns> <p99_ns>
 #   C <round> <engine> <qd> <submit_cycles/IO> <complete_cycles/IO> <SQ doorbells/IO> <CQ doorbells/IO>
 # (engine "ubdirect" is the default --shadow-doorbells auto, "ubdirect-on" / "ubdirect-nosh"
-# force them on / off); a failed run prints
+# force them on / off; "ubdirect-old" is the older binary of OLD_BIN, when given); a failed run prints
 #   FAIL <round> <engine> <qd> <exit status> <first line of stderr>
 # MODE=cmb (nvme.sh --cmb): per depth, ubdirect perf with the I/O SQ in host memory (engine
 # "host") and in the controller's CMB ("cmb", --sq-in-cmb), the order alternating between rounds.
@@ -16,22 +16,28 @@ ROUNDS=${ROUNDS:-3}
 DEPTHS=${DEPTHS:-"1 32 128 256"}
 SECS=${SECS:-2}
 
-# The total's figures: total comes after cores in the JSON, so the last match is the total's.
 one() {
     round=$1 name=$2 q=$3
     shift 3
-    if ubdirect perf "$ADDR" -q "$q" -o 4096 -w randread -t "$SECS" --json "$@" >/tmp/b.json 2>/tmp/b.err; then
+    bin=ubdirect
+    [ "$name" = ubdirect-old ] && bin=ubdirect-old
+    if $bin perf "$ADDR" -q "$q" -o 4096 -w randread -t "$SECS" --json "$@" >/tmp/b.json 2>/tmp/b.err; then
+        # The total's figures: the first iops / mean / p50 / p99 / cycles after "total" (its
+        # read and write parts come later and would overwrite them); the doorbell counts are
+        # the first core's.
         awk -v r="$round" -v e="$name" -v q="$q" '
-            /"iops":/ { gsub(/[",]/, ""); iops = $2 }
-            /"mean":/ { gsub(/[",]/, ""); mean = $2 }
-            /"p50":/ { gsub(/[",]/, ""); p50 = $2 }
-            /"p99":/ { gsub(/[",]/, ""); p99 = $2 }
-            /"submit_cycles_per_io":/ { gsub(/[",]/, ""); sub_c = $2 }
-            /"complete_cycles_per_io":/ { gsub(/[",]/, ""); comp_c = $2 }
-            /"sq_doorbell_writes_per_io":/ && sq == "" { gsub(/[",]/, ""); sq = $2 }
-            /"cq_doorbell_writes_per_io":/ && cq == "" { gsub(/[",]/, ""); cq = $2 }
+            /"total":/ { t = 1 }
+            { gsub(/[",]/, "") }
+            t && $1 == "iops:" && iops == "" { iops = $2 }
+            t && $1 == "mean:" && mean == "" { mean = $2 }
+            t && $1 == "p50:" && p50 == "" { p50 = $2 }
+            t && $1 == "p99:" && p99 == "" { p99 = $2 }
+            t && $1 == "submit_cycles_per_io:" && sc == "" { sc = $2 }
+            t && $1 == "complete_cycles_per_io:" && cc == "" { cc = $2 }
+            $1 == "sq_doorbell_writes_per_io:" && sq == "" { sq = $2 }
+            $1 == "cq_doorbell_writes_per_io:" && cq == "" { cq = $2 }
             END { printf "R %s %s %s %.0f %.0f %.0f %.0f\n", r, e, q, iops, mean, p50, p99
-                  printf "C %s %s %s %.0f %.0f %.3f %.3f\n", r, e, q, sub_c, comp_c, sq, cq }' /tmp/b.json
+                  printf "C %s %s %s %.0f %.0f %.3f %.3f\n", r, e, q, sc, cc, sq, cq }' /tmp/b.json
     else
         echo "FAIL $round $name $q $? $(head -n1 /tmp/b.err)"
     fi
@@ -68,6 +74,7 @@ while [ "$r" -le "$ROUNDS" ]; do
         one "$r" ubdirect "$q"
         one "$r" ubdirect-on "$q" --shadow-doorbells on
         one "$r" ubdirect-nosh "$q" --shadow-doorbells off
+        [ -n "${OLD:-}" ] && one "$r" ubdirect-old "$q"
     done
     bind-kernel "$ADDR" >/dev/null 2>&1 || echo "# bind-kernel $ADDR failed"
     i=0

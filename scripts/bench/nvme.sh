@@ -16,6 +16,9 @@
 #   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128 256" SECS=2 BIN=target/release/ubdirect)
 #   scripts/bench/nvme.sh --cmb      (env: ROUNDS=3 DEPTHS="1 32 128" SECS=2 BIN=target/release/ubdirect)
 #
+# OLD_BIN=path/to/an/older/ubdirect adds engine "ubdirect-old" (that binary, shadow doorbells
+# auto) to every round: a before/after comparison of a driver change in one boot.
+#
 # Build first: cargo build --release --bin ubdirect
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,11 +40,18 @@ else
     ctrl="serial=ubdnull,drive=nullb,addr=0x10"
 fi
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+old=$(mktemp -d)
+trap 'rm -rf "$log" "$old"' EXIT
+extra=()
+if [[ -n ${OLD_BIN:-} ]]; then
+    [[ -x $OLD_BIN ]] || { echo "nvme.sh: OLD_BIN=$OLD_BIN is not an executable" >&2; exit 2; }
+    cp "$OLD_BIN" "$old/ubdirect-old"
+    extra=(--bin "$old/ubdirect-old" --env OLD=1)
+fi
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
     --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,$ctrl" \
-    --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
+    --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" "${extra[@]}" \
     -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true
 echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$log" "$MODE" <<'PY'
@@ -55,7 +65,7 @@ for line in open(sys.argv[1]):
 if mode == "cmb":
     column, engines = "SQ in", ["host", "cmb"]
 else:
-    column, engines = "engine", ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "uring-iopoll", "uring-cmd"]
+    column, engines = "engine", ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "ubdirect-old", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
 def med(e, q, i):
     v = [r[i] for r in runs.get((e, q), [])]
@@ -91,6 +101,13 @@ if mode == "cmb":
     for q in depths:
         print(f"| {q} | {r(med('cmb', q, 0), med('host', q, 0))} | {r(med('cmb', q, 1), med('host', q, 1))} |")
     sys.exit(0)
+if any(e == "ubdirect-old" for e, _ in runs):
+    print("\n| QD | ubdirect-old IOPS | ubdirect IOPS | new / old | old / floor | new / floor |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for q in depths:
+        o, n, fl = med("ubdirect-old", q, 0), med("ubdirect", q, 0), med("floor", q, 0)
+        if o and n and fl:
+            print(f"| {q} | {o:,.0f} | {n:,.0f} | {n/o:.2f} | {o/fl:.2f} | {n/fl:.2f} |")
 print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
 print("| ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 for q in depths:

@@ -30,9 +30,17 @@ as_user() {
     rc=$?
 }
 
+# ns_of_nsid CTRL_DIR NSID: the block device name of namespace NSID (by its nsid attribute: the
+# names follow the asynchronous scan order, so after a rebind nsid 2 can be nvmeXn1).
+ns_of_nsid() {
+    for nsd in "$1"/nvme*n*; do
+        [ "$(cat "$nsd/nsid" 2>/dev/null)" = "$2" ] && echo "${nsd##*/}" | sed 's/c[0-9]*n/n/' && return 0
+    done
+}
+
 bind-kernel $UBD_TEST_DEVICES >/dev/null 2>&1
 ctrl=$(ls -d /sys/bus/pci/devices/"$NVME1"/nvme/nvme* 2>/dev/null | head -n1)
-ns2=$(ls "$ctrl" | grep -E '^nvme[0-9]+(c[0-9]+)?n2$' | head -n1 | sed 's/c[0-9]*n/n/')
+ns2=$(ns_of_nsid "$ctrl" 2)
 saved=no
 if [ -b "/dev/$ns2" ] && dd if="/dev/$ns2" of=/tmp/nonroot-save bs=1M skip=56 count=8 2>/dev/null; then
     saved=yes
@@ -70,7 +78,7 @@ check "perf with memlock 64 KiB: the same message" \
 
 UBD_STATE_DIR=$UBD_STATE_DIR sh scripts/setup.sh reset >/dev/null 2>&1
 ctrl=$(ls -d /sys/bus/pci/devices/"$NVME1"/nvme/nvme* 2>/dev/null | head -n1)
-ns2=$(ls "$ctrl" | grep -E '^nvme[0-9]+(c[0-9]+)?n2$' | head -n1 | sed 's/c[0-9]*n/n/')
+ns2=$(ns_of_nsid "$ctrl" 2)
 if [ "$saved" = yes ] && [ -b "/dev/$ns2" ]; then
     dd if=/tmp/nonroot-save of="/dev/$ns2" bs=1M seek=56 count=8 conv=fsync 2>/dev/null
     dd if="/dev/$ns2" of=/tmp/nonroot-back bs=1M skip=56 count=8 iflag=direct 2>/dev/null ||
