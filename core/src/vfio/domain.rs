@@ -828,6 +828,20 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             reason: format!("{addr} has no vfio cdev (sys/bus/pci/devices/{addr}/vfio-dev)"),
             fix: "boot a kernel with CONFIG_VFIO_DEVICE_CDEV and bind the device to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
         },
+        // A group member on a host driver: the kernel refuses the DMA ownership (EPERM); the
+        // same error as type1's non-viable group, naming the members.
+        VfioError::VfioDeviceBindIommufd(err)
+            if err.errno() == libc::EPERM
+                && group_members_in(Path::new("/"), group, addr)
+                    .split(", ")
+                    .any(|m| !m.ends_with("(vfio-pci)") && !m.ends_with("(no driver)")) =>
+        {
+            CoreError::GroupNotViable {
+                addr,
+                group,
+                others: group_members_in(Path::new("/"), group, addr),
+            }
+        }
         VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EBUSY => CoreError::Backend {
             backend: "iommufd",
             reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use model_support::{fast_opts, model};
 use ubdirect_core::{PoolConfig, UbPool};
 use ubdirect_devmodel::nvme::NvmeConfig;
+use ubdirect_nvme::spec::command::io_opcode;
 use ubdirect_nvme::{
     Controller, IoBuf, IoCompletion, IoFlags, IoPayload, IoQueuePair, Lba, NvmeError, QueueOptions,
 };
@@ -85,6 +86,21 @@ fn a_queue_pair_of_windows_hands_back_each_window_itself() {
         matches!(r.error, NvmeError::LbaOutOfRange { .. }),
         "{}",
         r.error
+    );
+
+    // A Flush on a queue pair of windows carries a window through (not transferred) and hands
+    // it back as it went.
+    let flushes = m.stats().io.get(&io_opcode::FLUSH).copied().unwrap_or(0);
+    let w = IoBuf::new(back.into_buf(), 1024, 512).unwrap();
+    qp.submit_flush_with(&ns, w, 4).unwrap();
+    let done = reap(&mut qp, 1);
+    assert_eq!(done[0].tag, 4);
+    assert_eq!(done[0].result.as_ref().ok(), Some(&0));
+    assert_eq!((done[0].bufs.offset(), done[0].bufs.len()), (1024, 512));
+    assert_eq!(
+        m.stats().io.get(&io_opcode::FLUSH).copied().unwrap_or(0),
+        flushes + 1,
+        "the model saw the Flush"
     );
 }
 
