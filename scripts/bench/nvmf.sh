@@ -13,6 +13,8 @@
 #        BIN_BEFORE=FILE: a second ubdirect (e.g. built from the commit before a change), run
 #        as engine ubdirect-tcp-before right after each ubdirect-tcp run in the same boot
 #        (needs UBD_NVMF_UBDIRECT=1): before and after side by side
+# The kernel engine's reads are one NVMe/TCP command each (merges off on the path device; "# D"
+# lines give commands and KiB per command per run, FAIL if a 4 KiB run's reads were merged).
 # Prints every run and a table of medians. TCG guest: compare engines side by side in one run,
 # never with other tables.
 set -euo pipefail
