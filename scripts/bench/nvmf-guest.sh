@@ -132,6 +132,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
             if [[ ${UBD_NVMF_BEFORE:-0} == 1 ]]; then
                 run_ubd "$round" "${spec%%:*}" "${spec##*:}" ubdirect-before ubdirect-tcp-before
             fi
+            if [[ ${UBD_NVMF_SPIN_TOO:-0} == 1 ]]; then # the same, never sleeping in poll(2)
+                UBD_NVMF_SPIN=1 run_ubd "$round" "${spec%%:*}" "${spec##*:}" ubdirect ubdirect-tcp-spin
+            fi
         done
         dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 30) || exit 1
         nomerge

@@ -13,6 +13,8 @@
 #        BIN_BEFORE=FILE: a second ubdirect (e.g. built from the commit before a change), run
 #        as engine ubdirect-tcp-before right after each ubdirect-tcp run in the same boot
 #        (needs UBD_NVMF_UBDIRECT=1): before and after side by side
+#        UBD_NVMF_SPIN_TOO=1: ubdirect-tcp-spin, the same build with UBD_NVMF_SPIN=1 (no poll(2)
+#        wait when idle), right after each ubdirect-tcp run
 # The kernel engine's reads are one NVMe/TCP command each (merges off on the path device; "# D"
 # lines give commands and KiB per command per run, FAIL if a 4 KiB run's reads were merged).
 # Prints every run and a table of medians. TCG guest: compare engines side by side in one run,
@@ -33,7 +35,7 @@ BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || BIN=target/debug/ubdirect
 [[ -x $BIN ]] && bin_args=(--bin "$BIN")
 envs=(--env "ROUNDS=${ROUNDS:-3}" --env "DEPTHS=${DEPTHS:-1 32 128}" --env "IOS=${IOS:-2048}" --env "SECS=${SECS:-3}"
-    --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}")
+    --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}" --env "UBD_NVMF_SPIN_TOO=${UBD_NVMF_SPIN_TOO:-0}")
 log=$(mktemp)
 before_dir=$(mktemp -d)
 trap 'rm -rf "$log" "$before_dir"' EXIT
