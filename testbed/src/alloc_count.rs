@@ -22,13 +22,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 thread_local! {
     /// Whether this thread's allocations count as watched.
     static WATCH: Cell<bool> = const { Cell::new(false) };
+    /// This thread's watched allocations (per thread: two tests watching their own threads at
+    /// once must not see each other's allocations).
+    static WATCHED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The counting allocator; install it with `#[global_allocator]`.
 #[derive(Debug, Default)]
 pub struct CountingAlloc {
     all: AtomicU64,
-    watched: AtomicU64,
 }
 
 impl CountingAlloc {
@@ -36,7 +38,6 @@ impl CountingAlloc {
     pub const fn new() -> CountingAlloc {
         CountingAlloc {
             all: AtomicU64::new(0),
-            watched: AtomicU64::new(0),
         }
     }
 
@@ -48,18 +49,18 @@ impl CountingAlloc {
     /// Runs `f` with this thread watched; returns its result and the allocations this thread
     /// made while it ran (other threads' do not count).
     pub fn count_on_this_thread<R>(&self, f: impl FnOnce() -> R) -> (R, u64) {
-        let before = self.watched.load(Ordering::Relaxed);
+        let before = WATCHED.with(|n| n.get());
         let was = WATCH.with(|w| w.replace(true));
         let r = f();
         WATCH.with(|w| w.set(was));
-        (r, self.watched.load(Ordering::Relaxed) - before)
+        (r, WATCHED.with(|n| n.get()) - before)
     }
 
     fn counted(&self) {
         self.all.fetch_add(1, Ordering::Relaxed);
         // try_with: no count (rather than a panic) while this thread's locals are torn down.
         if WATCH.try_with(|w| w.get()).unwrap_or(false) {
-            self.watched.fetch_add(1, Ordering::Relaxed);
+            let _ = WATCHED.try_with(|n| n.set(n.get() + 1));
         }
     }
 }
@@ -123,5 +124,31 @@ mod tests {
         );
         // Spawning allocates a few times on this thread (the thread's handle and packet).
         assert!(here < 100, "{here} allocations on this thread");
+    }
+
+    #[test]
+    fn two_threads_watched_at_once_count_only_their_own() {
+        let go = std::sync::Barrier::new(2);
+        let done = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ((), n) = GLOBAL.count_on_this_thread(|| {
+                    go.wait();
+                    for i in 0..100u8 {
+                        drop(std::hint::black_box(vec![i; 64]));
+                    }
+                    done.wait();
+                });
+                assert!(n >= 100, "{n}");
+            });
+            let ((), mine) = GLOBAL.count_on_this_thread(|| {
+                go.wait();
+                done.wait();
+            });
+            assert_eq!(
+                mine, 0,
+                "the other watched thread's allocations are not this thread's"
+            );
+        });
     }
 }
