@@ -1,7 +1,7 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
 # Two-guest NVMe/TCP test of ubdirect's own initiator (issue 14), run on the INITIATOR guest:
-#   scripts/vm/pair.sh --bin target/debug/ubdirect -- 'pair_target_up 180 && sh tests/guest/pair/52-nvmf-ubdirect.sh'
+#   scripts/vm/pair.sh --bin target/debug/ubdirect -- 'sh tests/guest/pair/52-nvmf-ubdirect.sh'
 # The target guest (10.77.0.1) exports its nvme0 namespace as nqn.2026-11.io.ubdirect:test on
 # TCP 4420. Here (10.77.0.2): discover, identify, perf --verify write then read across the QEMU
 # socket link (the host then finds the first stamp in the TARGET's nvme0.img: UBD-TARGETCHECK),
@@ -13,6 +13,17 @@ t() {
     if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi
 }
 echo "1..6"
+# The target guest boots at the same time as this one: wait (at most 180 s) until its port
+# answers, as 51-nvmet-tcp.sh does through nvmet.sh --wait (a fresh-clone CI run asked at 6 s
+# of uptime, before the target listened, and discover/identify failed while perf, later, passed).
+end=$(($(cut -d. -f1 /proc/uptime) + 180))
+until timeout 3 bash -c "exec 3<>/dev/tcp/10.77.0.1/4420" 2>/dev/null; do
+    if [ "$(cut -d. -f1 /proc/uptime)" -ge "$end" ]; then
+        echo "# the target 10.77.0.1:4420 did not answer within 180 s"
+        break
+    fi
+    sleep 1
+done
 A=nvmf-tcp://10.77.0.1:4420/nqn.2026-11.io.ubdirect:test/1
 t "discover 10.77.0.1:4420 lists the subsystem" \
     'ubdirect discover 10.77.0.1:4420 >/tmp/d.out 2>/dev/null && grep -q "nvme .*10.77.0.1 .*nqn.2026-11.io.ubdirect:test" /tmp/d.out || { cat /tmp/d.out; false; }'
