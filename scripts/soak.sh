@@ -439,6 +439,33 @@ sys.exit(1 if bad else 0)
 EOF
 }
 
+# diagnose WHY: the guest stopped making progress (an unplug it did not release, a round stuck):
+# record what the host can see before QEMU is stopped, in $D/hang-diag.log, and print a summary.
+# A guest whose console has been silent since the stall cannot have run its own watchdog: it is
+# frozen as a whole (every vCPU spinning with interrupts off, or halted with no interrupt coming),
+# not one task stuck. The vCPUs' instruction pointers, read twice 5 s apart, tell which: a vCPU
+# whose RIP moves and whose QEMU thread uses CPU time spins; one at the same RIP halted.
+diagnose() {
+    dg="$D/hang-diag.log"
+    qpid=$(cat "$D/qemu.pid" 2>/dev/null)
+    {
+        echo "== $(date +%T) $1"
+        echo "console: $(wc -l <"$CON") lines, last change $(($(date +%s) - $(stat -c %Y "$CON")))s ago; last guest line: $(grep -v '^\[' "$CON" | tail -n1 | cut -c1-200)"
+        for pass in 1 2; do
+            [ -n "$qpid" ] && for t in /proc/"$qpid"/task/*; do
+                echo "pass $pass thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): $(awk '{print "state " $3 ", utime " $14 ", stime " $15}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+            done
+            qmp '{"execute":"query-status"}' '{"execute":"query-cpus-fast"}' 2>&1
+            qmp '{"execute":"human-monitor-command","arguments":{"command-line":"info registers -a"}}' 2>&1 |
+                grep -oE 'CPU#[0-9]+|RIP=[0-9a-f]+|HLT=[01]|EFL=[0-9a-f]+' | paste -sd' '
+            [ "$pass" = 1 ] && sleep 5
+        done
+        qmp '{"execute":"human-monitor-command","arguments":{"command-line":"info pci"}}' 2>&1 | grep -iE 'bus|device|non-vga|storage' | head -40
+    } >>"$dg" 2>&1
+    rips=$(grep -oE 'CPU#[0-9]+|RIP=[0-9a-f]+|HLT=[01]' "$dg" | paste -sd' ' | tail -c 300)
+    echo "$(date +%T) diagnosis ($1) in $dg: vCPUs (two samples 5 s apart) $rips" >>"$hlog"
+}
+
 extra="-device nvme,id=nvme1,serial=ubd1,mdts=2,addr=05.0"
 extra="$extra -blockdev {\"driver\":\"blkdebug\",\"node-name\":\"n1bd\",\"inject-error\":[{\"event\":\"none\",\"iotype\":\"read\",\"errno\":5,\"sector\":$BAD_SECTOR}],\"image\":{\"driver\":\"file\",\"filename\":\"$D/nvme1-ns1.img\"}}"
 extra="$extra -device nvme-ns,drive=n1bd,bus=nvme1,nsid=1"
@@ -486,6 +513,15 @@ while ! guest_done; do
     if grep -q '^SOAK-STUCK' "$CON" 2>/dev/null; then
         echo "$(date +%T) the guest reports a round stuck in the kernel: stopping QEMU in 30 s (a hang)" >>"$hlog"
         sleep 30
+        diagnose "a round stuck in the guest kernel"
+        qmp '{"execute":"quit"}' >/dev/null 2>&1
+        break
+    fi
+    # a guest frozen as a whole prints nothing, not even its watchdog's SOAK-STUCK lines: a
+    # console silent for 300 s (a round prints at least one line, a job is killed at T + 120 s)
+    if [ $(($(date +%s) - $(stat -c %Y "$CON"))) -gt 300 ]; then
+        echo "$(date +%T) the guest console has been silent for over 300 s: stopping QEMU (a hang)" >>"$hlog"
+        diagnose "guest console silent for 300 s"
         qmp '{"execute":"quit"}' >/dev/null 2>&1
         break
     fi
@@ -531,8 +567,10 @@ while ! guest_done; do
         if [ "$gone" != yes ]; then
             echo "$(date +%T) unplug NOT survived: the guest did not release nvme2 within 120 s" >>"$hlog"
             # the guest may be stuck for good (seen once): give it 300 s to finish, then stop QEMU
+            diagnose "nvme2 not released 120 s after device_del"
             if ! wait_line '^SOAK-SUMMARY' 0 300; then
                 echo "$(date +%T) the guest printed no summary 300 s later: stopping QEMU (a hang)" >>"$hlog"
+                diagnose "no summary 300 s later"
                 qmp '{"execute":"quit"}' >/dev/null 2>&1
             fi
             break

@@ -205,6 +205,16 @@ impl AdminQueue {
     #[cold]
     fn timed_out(&mut self, command: &'static str, cid: u16, start: Instant) -> NvmeError {
         self.wedged.store(true, Ordering::Relaxed);
+        tracing::warn!(
+            command,
+            cid,
+            sq_tail = self.sq.tail(),
+            sq_head = self.sq_head,
+            skipped = self.skipped,
+            csts = format_args!("{:#x}", self.mmio.read32(crate::spec::regs::REG_CSTS)),
+            cq = %self.cq.describe(),
+            "NVMe admin command timed out; the admin completion queue as the driver sees it"
+        );
         NvmeError::Timeout {
             then: crate::error::TIMEOUT_ADMIN,
             command,

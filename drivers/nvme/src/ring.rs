@@ -169,6 +169,26 @@ impl CqRing {
         // SAFETY: as above; the phase tag matched, so the device finished writing the entry.
         Some(unsafe { std::ptr::read_volatile(p) })
     }
+    /// The ring as the driver sees it, for a timeout's diagnosis: the expected phase and every
+    /// entry the device has written (non-zero) as `slot:cid/sqid/sqhd/status+phase`. Cold.
+    #[cold]
+    pub(crate) fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut out = format!("head {} phase {}", self.head, self.phase as u8);
+        for slot in 0..self.entries as usize {
+            // SAFETY: slot < entries and the ring holds entries * 16 bytes, 16-byte aligned;
+            // volatile because the device may write it concurrently.
+            let e = unsafe { std::ptr::read_volatile(self.mem.as_ptr().cast::<Cqe>().add(slot)) };
+            if e.status != 0 || e.cid != 0 || e.sq_head != 0 || e.result != 0 {
+                let _ = write!(
+                    out,
+                    " {slot}:{}/{}/{}/{:#x}",
+                    e.cid, e.sq_id, e.sq_head, e.status
+                );
+            }
+        }
+        out
+    }
     /// Consume the head entry.
     #[inline]
     pub(crate) fn advance(&mut self) {

@@ -250,6 +250,57 @@ fn a_controller_that_stops_answering_times_out_within_the_admin_deadline() {
 }
 
 #[test]
+fn an_admin_timeout_logs_the_completion_queue_as_the_driver_saw_it() {
+    // Issue 9 soak: an open failed with "Set Features (command 1, queue 0) did not complete
+    // within 10 s" after Identify Controller (command 0) had completed. The error alone cannot
+    // tell a completion the controller never posted from one posted where the driver does not
+    // look; the warning logged with it shows the admin ring. Here the model swallows command 1:
+    // slot 0 holds Identify's completion (cid 0, SQ head 1, phase 1), slot 1 nothing, and the
+    // driver waits at head 1 for phase 1.
+    let out = ubdirect_testbed::log_capture::LogCapture::default();
+    let writer = out.clone();
+    // `within` runs the open on its own thread: the capturing subscriber is set there.
+    let r = within(LIMIT, move || {
+        let sub = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            let (_m, r) = open_hostile(
+                NvmeConfig::default(),
+                Hostile {
+                    silent_after: Some(1),
+                    ..Hostile::default()
+                },
+            );
+            r.map(|_| ())
+        })
+    });
+    match r {
+        Err(NvmeError::Timeout {
+            command: "Set Features",
+            cid: 1,
+            qid: 0,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let text = out.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("NVMe admin command timed out"))
+        .unwrap_or_else(|| panic!("no admin-timeout warning in:\n{text}"));
+    assert!(line.contains("command=\"Set Features\""), "{line}");
+    assert!(line.contains("sq_tail=2"), "{line}");
+    assert!(line.contains("cq=head 1 phase 1 0:0/0/1/0x1"), "{line}");
+    assert!(
+        !line.contains(" 1:"),
+        "nothing was posted in slot 1: {line}"
+    );
+}
+
+#[test]
 fn a_controller_reading_all_ones_is_device_gone() {
     let r = within(LIMIT, || {
         let (_m, r) = open_hostile(
