@@ -479,7 +479,8 @@ extra="$extra -device nvme,id=nvme2,serial=ubd2,bus=rp2,drive=n2f"
 NVME2_ADD='{"execute":"device_add","arguments":{"driver":"nvme","id":"nvme2","serial":"ubd2","bus":"rp2","drive":"n2f"}}'
 
 echo "$me: run directory $D; duration ${duration}s, seed $seed, rounds of ${round}s"
-scripts/vm/run.sh --run-dir "$D" --qmp "$QMP" --devices "nvme0 ivshmem nic0 nic1" --extra-qemu "$extra" \
+# nokaslr: the vCPUs' RIPs that diagnose() records map to kernel symbols without the boot's offset
+scripts/vm/run.sh --run-dir "$D" --qmp "$QMP" --append nokaslr --devices "nvme0 ivshmem nic0 nic1" --extra-qemu "$extra" \
     --timeout $((duration * 3 + 900)) -- "sh scripts/soak.sh --guest --duration ${duration}s --seed $seed --round $round --fault-rate $rate" \
     >"$CON" 2>&1 &
 vm=$!
