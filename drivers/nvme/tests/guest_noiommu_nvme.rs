@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use common::{fill_random, T};
@@ -17,6 +16,7 @@ use ubdirect_core::{DmaDomain, PageSize, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{
     Controller, ControllerOptions, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions,
 };
+use ubdirect_testbed::cli::{perf_rw_verify_args, perf_verified_clean, ubdirect};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 /// True in the no-IOMMU boot; elsewhere prints the skip line and returns false.
@@ -137,6 +137,130 @@ fn noiommu_nvme_write_read_verifies_real_data_at_physical_addresses() {
     let st = qp.stats();
     println!("no-IOMMU: {st:?}");
     assert_eq!((st.timeouts, st.failed_back), (0, 0), "{st:?}");
+}
+
+/// The physically contiguous runs of `[ptr, ptr+len)` read from pagemap page by page, as
+/// (offset, length, physical address): what the region's pieces must be.
+fn runs_from_pagemap(ptr: *mut u8, len: usize) -> Vec<(usize, usize, u64)> {
+    let mut runs: Vec<(usize, usize, u64)> = Vec::new();
+    for off in (0..len).step_by(2 << 20) {
+        let p = noiommu::dma_address(ptr as usize + off, 4096).unwrap();
+        match runs.last_mut() {
+            Some(r) if r.2 + r.1 as u64 == p => r.1 += 2 << 20,
+            _ => runs.push((off, 2 << 20, p)),
+        }
+    }
+    runs
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_a_pool_over_scattered_hugepages_moves_data_through_every_block() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let (registry, ctrl) = open_nvme0();
+    // Scatter the free hugepages: take six single pages, give back 1, 3 and 5. hugetlb hands
+    // out the most recently freed page first, so the pool's three pages come from between pages
+    // still held, in reverse order: not one physical range.
+    let mut held: Vec<Option<_>> = (0..6)
+        .map(|_| {
+            Some(
+                registry
+                    .register_hugepages(2 << 20, PageSize::Size2M, None)
+                    .expect("a free 2 MiB hugepage"),
+            )
+        })
+        .collect();
+    for i in [1, 3, 5] {
+        let r = held[i].take().unwrap();
+        registry.unregister(r.id).unwrap();
+        drop(r); // the page goes back to the kernel's free list now
+    }
+    let pool = UbPool::with_hugepages(
+        &registry,
+        PoolConfig {
+            block_size: 256 << 10,
+            block_count: 24,
+        },
+        None,
+    )
+    .expect("a 6 MiB pool over three 2 MiB hugepages in no-IOMMU mode");
+    let r = pool.region().clone();
+    let want = runs_from_pagemap(r.vaddr, r.len);
+    let pieces: Vec<(usize, usize, u64)> = if r.segments.is_empty() {
+        vec![(0, r.len, r.iova)]
+    } else {
+        r.segments
+            .iter()
+            .map(|g| (g.offset, g.len, g.iova))
+            .collect()
+    };
+    println!(
+        "no-IOMMU pool region: {} piece(s) {pieces:x?}",
+        pieces.len()
+    );
+    assert_eq!(pieces, want, "the region's pieces are its physical runs");
+    assert!(
+        want.len() > 1,
+        "the pool's hugepages came out physically contiguous ({want:x?}): the scattering step did not work on this kernel"
+    );
+    let mut qp = IoQueuePair::new(
+        &ctrl,
+        QueueOptions {
+            depth: 16,
+            nsid: Some(1),
+            ..Default::default()
+        },
+    )
+    .expect("queue pair");
+    let ns = qp.namespace(1).unwrap();
+    // Every block: its bus address is the physical address of all its bytes (dma_address
+    // refuses a range that is not one physical range), and a write from it and a read into
+    // it move real data.
+    let mut bufs: Vec<Option<_>> = (0..24).map(|_| Some(pool.get().unwrap())).collect();
+    for b in bufs.iter().flatten() {
+        let phys = noiommu::dma_address(b.as_ptr() as usize, b.len())
+            .unwrap_or_else(|e| panic!("buffer {:p} is not one physical range: {e}", b.as_ptr()));
+        assert_eq!(b.iova(), phys, "buffer {:p}", b.as_ptr());
+    }
+    let len = 256 << 10;
+    for i in 0..bufs.len() {
+        let lba = 90_000 + i as u64 * 512;
+        let mut src = bufs[i].take().unwrap();
+        fill_random(0xb10c + i as u64, src.as_mut_slice());
+        let src = qp
+            .write_blocking(
+                &ns,
+                Lba(lba),
+                IoBuf::new(src, 0, len).unwrap(),
+                IoFlags::FUA,
+                T,
+            )
+            .unwrap_or_else(|r| panic!("write block {i} at lba {lba}: {}", r.error))
+            .into_buf();
+        // Read it back into the next block (in another piece for some of them).
+        let j = (i + 1) % bufs.len();
+        let mut dst = bufs[j].take().unwrap();
+        dst.as_mut_slice().fill(0);
+        let dst = qp
+            .read_blocking(&ns, Lba(lba), IoBuf::new(dst, 0, len).unwrap(), T)
+            .unwrap_or_else(|r| panic!("read block {i} at lba {lba}: {}", r.error))
+            .into_buf();
+        assert!(
+            src.as_slice() == dst.as_slice(),
+            "block {i}: 256 KiB read back into {:p} (bus {:#x}) differ from {:p} (bus {:#x})",
+            dst.as_ptr(),
+            dst.iova(),
+            src.as_ptr(),
+            src.iova()
+        );
+        bufs[i] = Some(src);
+        bufs[j] = Some(dst);
+    }
+    let st = qp.stats();
+    assert_eq!((st.timeouts, st.failed_back), (0, 0), "{st:?}");
+    drop(held);
 }
 
 #[test]
@@ -264,18 +388,6 @@ fn noiommu_device_open_is_refused_without_the_library_opt_in() {
     assert_eq!(c.device().address(), addr);
 }
 
-fn ubdirect(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("ubdirect")
-        .args(args)
-        .output()
-        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 #[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
 fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
@@ -283,26 +395,17 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
         return;
     }
     let tb = testbed::require();
-    let args = [
-        "perf",
-        &tb.nvme[0],
+    let opts = [
         "-q",
         "8",
         "-o",
         "4096",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
-        "1",
-        "--verify",
         "--offset-mib",
         "40",
         "--span-mib",
         "4",
-        "--json",
     ];
+    let args = perf_rw_verify_args(&tb.nvme[0], "1", &opts);
     let (rc, out, err) = ubdirect(&args);
     assert_eq!(rc, 1, "perf without --allow-noiommu: stdout {out}");
     assert!(err.contains("ubdirect perf --allow-noiommu"), "{err}");
@@ -310,18 +413,7 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
         err.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
         "{err}"
     );
-    let mut with = args.to_vec();
+    let mut with = args.clone();
     with.push("--allow-noiommu");
-    let (rc, out, err) = ubdirect(&with);
-    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    let t = &v["total"];
-    assert!(t["ios"].as_u64().unwrap() > 0, "{t}");
-    assert_eq!(t["errors"], 0, "{t}");
-    assert_eq!(t["verify_errors"], 0, "{t}");
-    let core = &v["cores"][0];
-    assert!(
-        core["verified_blocks"].as_u64().unwrap() > 0,
-        "reads found stamped blocks: {core}"
-    );
+    perf_verified_clean(ubdirect(&with));
 }
