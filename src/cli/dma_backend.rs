@@ -52,7 +52,7 @@ fn noiommu_state(root: &Path) -> String {
         Ok(()) => "the operator opted in (vfio's unsafe no-IOMMU mode is on)".to_string(),
         Err(e) => e.to_string(),
     };
-    format!("{operator}; a program must opt in too (the domain option allow_noiommu, `ubdirect perf --allow-noiommu`); no isolation: the device can read and write all of memory")
+    format!("{operator}; a program must opt in too (the domain option allow_noiommu; the --allow-noiommu flag of ubdirect's identify, perf, log, pipeline and loopback); no isolation: the device can read and write all of memory")
 }
 
 /// [`of_in`] with `UBD_IOMMU_BACKEND` from the environment.
@@ -77,7 +77,7 @@ pub fn findings(root: &Path, selected: &[PciDeviceInfo]) -> Vec<Finding> {
                 check: "dma-backend",
                 device: Some(d.address.clone()),
                 action: if b.kind == BackendKind::NoIommu.name() {
-                    "no-IOMMU DMA has no isolation (the device can read and write all of memory): turn the IOMMU on (intel_iommu=on / amd_iommu=on); to use it anyway the operator runs `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config` and the program opts in (the domain option allow_noiommu; `ubdirect perf --allow-noiommu`)".into()
+                    "no-IOMMU DMA has no isolation (the device can read and write all of memory): turn the IOMMU on (intel_iommu=on / amd_iommu=on); to use it anyway the operator runs `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config` and the program opts in (the domain option allow_noiommu; the --allow-noiommu flag of ubdirect's identify, perf, log, pipeline and loopback)".into()
                 } else {
                     String::new()
                 },

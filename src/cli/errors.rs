@@ -206,7 +206,7 @@ fn core_message(e: &CoreError) -> String {
             reason,
             ..
         } if reason.contains("did not opt in to the no-IOMMU back end") => {
-            "DMA back end noiommu: refused: the device sits in a vfio no-IOMMU group, where it can read and write all of memory, and this command was not told to allow that; turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with `ubdirect perf --allow-noiommu` after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".to_string()
+            "DMA back end noiommu: refused: the device sits in a vfio no-IOMMU group, where it can read and write all of memory, and this command was not told to allow that; turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in with --allow-noiommu on the command (identify, perf, log, pipeline, loopback; e.g. `ubdirect perf --allow-noiommu`) after `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`".to_string()
         }
         CoreError::IovaExhausted { len, .. } => format!(
             "no room left in the device's DMA address space for {len} more bytes: use a smaller pool (--pool-size, --blocks)"

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use ubdirect_core::{DmaDomain, UbRegistry};
+use ubdirect_core::UbRegistry;
 use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
 use super::{CliResult, Outcome};
@@ -20,6 +20,9 @@ pub struct Args {
     /// JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
+
+    #[command(flatten)]
+    pub(super) noiommu: super::noiommu_arg::NoIommuArg,
 }
 
 /// Register-level facts the driver read, beside the identify data.
@@ -50,7 +53,7 @@ pub fn run(args: &Args) -> CliResult {
     if args.addr.starts_with("nvmf-tcp://") {
         return super::nvmf::run_identify(&args.addr, args.json);
     }
-    let registry = UbRegistry::new(DmaDomain::new()?);
+    let registry = UbRegistry::new(args.noiommu.domain()?);
     let ctrl: Arc<Controller> =
         Controller::open(&registry, args.addr.parse()?, ControllerOptions::default())?;
     let cap = ctrl.cap();

@@ -2,7 +2,7 @@
 //! log pages, like nvme-cli's `smart-log` and `error-log`, through vfio.
 
 use serde::Serialize;
-use ubdirect_core::{DmaDomain, UbRegistry};
+use ubdirect_core::UbRegistry;
 use ubdirect_nvme::{Controller, ControllerOptions, NvmeStatus};
 use ubdirect_nvme::{ErrorLogEntry, SmartLog};
 
@@ -35,6 +35,9 @@ struct PageArgs {
     /// JSON on stdout instead of text.
     #[arg(long)]
     json: bool,
+
+    #[command(flatten)]
+    noiommu: super::noiommu_arg::NoIommuArg,
 }
 
 #[derive(Serialize)]
@@ -57,13 +60,23 @@ struct ErrorJson<'a> {
     entries: Vec<ErrorEntryJson<'a>>,
 }
 
+impl Args {
+    /// The no-IOMMU opt-in of the page asked for.
+    #[cfg(test)]
+    pub(super) fn noiommu(&self) -> super::noiommu_arg::NoIommuArg {
+        match &self.page {
+            Page::Smart(p) | Page::Error(p) => p.noiommu,
+        }
+    }
+}
+
 /// Run it.
 pub fn run(args: &Args) -> CliResult {
     let (p, smart) = match &args.page {
         Page::Smart(p) => (p, true),
         Page::Error(p) => (p, false),
     };
-    let registry = UbRegistry::new(DmaDomain::new()?);
+    let registry = UbRegistry::new(p.noiommu.domain()?);
     let ctrl = Controller::open(&registry, p.addr.parse()?, ControllerOptions::default())?;
     if smart {
         let s = ctrl.smart_log()?;

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use ubdirect_core::pci::{PciAddress, PciDevice};
 use ubdirect_core::ub::{PoolConfig, UbPool, UbRegistry};
-use ubdirect_core::vfio::DmaDomain;
 use ubdirect_virtio_net::pattern::{self, MIN_PATTERN_FRAME};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
@@ -28,6 +27,8 @@ pub(crate) const STALL_DEADLINE: Duration = Duration::from_secs(2);
 /// same frames through the kernel driver (AF_PACKET) as the A/B baseline.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub noiommu: super::noiommu_arg::NoIommuArg,
     /// Sending NIC (PCI address, bound to vfio-pci; to virtio-pci with --kernel).
     #[arg(long)]
     pub tx: PciAddress,
@@ -205,7 +206,7 @@ fn block_size_for(max_frame: usize) -> usize {
 fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackError> {
     // Devices first, then the registry: locals drop in reverse, so the registry's mappings go
     // while the devices still hold the IOMMU container.
-    let domain = DmaDomain::new()?;
+    let domain = args.noiommu.domain()?;
     let tx_dev = PciDevice::open(&domain, args.tx)?;
     let rx_dev = PciDevice::open(&domain, args.rx)?;
     let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;

@@ -20,6 +20,7 @@ pub mod json;
 mod log;
 mod loopback;
 mod namespace;
+mod noiommu_arg;
 mod nvmf;
 mod nvmf_perf;
 mod perf;
@@ -67,6 +68,20 @@ pub enum Command {
 }
 
 impl Command {
+    /// The `--allow-noiommu` opt-in of a subcommand that opens devices (None: it opens none).
+    #[cfg(test)]
+    pub fn allow_noiommu(&self) -> Option<bool> {
+        let arg = match self {
+            Command::Identify(a) => a.noiommu,
+            Command::Perf(a) => a.noiommu,
+            Command::Loopback(a) => a.noiommu,
+            Command::Pipeline(a) => a.noiommu,
+            Command::Log(a) => a.noiommu(),
+            Command::Devices(_) | Command::Doctor(_) | Command::Discover(_) => return None,
+        };
+        Some(arg.allow_noiommu)
+    }
+
     /// Run the subcommand.
     pub fn run(&self) -> CliResult {
         match self {

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
-use ubdirect_core::vfio::DomainOptions;
-use ubdirect_core::{DmaDomain, PciAddress, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
     Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions,
@@ -101,11 +100,8 @@ pub struct Args {
     #[arg(long)]
     verify: bool,
 
-    /// Allow the no-IOMMU back end (vfio's unsafe no-IOMMU mode: the controller DMAs to
-    /// physical addresses with no isolation and can reach all of memory). Also needs the
-    /// operator's opt-in: vfio's no-IOMMU mode turned on by scripts/setup.sh (see README).
-    #[arg(long = "allow-noiommu")]
-    allow_noiommu: bool,
+    #[command(flatten)]
+    pub(super) noiommu: super::noiommu_arg::NoIommuArg,
 
     /// Shadow doorbells (Doorbell Buffer Config) where the controller has them: auto (on only
     /// where a short probe at open sees them save MMIO doorbell writes), on, or off.
@@ -429,10 +425,7 @@ fn run_perf(args: &Args) -> CliResult {
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
-    let registry = UbRegistry::new(DmaDomain::with_options(DomainOptions {
-        allow_noiommu: args.allow_noiommu,
-        ..Default::default()
-    })?);
+    let registry = UbRegistry::new(args.noiommu.domain()?);
     let opts = ControllerOptions {
         io_queues: args.cores.0.len().max(1) as u16,
         // The floor loop writes doorbells straight to the registers.
@@ -1174,8 +1167,8 @@ mod tests {
 
     #[test]
     fn the_noiommu_opt_in_is_off_unless_asked() {
-        assert!(!parse(&["00:04.0"]).allow_noiommu);
-        assert!(parse(&["00:04.0", "--allow-noiommu"]).allow_noiommu);
+        assert!(!parse(&["00:04.0"]).noiommu.allow_noiommu);
+        assert!(parse(&["00:04.0", "--allow-noiommu"]).noiommu.allow_noiommu);
     }
 
     #[test]

@@ -22,6 +22,8 @@ use super::{CliResult, Outcome};
 ///   ubdirect pipeline --source file:/dev/shm/data --sink cuda:0 --mode copy
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub(super) noiommu: super::noiommu_arg::NoIommuArg,
     /// nvme:<pci-addr> (bound to vfio-pci; --ns picks the namespace) or file:<path> (io_uring).
     #[arg(long, value_parser = parse_source)]
     source: SourceSpec,
@@ -267,7 +269,7 @@ fn run_pipeline(args: &Args) -> CliResult {
     let needs_vfio =
         matches!(args.source, SourceSpec::Nvme { .. }) || matches!(args.sink, SinkSpec::Bar { .. });
     let domain = if needs_vfio {
-        DmaDomain::new()?
+        args.noiommu.domain()?
     } else {
         DmaDomain::host_only()
     };

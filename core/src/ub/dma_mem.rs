@@ -24,8 +24,49 @@ struct Slab {
     region: Arc<UbRegion>,
     /// The node the slab was asked for (None: no preference).
     numa: Option<u32>,
-    /// Offsets within the region.
-    space: IovaAllocator,
+    /// Offsets within the region: one allocator per bus-contiguous piece (one for the whole
+    /// region unless it is no-IOMMU memory in pieces), so no allocation spans two pieces.
+    space: Vec<IovaAllocator>,
+}
+
+/// Offsets `[off, off+len)` aligned to `align` from the first piece with room.
+fn alloc_in(space: &mut [IovaAllocator], len: u64, align: u64) -> Result<u64> {
+    let mut last = None;
+    for a in space.iter_mut() {
+        match a.alloc(len, align) {
+            Ok(off) => return Ok(off),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(CoreError::InvalidArgument(format!(
+        "DMA memory of {len:#x} bytes does not fit one bus-contiguous piece of its slab ({last:?}): without an IOMMU a slab's hugepages can be scattered in physical memory; ask for at most 2 MiB at a time, or use 1 GiB hugepages"
+    )))
+}
+
+impl Slab {
+    /// Make `region` (fresh, registered in `registry`) a slab. On error it is unregistered.
+    fn new(registry: &UbRegistry, region: Arc<UbRegion>, numa: Option<u32>) -> Result<Slab> {
+        // A slab is carved by DmaMem alone, never pooled (the region is fresh: the claim
+        // cannot fail, but a refusal must not leave the slab half set up).
+        if let Err(e) = region.claim(RegionOwner::DmaSlab) {
+            let _ = registry.unregister(region.id);
+            return Err(e);
+        }
+        // The registry's own use: the slab can never be unregistered under us.
+        region.add_user();
+        // Carved inside the region's bus-contiguous pieces only (no-IOMMU memory in pieces),
+        // so every allocation is one bus address range.
+        let space = region
+            .contiguous_ranges()
+            .into_iter()
+            .map(|r| IovaAllocator::new(std::slice::from_ref(&(r.start as u64..r.end as u64))))
+            .collect();
+        Ok(Slab {
+            space,
+            region,
+            numa,
+        })
+    }
 }
 
 /// Zeroed, page-aligned, IOVA-contiguous DMA memory for a driver's own structures. Freed
@@ -79,7 +120,7 @@ impl DmaMem {
             .iter_mut()
             .filter(|s| numa.is_none() || s.numa == numa)
         {
-            if let Ok(off) = s.space.alloc(len as u64, PAGE as u64) {
+            if let Ok(off) = alloc_in(&mut s.space, len as u64, PAGE as u64) {
                 found = Some((s.region.clone(), off as usize));
                 break;
             }
@@ -96,23 +137,12 @@ impl DmaMem {
                     }
                     Err(e) => return Err(e),
                 };
-                // A slab is carved by DmaMem alone, never pooled (the region is fresh: the
-                // claim cannot fail, but a refusal must not leave the slab half set up).
-                if let Err(e) = region.claim(RegionOwner::DmaSlab) {
-                    let _ = registry.unregister(region.id);
-                    return Err(e);
-                }
-                // The registry's own use: the slab can never be unregistered under us.
-                region.add_user();
-                let mut space = IovaAllocator::new(std::slice::from_ref(&(0..region.len as u64)));
-                let off = space
-                    .alloc(len as u64, PAGE as u64)
-                    .map_err(|e| CoreError::InvalidArgument(format!("fresh DMA slab: {e:?}")))?;
-                slabs.slabs.push(Slab {
-                    region: region.clone(),
-                    numa,
-                    space,
-                });
+                let mut slab = Slab::new(registry, region, numa)?;
+                let got = alloc_in(&mut slab.space, len as u64, PAGE as u64);
+                let region = slab.region.clone();
+                // Kept even when the request does not fit: smaller ones will.
+                slabs.slabs.push(slab);
+                let off = got?;
                 (region, off as usize)
             }
         };
@@ -130,7 +160,7 @@ impl DmaMem {
 
     /// The device address of the start.
     pub fn iova(&self) -> u64 {
-        self.region.iova + self.offset as u64
+        self.region.iova_at(self.offset)
     }
 
     /// Length in bytes (a multiple of 4 KiB).
@@ -173,7 +203,11 @@ impl Drop for DmaMem {
             .iter_mut()
             .find(|s| Arc::ptr_eq(&s.region, &self.region))
         {
-            let _ = s.space.free(self.offset as u64, self.len as u64);
+            for a in s.space.iter_mut() {
+                if a.free(self.offset as u64, self.len as u64).is_ok() {
+                    break;
+                }
+            }
         }
         self.region.remove_user();
     }
@@ -204,6 +238,50 @@ mod tests {
         let s = unsafe { std::slice::from_raw_parts(c.as_ptr(), 4096) };
         assert!(s.iter().all(|&x| x == 0), "reused memory is zeroed");
         assert_eq!(reg.regions().len(), 1, "one slab");
+    }
+
+    #[test]
+    fn a_slab_in_pieces_hands_out_memory_inside_one_piece_each() {
+        use crate::vfio::DmaSegment;
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        // Two 2 MiB pieces far apart in bus addresses, as scattered no-IOMMU hugepages.
+        let mb2 = 2 << 20;
+        let r = reg
+            .register_in_pieces(vec![
+                DmaSegment {
+                    offset: 0,
+                    len: mb2,
+                    iova: 0x8000_0000,
+                },
+                DmaSegment {
+                    offset: mb2,
+                    len: mb2,
+                    iova: 0x2000_0000,
+                },
+            ])
+            .unwrap();
+        let slab = Slab::new(&reg, r.clone(), None).unwrap();
+        reg.dma.lock().unwrap().slabs.push(slab);
+        // 1.5 MiB, then 1 MiB: the second cannot follow the first in piece 0 and goes to
+        // piece 1 instead of straddling the discontinuity.
+        let a = DmaMem::alloc_on(&reg, 3 << 19, None).unwrap();
+        let b = DmaMem::alloc_on(&reg, 1 << 20, None).unwrap();
+        assert_eq!(a.region().id, r.id);
+        assert_eq!(b.region().id, r.id);
+        assert_eq!(a.iova(), 0x8000_0000);
+        assert_eq!(b.iova(), 0x2000_0000, "in the second piece");
+        assert_eq!(reg.iova_of(b.as_ptr()), Some(b.iova()));
+        assert_eq!(
+            reg.iova_of(b.as_ptr().wrapping_add(4097)),
+            Some(0x2000_1001)
+        );
+        let (x, off) = reg.region_of_iova(0x2000_0010).unwrap();
+        assert_eq!((x.id, off), (r.id, mb2 + 0x10));
+        assert!(
+            reg.region_of_iova(0x8000_0000 + mb2 as u64).is_none(),
+            "between pieces"
+        );
+        drop((a, b));
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl UbPool {
                 cfg.block_count, cfg.block_size, region.id, region.len
             )));
         }
+        check_blocks_in_pieces(&region, cfg.block_size, cfg.block_count)?;
         region.claim(RegionOwner::Pool)?;
         if let Err(e) = registry.add_user(&region) {
             region.release(RegionOwner::Pool);
@@ -318,7 +319,7 @@ impl UbPool {
             me,
             idx,
             self.region.vaddr.wrapping_add(off),
-            self.region.iova + off as u64,
+            self.region.iova_at(off),
         ))
     }
 
@@ -413,6 +414,27 @@ impl Drop for UbPool {
     }
 }
 
+/// Every block of a region in pieces (no-IOMMU memory whose hugepages are physically
+/// scattered) must lie inside one piece, so that each buffer is one bus address range: blocks
+/// that divide the hugepage size always do; others are refused, naming the first that does not.
+fn check_blocks_in_pieces(region: &UbRegion, block_size: usize, count: usize) -> Result<()> {
+    // A block crosses a piece's end exactly when that end lies strictly inside it.
+    let total = block_size * count;
+    for g in region.segments.iter().skip(1) {
+        if g.offset < total && g.offset % block_size != 0 {
+            let i = g.offset / block_size;
+            let off = i * block_size;
+            return Err(CoreError::InvalidArgument(format!(
+                "block {i} of {block_size} bytes (bytes {off:#x}..{:#x} of region {}) crosses a physical discontinuity at {:#x}: the region's hugepages are scattered in physical memory, and without an IOMMU a buffer must be one physical range; use a block size that divides the hugepage size, or 1 GiB hugepages",
+                off + block_size,
+                region.id,
+                g.offset
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn hugepages_free(size: PageSize, numa: Option<u32>) -> u64 {
     ubdirect_hugepages::pools()
         .ok()
@@ -471,6 +493,93 @@ mod tests {
         drop(bufs);
         let s = p.stats();
         assert_eq!((s.in_use, s.high_water), (0, 16));
+    }
+
+    #[test]
+    fn a_pool_over_scattered_pieces_gives_each_buffer_its_pieces_bus_address() {
+        use crate::vfio::DmaSegment;
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let mb2 = 2 << 20;
+        // Three 2 MiB "hugepages": 0 and 1 contiguous (one piece), 2 elsewhere.
+        let pieces = vec![
+            DmaSegment {
+                offset: 0,
+                len: 2 * mb2,
+                iova: 0x1_0000_0000,
+            },
+            DmaSegment {
+                offset: 2 * mb2,
+                len: mb2,
+                iova: 0x4000_0000,
+            },
+        ];
+        let r = reg.register_in_pieces(pieces.clone()).unwrap();
+        let pool = UbPool::new(
+            &reg,
+            r.clone(),
+            PoolConfig {
+                block_size: 1 << 20,
+                block_count: 6,
+            },
+        )
+        .unwrap();
+        let bufs: Vec<UbBuf> = (0..6).map(|_| pool.get().unwrap()).collect();
+        for b in &bufs {
+            let off = b.as_ptr() as usize - r.vaddr as usize;
+            let piece = pieces
+                .iter()
+                .find(|g| g.holds(off, b.len()))
+                .expect("inside one piece");
+            assert_eq!(b.iova(), piece.iova + (off - piece.offset) as u64);
+            assert_eq!(reg.iova_of(b.as_ptr()), Some(b.iova()));
+            assert!(r.contains_iova(b.iova(), b.len()));
+        }
+        let iovas: HashSet<u64> = bufs.iter().map(|b| b.iova()).collect();
+        assert!(iovas.contains(&0x4000_0000) && iovas.contains(&0x4010_0000));
+        drop(bufs);
+        drop(pool);
+        // 4 MiB blocks would put block 1 across the end of piece 0 and the start of piece 1:
+        // refused, naming it, and the region stays free for another pool.
+        let r2 = reg
+            .register_in_pieces(vec![
+                DmaSegment {
+                    offset: 0,
+                    len: mb2,
+                    iova: 0x2_0000_0000,
+                },
+                DmaSegment {
+                    offset: mb2,
+                    len: 3 * mb2,
+                    iova: 0x6000_0000,
+                },
+            ])
+            .unwrap();
+        let e = UbPool::new(
+            &reg,
+            r2.clone(),
+            PoolConfig {
+                block_size: 4 << 20,
+                block_count: 2,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("block 0 of 4194304 bytes"), "{e}");
+        assert!(
+            e.contains("crosses a physical discontinuity at 0x200000"),
+            "{e}"
+        );
+        assert!(e.contains("divides the hugepage size"), "{e}");
+        assert_eq!(r2.owner(), None, "a refusal changes nothing");
+        UbPool::new(
+            &reg,
+            r2,
+            PoolConfig {
+                block_size: mb2,
+                block_count: 4,
+            },
+        )
+        .unwrap();
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ubdirect_hugepages::HugeMem;
 use crate::error::{CoreError, Result};
 use crate::mmio::Mmio;
 use crate::pci::{PciAddress, PciDevice};
-use crate::vfio::DmaMapping;
+use crate::vfio::{DmaMapping, DmaSegment};
 
 /// A region's id in its registry.
 pub type RegionId = u32;
@@ -126,6 +126,10 @@ pub struct UbRegion {
     pub len: usize,
     /// What backs it.
     pub kind: RegionKind,
+    /// The pieces of the region, each one bus address range, when its bus addresses are not
+    /// one range (no-IOMMU memory whose hugepages are physically scattered); empty otherwise.
+    /// Pools and DMA slabs carve inside the pieces: [`UbRegion::iova_at`] gives the address.
+    pub segments: Arc<[DmaSegment]>,
     /// NUMA node of the memory, when known.
     pub numa: Option<u32>,
     users: AtomicUsize,
@@ -182,6 +186,7 @@ impl UbRegion {
             id,
             vaddr,
             iova: mapping.iova(),
+            segments: mapping.segments().clone(),
             len,
             kind,
             numa,
@@ -289,12 +294,35 @@ impl UbRegion {
         }
     }
 
-    /// True when `[iova, iova+len)` lies inside the region.
+    /// True when `[iova, iova+len)` lies inside the region (inside one of its pieces, for a
+    /// region in pieces).
     pub fn contains_iova(&self, iova: u64, len: usize) -> bool {
-        iova >= self.iova
-            && iova
-                .checked_add(len as u64)
-                .is_some_and(|e| e <= self.iova + self.len as u64)
+        self.offset_of_iova(iova, len).is_some()
+    }
+
+    /// The offset in the region of device addresses `[iova, iova+len)`, when they lie inside
+    /// it (inside one piece, for a region in pieces).
+    pub fn offset_of_iova(&self, iova: u64, len: usize) -> Option<usize> {
+        crate::vfio::segments_offset_of(&self.segments, self.iova, self.len, iova, len)
+    }
+
+    /// The device address of byte `offset` of the region.
+    #[inline]
+    pub fn iova_at(&self, offset: usize) -> u64 {
+        crate::vfio::segments_iova_at(&self.segments, self.iova, offset)
+    }
+
+    /// The bus-contiguous byte ranges of the region, in order (one range `[0, len)` unless
+    /// the region is in pieces).
+    pub fn contiguous_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        if self.segments.is_empty() {
+            std::iter::once(0..self.len).collect()
+        } else {
+            self.segments
+                .iter()
+                .map(|g| g.offset..g.offset + g.len)
+                .collect()
+        }
     }
 
     pub(crate) fn add_user(&self) {

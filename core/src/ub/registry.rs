@@ -134,6 +134,30 @@ impl UbRegistry {
         }
     }
 
+    /// Anonymous memory registered at the given bus-address pieces, as no-IOMMU memory whose
+    /// hugepages are scattered (host tests of pools and DMA slabs over memory in pieces).
+    #[cfg(test)]
+    pub(crate) fn register_in_pieces(
+        &self,
+        pieces: Vec<crate::vfio::DmaSegment>,
+    ) -> Result<Arc<UbRegion>> {
+        let len = pieces.iter().map(|g| g.len).sum();
+        let m = Mmio::anonymous(len)?;
+        let ptr = m.as_ptr();
+        // SAFETY: the memory moves into the region, which unmaps before dropping it.
+        let mapping = unsafe { self.domain.map_in_pieces(ptr, len, pieces)? };
+        Ok(self.insert_mapped(
+            ptr,
+            len,
+            RegionKind::Host {
+                page_size: MIB2 as u64,
+            },
+            None,
+            mapping,
+            Backing::Anonymous(m),
+        ))
+    }
+
     /// mmap BAR `bar` of `dev` through VFIO and map it into this domain (peer-to-peer: other
     /// devices in the domain can DMA into the BAR).
     ///
@@ -352,12 +376,13 @@ impl UbRegistry {
         mapping: crate::vfio::DmaMapping,
         backing: Backing,
     ) -> Arc<UbRegion> {
-        let iova = mapping.iova();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let r = Arc::new(UbRegion::new(id, ptr, len, kind, numa, mapping, backing));
         let mut w = self.write();
         w.by_id.insert(id, r.clone());
-        w.by_iova.insert(iova, id);
+        for piece in r.contiguous_ranges() {
+            w.by_iova.insert(r.iova_at(piece.start), id);
+        }
         if !ptr.is_null() {
             w.by_vaddr.insert(ptr as usize, id);
         }
@@ -379,7 +404,9 @@ impl UbRegistry {
         }
         r.unmap()?;
         w.by_id.remove(&id);
-        w.by_iova.remove(&r.iova);
+        for piece in r.contiguous_ranges() {
+            w.by_iova.remove(&r.iova_at(piece.start));
+        }
         if !r.vaddr.is_null() {
             w.by_vaddr.remove(&(r.vaddr as usize));
         }
@@ -413,8 +440,7 @@ impl UbRegistry {
         let r = self.read();
         let (_, id) = r.by_iova.range(..=iova).next_back()?;
         let reg = r.by_id.get(id)?;
-        reg.contains_iova(iova, 1)
-            .then(|| (reg.clone(), (iova - reg.iova) as usize))
+        reg.offset_of_iova(iova, 1).map(|off| (reg.clone(), off))
     }
 
     /// The IOVA devices use for CPU address `vaddr`, if it lies in a registered region.
@@ -423,7 +449,7 @@ impl UbRegistry {
         let r = self.read();
         let (&start, id) = r.by_vaddr.range(..=va).next_back()?;
         let reg = r.by_id.get(id)?;
-        (va - start < reg.len).then(|| reg.iova + (va - start) as u64)
+        (va - start < reg.len).then(|| reg.iova_at(va - start))
     }
 }
 

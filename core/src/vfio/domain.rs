@@ -12,6 +12,7 @@ use super::backend::{Backend, OpenedDevice};
 use super::iommu_info::IommuInfo;
 use super::mapping::DmaMapping;
 use super::preflight::{group_members_in, DeviceSysfs};
+use super::segments::DmaSegment;
 use super::select::{self, BackendChoice, BackendKind, DomainOptions};
 use crate::error::{CoreError, Result};
 use crate::iova::{IovaAllocator, IovaError};
@@ -66,7 +67,7 @@ struct State {
 }
 
 /// One mapping on record.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Entry {
     vaddr: usize,
     len: usize,
@@ -79,6 +80,31 @@ struct Entry {
     /// `vaddr` is the CPU address of the memory and on record in `by_vaddr` (false for a
     /// file mapping without a CPU mapping, whose `vaddr` is 0).
     indexed: bool,
+    /// No-IOMMU memory whose physical pages are scattered: its pieces, each reserved in the
+    /// allocator at its own bus address (empty: one range at the entry's IOVA).
+    segments: Arc<[DmaSegment]>,
+}
+
+impl Entry {
+    /// The IOVA ranges the entry holds in the allocator.
+    fn ranges(&self, iova: u64) -> Vec<(u64, u64)> {
+        if self.segments.is_empty() {
+            vec![(iova, self.len as u64)]
+        } else {
+            self.segments
+                .iter()
+                .map(|g| (g.iova, g.len as u64))
+                .collect()
+        }
+    }
+}
+
+/// Where a new mapping goes in the IOVA space.
+enum Place {
+    /// A fresh range aligned to this many bytes (the IOMMU back ends).
+    Alloc(u64),
+    /// The memory's own bus addresses (no-IOMMU: its physical pieces).
+    Fixed(Vec<DmaSegment>),
 }
 
 impl State {
@@ -99,7 +125,9 @@ impl State {
         // Mappings that exist (an iommufd IOAS re-queried after another device attached)
         // keep their IOVAs.
         for (&iova, e) in &self.maps {
-            let _ = self.iova.reserve(iova, e.len as u64);
+            for (a, n) in e.ranges(iova) {
+                let _ = self.iova.reserve(a, n);
+            }
         }
     }
 }
@@ -397,22 +425,17 @@ impl DmaDomain {
         }
         check_not_mapped(&s, va, len)?;
         let align = (align as u64).max(page as u64);
-        let iova = if self.backend_kind() == Some(BackendKind::NoIommu) {
-            // No translation: the bus address is the memory's physical address.
-            let a = super::noiommu_group::dma_address_for(
+        let place = if self.backend_kind() == Some(BackendKind::NoIommu) {
+            // No translation: the bus addresses are the memory's physical ones.
+            Place::Fixed(super::noiommu_group::dma_segments_for(
                 va,
                 len,
                 align,
                 s.limit.as_ref(),
-                super::noiommu::dma_address,
-            )?;
-            // The same physical memory under another virtual address is already mapped.
-            s.iova
-                .reserve(a, len as u64)
-                .map_err(|_| CoreError::AlreadyMapped { vaddr: va, len })?;
-            a
+                super::noiommu::dma_segments,
+            )?)
         } else {
-            alloc_iova(&mut s, len, align)?
+            Place::Alloc(align)
         };
         let needed = s.mapped + len as u64;
         let entry = Entry {
@@ -422,12 +445,39 @@ impl DmaDomain {
             readonly,
             file: false,
             indexed: true,
+            segments: Arc::new([]),
         };
-        self.map_with(&mut s, iova, entry, || {
+        self.map_with(&mut s, place, entry, |iova| {
             // SAFETY: forwarded from this function's contract.
             unsafe { self.backend_map(iova, len, vaddr, readonly) }
                 .map_err(|errno| map_errno(errno, needed, va, len, iova))
         })
+    }
+
+    /// Map `[vaddr, vaddr+len)` at the given bus-address pieces through the no-IOMMU placement
+    /// (host tests of memory in pieces, on any back end).
+    ///
+    /// # Safety
+    /// As [`DmaDomain::map`].
+    #[cfg(test)]
+    pub(crate) unsafe fn map_in_pieces(
+        self: &Arc<Self>,
+        vaddr: *mut u8,
+        len: usize,
+        pieces: Vec<DmaSegment>,
+    ) -> Result<DmaMapping> {
+        let mut s = self.lock();
+        check_not_mapped(&s, vaddr as usize, len)?;
+        let entry = Entry {
+            vaddr: vaddr as usize,
+            len,
+            revoked: false,
+            readonly: false,
+            file: false,
+            indexed: true,
+            segments: Arc::new([]),
+        };
+        self.map_with(&mut s, Place::Fixed(pieces), entry, |_| Ok(()))
     }
 
     /// The IOMMU facts while mappings can be made. No device open: NoDevice on every back end
@@ -440,27 +490,53 @@ impl DmaDomain {
             .ok_or(CoreError::NoDevice)
     }
 
-    /// The one "program the IOMMU, record it" sequence of every kind of mapping, for the
-    /// IOVA range `[iova, +entry.len)` the caller took from the allocator: `program` is the
-    /// back-end call; when it fails, the range goes back and nothing is recorded.
+    /// The one "place, program the IOMMU, record it" sequence of every kind of mapping on
+    /// every back end: takes the IOVA range (`place`: a fresh one, or the no-IOMMU memory's own
+    /// bus addresses, refused as [`CoreError::AlreadyMapped`] when that physical memory is
+    /// mapped under another virtual address), then `program` (the back-end call) at its start;
+    /// when that fails, the range goes back and nothing is recorded.
     fn map_with(
         self: &Arc<Self>,
         s: &mut State,
-        iova: u64,
-        entry: Entry,
-        program: impl FnOnce() -> Result<()>,
+        place: Place,
+        mut entry: Entry,
+        program: impl FnOnce(u64) -> Result<()>,
     ) -> Result<DmaMapping> {
         let len = entry.len;
-        if let Err(e) = program() {
-            let _ = s.iova.free(iova, len as u64);
+        let iova = match place {
+            Place::Alloc(align) => alloc_iova(s, len, align)?,
+            Place::Fixed(segs) => {
+                for (i, g) in segs.iter().enumerate() {
+                    if s.iova.reserve(g.iova, g.len as u64).is_err() {
+                        for h in &segs[..i] {
+                            let _ = s.iova.free(h.iova, h.len as u64);
+                        }
+                        return Err(CoreError::AlreadyMapped {
+                            vaddr: entry.vaddr,
+                            len,
+                        });
+                    }
+                }
+                let first = segs.first().map_or(0, |g| g.iova);
+                if segs.len() > 1 {
+                    entry.segments = segs.into();
+                }
+                first
+            }
+        };
+        if let Err(e) = program(iova) {
+            for (a, n) in entry.ranges(iova) {
+                let _ = s.iova.free(a, n);
+            }
             return Err(e);
         }
-        s.maps.insert(iova, entry);
+        let segments = entry.segments.clone();
         if entry.indexed {
             s.by_vaddr.insert(entry.vaddr, len);
         }
+        s.maps.insert(iova, entry);
         s.mapped += len as u64;
-        Ok(DmaMapping::new(self.clone(), iova, len))
+        Ok(DmaMapping::new(self.clone(), iova, len, segments))
     }
 
     /// # Safety
@@ -546,7 +622,6 @@ impl DmaDomain {
             check_not_mapped(&s, va, len)?;
         }
         let align = (align as u64).max(page);
-        let iova = alloc_iova(&mut s, len, align)?;
         let entry = Entry {
             vaddr: va,
             len,
@@ -554,8 +629,9 @@ impl DmaDomain {
             readonly: !writeable,
             file: true,
             indexed: cpu.is_some(),
+            segments: Arc::new([]),
         };
-        self.map_with(&mut s, iova, entry, || {
+        self.map_with(&mut s, Place::Alloc(align), entry, |iova| {
             match b.map_file(iova, len, fd, offset, writeable) {
                 Some(done) => done.map_err(|errno| map_file_errno(errno, offset, len, iova)),
                 None => {
@@ -590,8 +666,10 @@ impl DmaDomain {
             if e.indexed {
                 s.by_vaddr.remove(&e.vaddr);
             }
+            for (a, n) in e.ranges(iova) {
+                let _ = s.iova.free(a, n);
+            }
         }
-        let _ = s.iova.free(iova, len as u64);
         if !revoked {
             s.mapped -= len as u64;
         }
@@ -986,6 +1064,39 @@ mod tests {
 
     fn page_mem(len: usize) -> crate::mmio::Mmio {
         crate::mmio::Mmio::anonymous(len).unwrap()
+    }
+
+    #[test]
+    fn memory_in_pieces_reserves_each_piece_and_gives_them_all_back() {
+        let d = DmaDomain::host_only();
+        let (m, n) = (page_mem(3 << 21), page_mem(1 << 21));
+        let piece = |offset, len, iova| DmaSegment { offset, len, iova };
+        let two = vec![
+            piece(0, 2 << 21, 0x4000_0000),
+            piece(2 << 21, 1 << 21, 0x1000_0000),
+        ];
+        // SAFETY: m and n outlive their mappings (dropped below).
+        let a = unsafe { d.map_in_pieces(m.as_ptr(), 3 << 21, two.clone()) }.unwrap();
+        assert_eq!(a.iova(), 0x4000_0000);
+        assert_eq!(&a.segments()[..], &two[..]);
+        assert_eq!(a.iova_at((2 << 21) + 8), 0x1000_0008);
+        // Other memory whose physical pieces overlap the second one: refused, nothing kept.
+        let clash = vec![piece(0, 1 << 21, 0x1000_0000)];
+        // SAFETY: as above.
+        let e = unsafe { d.map_in_pieces(n.as_ptr(), 1 << 21, clash.clone()) }.unwrap_err();
+        assert!(matches!(e, CoreError::AlreadyMapped { .. }), "{e}");
+        assert_eq!(d.mapping_count(), 1);
+        drop(a);
+        assert_eq!((d.mapping_count(), d.mapped_bytes()), (0, 0));
+        // Every piece is free again.
+        // SAFETY: as above.
+        let b = unsafe { d.map_in_pieces(n.as_ptr(), 1 << 21, clash) }.unwrap();
+        // SAFETY: as above.
+        let c =
+            unsafe { d.map_in_pieces(m.as_ptr(), 1 << 21, vec![piece(0, 1 << 21, 0x4020_0000)]) }
+                .unwrap();
+        assert!(c.segments().is_empty(), "one piece is one range");
+        drop((b, c));
     }
 
     #[test]

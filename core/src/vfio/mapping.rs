@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::domain::DmaDomain;
+use super::segments::DmaSegment;
 use crate::error::Result;
 
 /// Ownership of one IOMMU mapping (from [`DmaDomain::map`]). Only its holder can remove it
@@ -25,6 +26,9 @@ pub struct DmaMapping {
     len: usize,
     /// False once unmapped.
     live: bool,
+    /// The physically contiguous pieces of no-IOMMU memory whose pages are scattered (empty:
+    /// one range at `iova`).
+    segments: Arc<[DmaSegment]>,
 }
 
 impl std::fmt::Debug for DmaMapping {
@@ -38,18 +42,37 @@ impl std::fmt::Debug for DmaMapping {
 }
 
 impl DmaMapping {
-    pub(super) fn new(domain: Arc<DmaDomain>, iova: u64, len: usize) -> DmaMapping {
+    pub(super) fn new(
+        domain: Arc<DmaDomain>,
+        iova: u64,
+        len: usize,
+        segments: Arc<[DmaSegment]>,
+    ) -> DmaMapping {
         DmaMapping {
             domain,
             iova,
             len,
             live: true,
+            segments,
         }
     }
 
     /// The device address of the start.
     pub fn iova(&self) -> u64 {
         self.iova
+    }
+
+    /// The pieces of the mapping, each one bus address range, when it is not one range: memory
+    /// mapped on the no-IOMMU back end whose hugepages are physically scattered. Empty for
+    /// every other mapping (bytes `[0, len)` are at `[iova, iova+len)`).
+    pub fn segments(&self) -> &Arc<[DmaSegment]> {
+        &self.segments
+    }
+
+    /// The device address of byte `offset` of the mapping (its piece's address plus the
+    /// offset in it).
+    pub fn iova_at(&self, offset: usize) -> u64 {
+        super::segments::iova_at(&self.segments, self.iova, offset)
     }
 
     /// Length in bytes.

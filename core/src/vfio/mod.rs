@@ -11,12 +11,15 @@ pub mod noiommu;
 pub(crate) mod noiommu_group;
 mod preflight;
 mod readonly_map;
+mod segments;
 mod select;
 
 pub(crate) use backend::OpenedDevice;
 pub use domain::DmaDomain;
 pub use iommu_info::IommuInfo;
 pub use mapping::DmaMapping;
+pub use segments::DmaSegment;
+pub(crate) use segments::{iova_at as segments_iova_at, offset_of as segments_offset_of};
 pub use select::{
     choose as choose_backend, choose_in as choose_backend_in, device_cdev, BackendChoice,
     BackendKind, DomainOptions, BACKEND_ENV,

@@ -12,6 +12,7 @@
 use std::ops::Range;
 use std::path::Path;
 
+use super::segments::{contiguous_runs, DmaSegment};
 use crate::error::CoreError;
 
 /// The vfio module parameter that makes vfio create no-IOMMU groups (`/dev/vfio/noiommu-N`),
@@ -89,16 +90,42 @@ fn vma_of(smaps: &str, addr: usize) -> Option<Vma> {
 }
 
 /// The bus address a device must use for `[vaddr, vaddr+len)` without an IOMMU: its physical
-/// address. `smaps` is this process's `/proc/self/smaps`; `phys` turns a (page-aligned)
-/// virtual address into its physical one. Refused: memory that is not mapped, spans mappings,
-/// is not hugetlb memory (the kernel may move ordinary pages while a device DMAs to them), or
-/// whose hugepages are not physically contiguous (the device sees one address range).
+/// address, for a range that is physically contiguous (else refused: use
+/// [`dma_segments_in`]). `smaps` is this process's `/proc/self/smaps`; `phys` turns a
+/// (page-aligned) virtual address into its physical one.
 pub fn dma_address_in(
     smaps: &str,
     vaddr: usize,
     len: usize,
-    mut phys: impl FnMut(usize) -> Result<u64, String>,
+    phys: impl FnMut(usize) -> Result<u64, String>,
 ) -> Result<u64, CoreError> {
+    let runs = dma_segments_in(smaps, vaddr, len, phys)?;
+    if let [_, second, ..] = runs.as_slice() {
+        let want = runs[0].iova + runs[0].len as u64;
+        return Err(refuse(
+            format!(
+                "[{vaddr:#x}, {:#x}) is not physically contiguous: the hugepage at {:#x} is at physical {:#x}, not {want:#x}; a device without an IOMMU sees one address range",
+                vaddr + len,
+                vaddr + second.offset,
+                second.iova
+            ),
+            "map each hugepage separately, or use 1 GiB hugepages (one page per region)",
+        ));
+    }
+    Ok(runs[0].iova)
+}
+
+/// The physically contiguous pieces of `[vaddr, vaddr+len)` and their bus (physical)
+/// addresses, split per hugepage where the pages are scattered. `smaps` is this process's
+/// `/proc/self/smaps`; `phys` turns a (page-aligned) virtual address into its physical one.
+/// Refused: memory that is not mapped, spans mappings, or is not hugetlb memory (the kernel may
+/// move ordinary pages while a device DMAs to them).
+pub fn dma_segments_in(
+    smaps: &str,
+    vaddr: usize,
+    len: usize,
+    phys: impl FnMut(usize) -> Result<u64, String>,
+) -> Result<Vec<DmaSegment>, CoreError> {
     let end = vaddr.checked_add(len).filter(|_| len > 0).ok_or_else(|| {
         refuse(
             format!("{len} bytes at {vaddr:#x} is not a memory range"),
@@ -130,47 +157,35 @@ pub fn dma_address_in(
             "without an IOMMU, give devices hugepage memory only (a hugepage pool or region; reserve hugepages with scripts/setup.sh config)",
         ));
     }
-    let page = vma.page_size as usize;
-    let first = vaddr - vaddr % page;
-    let base = phys(first).map_err(|e| {
+    contiguous_runs(vaddr, len, vma.page_size as usize, phys).map_err(|(at, e)| {
         refuse(
-            format!("no physical address for {first:#x}: {e}"),
+            format!("no physical address for {at:#x}: {e}"),
             "run as root (pagemap hides frame numbers without CAP_SYS_ADMIN) and touch the memory first",
         )
-    })?;
-    let mut at = first + page;
-    while at < end {
-        let p = phys(at).map_err(|e| {
-            refuse(
-                format!("no physical address for {at:#x}: {e}"),
-                "run as root (pagemap hides frame numbers without CAP_SYS_ADMIN) and touch the memory first",
-            )
-        })?;
-        let want = base + (at - first) as u64;
-        if p != want {
-            return Err(refuse(
-                format!(
-                    "[{vaddr:#x}, {end:#x}) is not physically contiguous: the hugepage at {at:#x} is at physical {p:#x}, not {want:#x}; a device without an IOMMU sees one address range"
-                ),
-                "map each hugepage separately, or use 1 GiB hugepages (one page per region)",
-            ));
-        }
-        at += page;
-    }
-    Ok(base + (vaddr - first) as u64)
+    })
 }
 
-/// [`dma_address_in`] for this process (`/proc/self/smaps` and `/proc/self/pagemap`).
-pub fn dma_address(vaddr: usize, len: usize) -> Result<u64, CoreError> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").map_err(|e| {
+/// [`dma_segments_in`] for this process (`/proc/self/smaps` and `/proc/self/pagemap`).
+pub fn dma_segments(vaddr: usize, len: usize) -> Result<Vec<DmaSegment>, CoreError> {
+    dma_segments_in(&smaps()?, vaddr, len, pagemap_phys)
+}
+
+fn smaps() -> Result<String, CoreError> {
+    std::fs::read_to_string("/proc/self/smaps").map_err(|e| {
         refuse(
             format!("reading /proc/self/smaps: {e}"),
             "run on Linux with /proc mounted",
         )
-    })?;
-    dma_address_in(&smaps, vaddr, len, |a| {
-        ubdirect_hugepages::virt_to_phys(a as *const u8).map_err(|e| e.to_string())
     })
+}
+
+fn pagemap_phys(a: usize) -> Result<u64, String> {
+    ubdirect_hugepages::virt_to_phys(a as *const u8).map_err(|e| e.to_string())
+}
+
+/// [`dma_address_in`] for this process (`/proc/self/smaps` and `/proc/self/pagemap`).
+pub fn dma_address(vaddr: usize, len: usize) -> Result<u64, CoreError> {
+    dma_address_in(&smaps()?, vaddr, len, pagemap_phys)
 }
 
 /// The refusal of device memory (a BAR, a dma-buf or another file) on the no-IOMMU back end;
@@ -231,6 +246,34 @@ MMUPageSize:           4 kB
         assert!(m.contains("not physically contiguous"), "{m}");
         assert!(m.contains("physical 0x50000000, not 0x100400000"), "{m}");
         assert!(m.contains("map each hugepage separately"), "{m}");
+    }
+
+    #[test]
+    fn scattered_hugepages_are_split_into_per_run_segments() {
+        let frames: &[u64] = &[0x1_0000_0000, 0x1_0020_0000, 0x5000_0000];
+        let r = dma_segments_in(HUGE, H + 0x1000, 3 * MB2 - 0x1000, fake(frames)).unwrap();
+        assert_eq!(
+            r,
+            vec![
+                DmaSegment {
+                    offset: 0,
+                    len: 2 * MB2 - 0x1000,
+                    iova: 0x1_0000_1000
+                },
+                DmaSegment {
+                    offset: 2 * MB2 - 0x1000,
+                    len: MB2,
+                    iova: 0x5000_0000
+                },
+            ]
+        );
+        // The single-range question still refuses them.
+        assert!(dma_address_in(HUGE, H, 3 * MB2, fake(frames)).is_err());
+        // Ordinary memory is refused whatever the split.
+        let m = dma_segments_in(HUGE, H + 3 * MB2, 4096, |_| Ok(0))
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("ordinary memory"), "{m}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use vfio_bindings::bindings::vfio::{
 
 use super::domain::current_user;
 use super::preflight::group_members_in;
+use super::segments::DmaSegment;
 use crate::error::{CoreError, Result};
 use crate::pci::PciAddress;
 
@@ -411,17 +412,19 @@ impl Drop for NoIommuDevice {
     }
 }
 
-/// The bus address of `[vaddr, vaddr+len)` for a device without an IOMMU: its physical
-/// address ([`super::noiommu::dma_address`]), which must honour `align` and lie inside
-/// `limit` (a device's DMA width); refused otherwise, naming the rule.
-pub(crate) fn dma_address_for(
+/// The bus addresses of `[vaddr, vaddr+len)` for a device without an IOMMU: its physically
+/// contiguous pieces ([`super::noiommu::dma_segments`]); the first must honour `align`, and
+/// every piece must lie inside `limit` (a device's DMA width); refused otherwise, naming the
+/// rule.
+pub(crate) fn dma_segments_for(
     vaddr: usize,
     len: usize,
     align: u64,
     limit: Option<&Range<u64>>,
-    lookup: impl FnOnce(usize, usize) -> Result<u64>,
-) -> Result<u64> {
-    let a = lookup(vaddr, len)?;
+    lookup: impl FnOnce(usize, usize) -> Result<Vec<DmaSegment>>,
+) -> Result<Vec<DmaSegment>> {
+    let segs = lookup(vaddr, len)?;
+    let a = segs.first().map_or(0, |s| s.iova);
     if align > 1 && a % align != 0 {
         return Err(refuse(
             format!("[{vaddr:#x}, +{len:#x}) is at physical address {a:#x}, not aligned to the {align:#x} bytes asked for: without an IOMMU the bus address cannot be chosen"),
@@ -429,15 +432,17 @@ pub(crate) fn dma_address_for(
         ));
     }
     if let Some(l) = limit {
-        let end = a.saturating_add(len as u64);
-        if a < l.start || end > l.end {
-            return Err(refuse(
-                format!("[{vaddr:#x}, +{len:#x}) is at physical [{a:#x}, {end:#x}), outside the DMA range [{:#x}, {:#x}) this domain is restricted to (the device's DMA width)", l.start, l.end),
-                "allocate the hugepages low in memory (e.g. reserve them at boot), or turn the IOMMU on",
-            ));
+        for s in &segs {
+            let end = s.iova.saturating_add(s.len as u64);
+            if s.iova < l.start || end > l.end {
+                return Err(refuse(
+                    format!("[{vaddr:#x}, +{len:#x}) is at physical [{:#x}, {end:#x}) (bytes {:#x}.. of it), outside the DMA range [{:#x}, {:#x}) this domain is restricted to (the device's DMA width)", s.iova, s.offset, l.start, l.end),
+                    "allocate the hugepages low in memory (e.g. reserve them at boot), or turn the IOMMU on",
+                ));
+            }
         }
     }
-    Ok(a)
+    Ok(segs)
 }
 
 #[cfg(test)]
@@ -457,25 +462,57 @@ mod tests {
 
     #[test]
     fn the_dma_address_is_the_physical_one_and_keeps_its_rules() {
-        let phys = |a: u64| move |_: usize, _: usize| Ok(a);
+        let phys = |a: u64| {
+            move |_: usize, len: usize| {
+                Ok(vec![DmaSegment {
+                    offset: 0,
+                    len,
+                    iova: a,
+                }])
+            }
+        };
         assert_eq!(
-            dma_address_for(0x7f00_0000_0000, 4096, 4096, None, phys(0x1_2340_0000)).unwrap(),
+            dma_segments_for(0x7f00_0000_0000, 4096, 4096, None, phys(0x1_2340_0000)).unwrap()[0]
+                .iova,
             0x1_2340_0000
         );
-        let m = dma_address_for(0x7f00_0000_0000, 4096, 2 << 20, None, phys(0x1000))
+        // A second piece outside the limit is refused, naming its bytes.
+        let limit = 0..(1u64 << 32);
+        let two = |_: usize, _: usize| {
+            Ok(vec![
+                DmaSegment {
+                    offset: 0,
+                    len: 2 << 20,
+                    iova: 0x4000_0000,
+                },
+                DmaSegment {
+                    offset: 2 << 20,
+                    len: 2 << 20,
+                    iova: 1 << 33,
+                },
+            ])
+        };
+        let m = dma_segments_for(0, 4 << 20, 2 << 20, Some(&limit), two)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("(bytes 0x200000.. of it), outside the DMA range"),
+            "{m}"
+        );
+        let m = dma_segments_for(0x7f00_0000_0000, 4096, 2 << 20, None, phys(0x1000))
             .unwrap_err()
             .to_string();
         assert!(m.starts_with("DMA back end noiommu:"), "{m}");
         assert!(m.contains("not aligned to the 0x200000 bytes"), "{m}");
         let limit = 0..(1u64 << 32);
-        let m = dma_address_for(0, 4096, 4096, Some(&limit), phys(1 << 33))
+        let m = dma_segments_for(0, 4096, 4096, Some(&limit), phys(1 << 33))
             .unwrap_err()
             .to_string();
         assert!(
             m.contains("outside the DMA range [0x0, 0x100000000)"),
             "{m}"
         );
-        let e = dma_address_for(0, 4096, 4096, None, |_, _| {
+        let e = dma_segments_for(0, 4096, 4096, None, |_, _| {
             Err(CoreError::InvalidArgument("no".into()))
         })
         .unwrap_err();

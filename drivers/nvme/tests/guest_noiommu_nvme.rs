@@ -139,6 +139,130 @@ fn noiommu_nvme_write_read_verifies_real_data_at_physical_addresses() {
     assert_eq!((st.timeouts, st.failed_back), (0, 0), "{st:?}");
 }
 
+/// The physically contiguous runs of `[ptr, ptr+len)` read from pagemap page by page, as
+/// (offset, length, physical address): what the region's pieces must be.
+fn runs_from_pagemap(ptr: *mut u8, len: usize) -> Vec<(usize, usize, u64)> {
+    let mut runs: Vec<(usize, usize, u64)> = Vec::new();
+    for off in (0..len).step_by(2 << 20) {
+        let p = noiommu::dma_address(ptr as usize + off, 4096).unwrap();
+        match runs.last_mut() {
+            Some(r) if r.2 + r.1 as u64 == p => r.1 += 2 << 20,
+            _ => runs.push((off, 2 << 20, p)),
+        }
+    }
+    runs
+}
+
+#[test]
+#[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
+fn noiommu_a_pool_over_scattered_hugepages_moves_data_through_every_block() {
+    if !no_iommu_boot() {
+        return;
+    }
+    let (registry, ctrl) = open_nvme0();
+    // Scatter the free hugepages: take six single pages, give back 1, 3 and 5. hugetlb hands
+    // out the most recently freed page first, so the pool's three pages come from between pages
+    // still held, in reverse order: not one physical range.
+    let mut held: Vec<Option<_>> = (0..6)
+        .map(|_| {
+            Some(
+                registry
+                    .register_hugepages(2 << 20, PageSize::Size2M, None)
+                    .expect("a free 2 MiB hugepage"),
+            )
+        })
+        .collect();
+    for i in [1, 3, 5] {
+        let r = held[i].take().unwrap();
+        registry.unregister(r.id).unwrap();
+        drop(r); // the page goes back to the kernel's free list now
+    }
+    let pool = UbPool::with_hugepages(
+        &registry,
+        PoolConfig {
+            block_size: 256 << 10,
+            block_count: 24,
+        },
+        None,
+    )
+    .expect("a 6 MiB pool over three 2 MiB hugepages in no-IOMMU mode");
+    let r = pool.region().clone();
+    let want = runs_from_pagemap(r.vaddr, r.len);
+    let pieces: Vec<(usize, usize, u64)> = if r.segments.is_empty() {
+        vec![(0, r.len, r.iova)]
+    } else {
+        r.segments
+            .iter()
+            .map(|g| (g.offset, g.len, g.iova))
+            .collect()
+    };
+    println!(
+        "no-IOMMU pool region: {} piece(s) {pieces:x?}",
+        pieces.len()
+    );
+    assert_eq!(pieces, want, "the region's pieces are its physical runs");
+    assert!(
+        want.len() > 1,
+        "the pool's hugepages came out physically contiguous ({want:x?}): the scattering step did not work on this kernel"
+    );
+    let mut qp = IoQueuePair::new(
+        &ctrl,
+        QueueOptions {
+            depth: 16,
+            nsid: Some(1),
+            ..Default::default()
+        },
+    )
+    .expect("queue pair");
+    let ns = qp.namespace(1).unwrap();
+    // Every block: its bus address is the physical address of all its bytes (dma_address
+    // refuses a range that is not one physical range), and a write from it and a read into
+    // it move real data.
+    let mut bufs: Vec<Option<_>> = (0..24).map(|_| Some(pool.get().unwrap())).collect();
+    for b in bufs.iter().flatten() {
+        let phys = noiommu::dma_address(b.as_ptr() as usize, b.len())
+            .unwrap_or_else(|e| panic!("buffer {:p} is not one physical range: {e}", b.as_ptr()));
+        assert_eq!(b.iova(), phys, "buffer {:p}", b.as_ptr());
+    }
+    let len = 256 << 10;
+    for i in 0..bufs.len() {
+        let lba = 90_000 + i as u64 * 512;
+        let mut src = bufs[i].take().unwrap();
+        fill_random(0xb10c + i as u64, src.as_mut_slice());
+        let src = qp
+            .write_blocking(
+                &ns,
+                Lba(lba),
+                IoBuf::new(src, 0, len).unwrap(),
+                IoFlags::FUA,
+                T,
+            )
+            .unwrap_or_else(|r| panic!("write block {i} at lba {lba}: {}", r.error))
+            .into_buf();
+        // Read it back into the next block (in another piece for some of them).
+        let j = (i + 1) % bufs.len();
+        let mut dst = bufs[j].take().unwrap();
+        dst.as_mut_slice().fill(0);
+        let dst = qp
+            .read_blocking(&ns, Lba(lba), IoBuf::new(dst, 0, len).unwrap(), T)
+            .unwrap_or_else(|r| panic!("read block {i} at lba {lba}: {}", r.error))
+            .into_buf();
+        assert!(
+            src.as_slice() == dst.as_slice(),
+            "block {i}: 256 KiB read back into {:p} (bus {:#x}) differ from {:p} (bus {:#x})",
+            dst.as_ptr(),
+            dst.iova(),
+            src.as_ptr(),
+            src.iova()
+        );
+        bufs[i] = Some(src);
+        bufs[j] = Some(dst);
+    }
+    let st = qp.stats();
+    assert_eq!((st.timeouts, st.failed_back), (0, 0), "{st:?}");
+    drop(held);
+}
+
 #[test]
 #[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
 fn noiommu_device_memory_and_ordinary_memory_are_refused() {

@@ -15,10 +15,12 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
+use super::assoc::{Association, Member};
 use super::buf::DataBuf;
 use super::digest;
 use super::error::TcpError;
@@ -161,6 +163,8 @@ pub struct TcpQueue<B: DataBuf> {
     rlen: usize,
     /// `recv` system calls made (for tests and tuning).
     recv_calls: u64,
+    /// The controller this queue belongs to (its id goes back on drop; keep-alive state).
+    member: Option<Member>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for TcpQueue<B> {
@@ -202,7 +206,16 @@ impl<B: DataBuf> TcpQueue<B> {
             rpos: 0,
             rlen: 0,
             recv_calls: 0,
+            member: None,
         }
+    }
+
+    /// Make this queue one of `assoc`'s controller: its id (taken from `assoc`, or 0 for the
+    /// admin queue) goes back when the queue is dropped, the admin queue's answered Keep Alives
+    /// are recorded there, and a connection an I/O queue loses after the controller's KATO
+    /// passed without one is reported as [`TcpError::KeepAliveExpired`].
+    pub(crate) fn join(&mut self, assoc: Arc<Association>) {
+        self.member = Some(Member::new(assoc, self.qid));
     }
 
     /// The queue ID.
@@ -446,6 +459,10 @@ impl<B: DataBuf> TcpQueue<B> {
             .and_then(|_| self.flush())
             .and_then(|_| self.check_deadlines());
         if let Err(e) = r {
+            // An I/O queue has no Keep Alive of its own: its controller's (admin queue's)
+            // tells whether the target dropped the whole controller.
+            let ka_idle =
+                ka_idle.or_else(|| self.member.as_ref().and_then(|m| m.assoc.keep_alive_idle()));
             let e = keep_alive_expired(e, ka_idle);
             self.fail_all(&e, done);
             return Err(e);
@@ -864,6 +881,9 @@ impl<B: DataBuf> TcpQueue<B> {
             if let Some(ka) = self.ka.as_mut() {
                 ka.in_flight = false;
                 ka.answered = Instant::now();
+            }
+            if let Some(m) = &self.member {
+                m.assoc.keep_alive_answered();
             }
             return false;
         }
