@@ -88,6 +88,16 @@ impl ChildRun {
         })
     }
 
+    /// The single value printed for `key`, parsed (fails the test when missing or malformed).
+    fn num<V: std::str::FromStr>(&self, key: &str) -> V
+    where
+        V::Err: std::fmt::Debug,
+    {
+        let v = self.one(key);
+        v.parse()
+            .unwrap_or_else(|e| panic!("`FAULT-SAW {key}: {v}` is no number ({e:?})"))
+    }
+
     /// Fail unless the child exited 0 within its deadline.
     fn assert_clean_exit(&self) {
         assert!(
@@ -168,15 +178,42 @@ fn run_shown_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
     run
 }
 
-/// [`run_shown_child`], then fail unless the child exited 0 within its deadline.
-fn run_clean_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
-    let run = run_shown_child(test, scenario, deadline);
-    run.assert_clean_exit();
-    run
-}
-
 fn child_mode() -> Option<String> {
     std::env::var(CHILD_ENV).ok()
+}
+
+/// The two halves of fault scenario `mode` of test `test`. In the child process (this binary
+/// run again, `UBD_FAULT_CHILD` set) `child` injects the fault and prints what it saw, and the
+/// answer is None: the test returns. In the parent the child runs under `deadline`, its output
+/// is shown, it must have exited 0 in time, and its run comes back for the test's assertions.
+fn scenario(test: &str, mode: &str, deadline: Duration, child: impl FnOnce()) -> Option<ChildRun> {
+    if child_mode().is_some() {
+        child();
+        return None;
+    }
+    let run = run_shown_child(test, mode, deadline);
+    run.assert_clean_exit();
+    Some(run)
+}
+
+/// [`scenario`] for a child that removes the device at `addr` (sysfs node `sys`): the parent
+/// brings the device back (rescan, bind to vfio-pci) before asserting anything, because later
+/// tests need it. The child has 150 s.
+fn removal_scenario(
+    test: &str,
+    mode: &str,
+    addr: PciAddress,
+    sys: &str,
+    child: impl FnOnce(),
+) -> Option<ChildRun> {
+    if child_mode().is_some() {
+        child();
+        return None;
+    }
+    let run = run_shown_child(test, mode, Duration::from_secs(150));
+    bring_back(addr, sys);
+    run.assert_clean_exit();
+    Some(run)
 }
 
 /// Print one observation for the parent.
@@ -370,19 +407,42 @@ fn submit_reads(qp: &mut IoQueuePair, pool: &Arc<UbPool>, n: u64, tag0: u64) {
     }
 }
 
-/// After the child: the controller opens and reads the pattern again.
-fn assert_nvme0_works() {
-    let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 1);
+/// Read 4 KiB of nvme0 at `lba` into a buffer of `pool` and check the image's pattern there;
+/// `what` names the read when it fails.
+fn read_checks_the_pattern(qp: &mut IoQueuePair, pool: &Arc<UbPool>, lba: u64, what: &str) {
     let b = qp
         .read_blocking(
             &qp.namespace(1).unwrap(),
-            Lba(8),
-            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+            Lba(lba),
+            IoBuf::prefix(pool.get().expect("a free buffer"), 4096).unwrap(),
             T,
         )
-        .expect("nvme0 reads again after the scenario")
+        .expect(what)
         .into_buf();
-    testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
+    testbed::check_pattern(NVME0_NS1.id, lba * 512, &b.as_slice()[..4096]).unwrap();
+}
+
+/// The child's first read: 4 KiB of LBA 0, which must work before the fault comes.
+fn warm_up_read(bed: &NvmeBed, qp: &mut IoQueuePair) {
+    qp.read_blocking(
+        &qp.namespace(1).unwrap(),
+        Lba(0),
+        IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
+        T,
+    )
+    .expect("warm-up read")
+    .into_buf();
+}
+
+/// After the child: the controller opens and reads the pattern again.
+fn assert_nvme0_works() {
+    let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 1);
+    read_checks_the_pattern(
+        &mut qp,
+        &bed.pool,
+        8,
+        "nvme0 reads again after the scenario",
+    );
 }
 
 /// Poll until an error, failing the child when none comes within 60 s.
@@ -409,11 +469,28 @@ fn poll_again_until_error(qp: &mut IoQueuePair) -> NvmeError {
     again
 }
 
+/// Print `Ok`, or the error's kind (`kind`) and message, as `key`.
+fn saw_result<E: std::fmt::Display>(key: &str, r: Result<(), E>, kind: fn(&E) -> &'static str) {
+    match r {
+        Ok(()) => saw(key, "Ok"),
+        Err(e) => saw(key, format!("{}: {e}", kind(&e))),
+    }
+}
+
 /// Drop `v` and print how long that took, in ms, as `key`.
 fn drop_timed<V>(v: V, key: &str) {
     let t = Instant::now();
     drop(v);
     saw(key, t.elapsed().as_millis());
+}
+
+/// How many of `faults` hit `[start, start + len)` (of `access` only, when given).
+fn faults_inside(faults: &[IommuFault], start: u64, len: u64, access: Option<&str>) -> usize {
+    faults
+        .iter()
+        .filter(|f| access.is_none() || f.access.as_deref() == access)
+        .filter(|f| (start..start + len).contains(&f.addr))
+        .count()
 }
 
 /// The driver's DMA slab (queue memory): the lowest region of the registry that is not the
@@ -432,14 +509,33 @@ fn driver_slab(bed: &NvmeBed) -> Arc<UbRegion> {
 /// from io_timeout / 4 (250 ms: the CSTS check of the oldest command) and within 3x of the
 /// 255-320 ms measured (RELIABILITY.md rows 19a, 19c), the second at once with the same cause.
 fn assert_not_ready_errors_came_in_time(run: &ChildRun) {
-    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
+    let ms: u64 = run.num("first-error-after-ms");
     assert!(
         (FIRST_ERROR_MIN_MS..FIRST_ERROR_MAX_MS).contains(&ms),
         "first error after {ms} ms"
     );
     assert_eq!(run.one("second-error-kind"), "ControllerNotReady");
-    let again: u64 = run.one("second-error-after-ms").parse().unwrap();
+    let again: u64 = run.num("second-error-after-ms");
     assert!(again < 100, "second error after {again} ms");
+}
+
+/// Parent side: dropping the dead queue sent no Delete (it would wait admin_timeout): it leaked
+/// at once.
+fn assert_the_dead_queue_dropped_at_once(run: &ChildRun) {
+    let drop_ms: u64 = run.num("queue-drop-ms");
+    assert!(drop_ms < 500, "queue drop took {drop_ms} ms");
+}
+
+/// Parent side of a removal scenario: the removal finished once the driver closed the device,
+/// and the sysfs write succeeded.
+fn assert_the_removal_finished_after_the_close(run: &ChildRun) {
+    assert_eq!(run.one("removal-finished-after-close"), "true");
+    assert_eq!(run.one("removal-result"), "Ok(())");
+}
+
+/// Whether the child printed a kernel log line (`kernel`) containing `text`.
+fn kernel_said(run: &ChildRun, text: &str) -> bool {
+    run.saw("kernel").iter().any(|l| l.contains(text))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,6 +566,44 @@ fn child_lines_are_found() {
     assert!(r.saw("other").is_empty());
 }
 
+#[test]
+fn child_numbers_and_kernel_lines_are_read() {
+    let r = ChildRun {
+        code: Some(0),
+        out: "FAULT-SAW ms: 250\nFAULT-SAW kind: Timeout\nFAULT-SAW kernel: vfio-pci 0000:00:04.0: Relaying device request to user (#0)\n".into(),
+        elapsed: Duration::ZERO,
+        timed_out: false,
+    };
+    assert_eq!(r.num::<u64>("ms"), 250);
+    assert!(kernel_said(&r, "Relaying device request"));
+    assert!(!kernel_said(&r, "blocked until released"));
+    let e = std::panic::catch_unwind(|| r.num::<u64>("kind")).unwrap_err();
+    let m = e.downcast_ref::<String>().unwrap();
+    assert!(m.contains("`FAULT-SAW kind: Timeout` is no number"), "{m}");
+}
+
+#[test]
+fn faults_are_counted_by_range_and_access() {
+    let fault = |access: Option<&str>, addr: u64| IommuFault {
+        iommu: ubdirect_diag::kmsg::IommuKind::IntelDmar,
+        access: access.map(str::to_string),
+        device: "0000:00:04.0".parse().unwrap(),
+        addr,
+        line: String::new(),
+    };
+    let faults = [
+        fault(Some("Write"), 0x1000),
+        fault(Some("Read"), 0x1800),
+        fault(None, 0x1fff),
+        fault(Some("Write"), 0x2000),
+        fault(Some("Write"), 0xfff),
+    ];
+    assert_eq!(faults_inside(&faults, 0x1000, 0x1000, None), 3);
+    assert_eq!(faults_inside(&faults, 0x1000, 0x1000, Some("Write")), 1);
+    assert_eq!(faults_inside(&faults, 0x1000, 0x1001, Some("Write")), 2);
+    assert_eq!(faults_inside(&[], 0, u64::MAX, None), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Guest tests
 // ---------------------------------------------------------------------------------------------
@@ -482,17 +616,10 @@ fn child_lines_are_found() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     const TEST: &str = "nvme_device_vanishing_mid_flight_is_a_typed_error";
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "vanish", Duration::from_secs(150), || {
         // 16 buffers for the reads + 1 for the submission after the error.
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 17);
-        qp.read_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(0),
-            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
-            T,
-        )
-        .expect("warm-up read")
-        .into_buf();
+        warm_up_read(&bed, &mut qp);
         let cmd = CommandRegister::open(bed.ctrl.device().address());
         submit_reads(&mut qp, &bed.pool, 8, 0);
         qp.ring();
@@ -524,9 +651,9 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
         saw("pool-in-use-after-drop", bed.pool.stats().in_use);
         drop_timed(bed, "controller-drop-ms");
         cmd.restore();
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "vanish", Duration::from_secs(150));
+    };
     assert_eq!(run.one("in-flight-after-vanish"), "16");
     // QEMU reads the BAR as 0 once memory decoding is off: CSTS.RDY=0 under an enabled
     // controller is ControllerNotReady (real hardware reads all-ones: DeviceGone).
@@ -543,20 +670,17 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
     // the requests the device never completed stay counted in flight.
     assert_not_ready_errors_came_in_time(&run);
     assert_eq!(run.one("submit-after-error-kind"), "ControllerNotReady");
-    let ok: usize = run.one("completed-ok").parse().unwrap();
+    let ok: usize = run.num("completed-ok");
     assert_eq!(run.one("in-flight-after-errors"), (16 - ok).to_string());
-    // Dropping the dead queue sends no Delete (it would wait admin_timeout): it leaks at once.
-    let drop_ms: u64 = run.one("queue-drop-ms").parse().unwrap();
-    assert!(drop_ms < 500, "queue drop took {drop_ms} ms");
+    assert_the_dead_queue_dropped_at_once(&run);
     // Requests never completed by the device stay with the driver, never handed back as if done.
-    let ok: usize = run.one("completed-ok").parse().unwrap();
     assert!(
         ok <= 8,
         "{ok} reads completed although 8 never reached the device"
     );
     // The queue could not be deleted: its buffers stay out (the device might still write them).
-    let before: usize = run.one("pool-in-use-before-drop").parse().unwrap();
-    let after: usize = run.one("pool-in-use-after-drop").parse().unwrap();
+    let before: usize = run.num("pool-in-use-before-drop");
+    let after: usize = run.num("pool-in-use-after-drop");
     assert!(before > 0);
     assert_eq!(
         after, before,
@@ -573,7 +697,7 @@ fn nvme_device_vanishing_mid_flight_is_a_typed_error() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_reset_under_the_driver_times_out_and_reopens() {
     const TEST: &str = "nvme_reset_under_the_driver_times_out_and_reopens";
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "reset", Duration::from_secs(150), || {
         let bed = open_nvme0(Duration::from_secs(1), 8);
         assert!(bed.ctrl.device().can_reset(), "nvme0 has no reset method");
         let mut qp = queue(&bed.ctrl, Duration::from_secs(1));
@@ -587,10 +711,7 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
         drop_timed(qp, "queue-drop-ms");
         saw("pool-in-use-after-queue-drop", bed.pool.stats().in_use);
         saw("leaked-qids-before-reset", bed.ctrl.io_queues_leaked());
-        match bed.ctrl.reset() {
-            Ok(()) => saw("controller-reset", "Ok"),
-            Err(e) => saw("controller-reset", format!("{}: {e}", nvme_kind(&e))),
-        }
+        saw_result("controller-reset", bed.ctrl.reset(), nvme_kind);
         saw("leaked-qids-after-reset", bed.ctrl.io_queues_leaked());
         // The reset controller serves I/O again on a new queue pair (the old qid is free).
         {
@@ -624,20 +745,11 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
         let ctrl = Controller::open(&registry, nvme0_addr(), ControllerOptions::default())
             .expect("reopen after the reset");
         let mut qp = queue(&ctrl, Duration::from_secs(10));
-        let b = qp
-            .read_blocking(
-                &qp.namespace(1).unwrap(),
-                Lba(8),
-                IoBuf::prefix(pool.get().expect("a free buffer"), 4096).unwrap(),
-                T,
-            )
-            .expect("read after reopening")
-            .into_buf();
-        testbed::check_pattern(NVME0_NS1.id, 8 * 512, &b.as_slice()[..4096]).unwrap();
+        read_checks_the_pattern(&mut qp, &pool, 8, "read after reopening");
         saw("reopened-read", "pattern ok");
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "reset", Duration::from_secs(150));
+    };
     assert_eq!(run.one("in-flight-after-reset"), "4");
     assert_eq!(
         run.one("completed-ok"),
@@ -649,8 +761,7 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
     let first = run.one("first-error-kind");
     assert_eq!(first, "ControllerNotReady", "{}", run.one("first-error"));
     assert_not_ready_errors_came_in_time(&run);
-    let drop_ms: u64 = run.one("queue-drop-ms").parse().unwrap();
-    assert!(drop_ms < 500, "queue drop took {drop_ms} ms");
+    assert_the_dead_queue_dropped_at_once(&run);
     assert_eq!(
         run.one("pool-in-use-after-queue-drop"),
         "4",
@@ -673,16 +784,9 @@ fn nvme_reset_under_the_driver_times_out_and_reopens() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
     const TEST: &str = "nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported";
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "unmap", Duration::from_secs(150), || {
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 4);
-        qp.read_blocking(
-            &qp.namespace(1).unwrap(),
-            Lba(0),
-            IoBuf::prefix(bed.pool.get().unwrap(), 4096).unwrap(),
-            T,
-        )
-        .expect("warm-up read")
-        .into_buf();
+        warm_up_read(&bed, &mut qp);
         let slab = driver_slab(&bed);
         saw("slab", format!("iova {:#x} len {:#x}", slab.iova, slab.len));
         let mut kmsg = Kmsg::from_now();
@@ -694,14 +798,8 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         std::thread::sleep(Duration::from_millis(200));
         let faults = kmsg.faults_for(bed.ctrl.device().address());
         saw("dmar-faults", faults.len());
-        let end = slab.iova + slab.len as u64;
-        saw(
-            "dmar-faults-in-slab",
-            faults
-                .iter()
-                .filter(|f| (slab.iova..end).contains(&f.addr))
-                .count(),
-        );
+        let in_slab = faults_inside(&faults, slab.iova, slab.len as u64, None);
+        saw("dmar-faults-in-slab", in_slab);
         if let Some(f) = faults.first() {
             saw("dmar-first", &f.line);
         }
@@ -709,18 +807,18 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
         drop(qp);
         drop(bed);
         saw("teardown-ms", t.elapsed().as_millis());
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "unmap", Duration::from_secs(150));
+    };
     // Row 20: QEMU sets CFS on the failed DMA; the driver reads CSTS from io_timeout / 4 on.
     let kind = run.one("first-error-kind");
     assert_eq!(kind, "ControllerFatal", "{}", run.one("first-error"));
-    let ms: u64 = run.one("first-error-after-ms").parse().unwrap();
+    let ms: u64 = run.num("first-error-after-ms");
     assert!(
         (FIRST_ERROR_MIN_MS..FIRST_ERROR_MAX_MS).contains(&ms),
         "ControllerFatal after {ms} ms"
     );
-    let n: usize = run.one("dmar-faults-in-slab").parse().unwrap();
+    let n: usize = run.num("dmar-faults-in-slab");
     assert!(n > 0, "no DMAR fault inside the unmapped slab was logged");
     assert_nvme0_works();
 }
@@ -733,7 +831,7 @@ fn nvme_queue_memory_unmapped_under_the_driver_faults_and_is_reported() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
     const TEST: &str = "read_into_an_unmapped_pool_is_detected_through_dmar_faults";
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "lost-path", Duration::from_secs(120), || {
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(5), 2);
         let mut buf = bed.pool.get().unwrap();
         buf.as_mut_slice()[..8192].fill(0x5a);
@@ -761,12 +859,7 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         }
         std::thread::sleep(Duration::from_millis(200));
         let faults = kmsg.faults_for(bed.ctrl.device().address());
-        let inside = faults
-            .iter()
-            .filter(|f| {
-                f.access.as_deref() == Some("Write") && (iova..iova + 8192).contains(&f.addr)
-            })
-            .count();
+        let inside = faults_inside(&faults, iova, 8192, Some("Write"));
         saw("dmar-write-faults-in-buffer", inside);
         if let Some(f) = faults.first() {
             saw("dmar-first", &f.line);
@@ -774,9 +867,9 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         drop(r);
         drop(qp);
         drop(bed);
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "lost-path", Duration::from_secs(120));
+    };
     // Row 21: QEMU completes the READ with success although nothing landed.
     assert_eq!(run.one("read-status"), "success");
     assert_eq!(
@@ -784,7 +877,7 @@ fn read_into_an_unmapped_pool_is_detected_through_dmar_faults() {
         "true",
         "data landed in an unmapped buffer?"
     );
-    let n: usize = run.one("dmar-write-faults-in-buffer").parse().unwrap();
+    let n: usize = run.num("dmar-write-faults-in-buffer");
     assert!(n > 0, "no DMAR write fault inside the buffer was logged");
     assert_nvme0_works();
 }
@@ -837,7 +930,7 @@ fn nic_vanishing_mid_flight_never_hangs() {
     assert!(tb.nics.len() >= 2, "two NICs needed: {:?}", tb.nics);
     let (a_addr, b_addr): (PciAddress, PciAddress) =
         (tb.nics[0].parse().unwrap(), tb.nics[1].parse().unwrap());
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "nic", Duration::from_secs(120), || {
         let mut nics = open_nics(a_addr, b_addr);
         saw(
             "frames-before",
@@ -867,26 +960,20 @@ fn nic_vanishing_mid_flight_never_hangs() {
         );
         saw("burst-errors", nics.burst_errors);
         let t = Instant::now();
-        match nics.b.check_health() {
-            Ok(()) => saw("check-health", "Ok"),
-            Err(e) => saw("check-health", format!("{}: {e}", net_kind(&e))),
-        }
+        saw_result("check-health", nics.b.check_health(), net_kind);
         saw("check-health-ms", t.elapsed().as_millis());
         let Nics { a, b, rx_pool, .. } = nics;
         let posted = rx_pool.stats().in_use;
         let t = Instant::now();
-        match b.shutdown() {
-            Ok(()) => saw("shutdown", "Ok"),
-            Err(e) => saw("shutdown", format!("{}: {e}", net_kind(&e))),
-        }
+        saw_result("shutdown", b.shutdown(), net_kind);
         saw("shutdown-ms", t.elapsed().as_millis());
         saw("rx-in-use-before-shutdown", posted);
         saw("rx-in-use-after-shutdown", rx_pool.stats().in_use);
         cmd.restore();
         a.shutdown().expect("NIC A shuts down cleanly");
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "nic", Duration::from_secs(120));
+    };
     assert_eq!(run.one("frames-before"), "8");
     assert_eq!(
         run.one("frames-after"),
@@ -899,21 +986,21 @@ fn nic_vanishing_mid_flight_never_hangs() {
         first.starts_with("DeviceGone"),
         "an idle burst on a vanished NIC must fail with DeviceGone: {first}"
     );
-    let ms: u128 = run.one("first-burst-error-ms").parse().unwrap();
+    let ms: u128 = run.num("first-burst-error-ms");
     // 100 ms health interval: measured 102-110 ms; ~3x.
     assert!(
         (100..NIC_GONE_MAX_MS).contains(&ms),
         "noticed after {ms} ms"
     );
-    let burst_errors: usize = run.one("burst-errors").parse().unwrap();
+    let burst_errors: usize = run.num("burst-errors");
     assert!(
         burst_errors > 0,
         "later bursts on the dead NIC kept returning Ok"
     );
     let health = run.one("check-health");
     assert!(health.starts_with("DeviceGone"), "{health}");
-    let before: usize = run.one("rx-in-use-before-shutdown").parse().unwrap();
-    let after: usize = run.one("rx-in-use-after-shutdown").parse().unwrap();
+    let before: usize = run.num("rx-in-use-before-shutdown");
+    let after: usize = run.num("rx-in-use-after-shutdown");
     assert!(before > 0, "RX buffers were posted");
     // The reset write is lost on a BAR that does not decode: shutdown cannot confirm the
     // device stopped, so it must fail and keep the buffers out of the pool.
@@ -1129,7 +1216,7 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
     const TEST: &str = "hot_removal_waits_for_the_driver_to_release_the_device";
     let addr = nvme0_addr();
     let sys = format!("/sys/bus/pci/devices/{addr}");
-    if child_mode().is_some() {
+    let Some(run) = removal_scenario(TEST, "remove", addr, &sys, || {
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 2);
         let mut kmsg = Kmsg::from_now();
         let remover = Remover::start(&sys, Duration::ZERO);
@@ -1162,24 +1249,18 @@ fn hot_removal_waits_for_the_driver_to_release_the_device() {
             saw("removal-total-ms", removal.took.as_millis());
         }
         saw("device-present", std::path::Path::new(&sys).exists());
+    }) else {
         return;
-    }
-    let run = run_shown_child(TEST, "remove", Duration::from_secs(150));
-    // Bring the device back before asserting anything: later tests need it.
-    bring_back(addr, &sys);
-    run.assert_clean_exit();
-    let reads: u64 = run.one("reads-while-removal-pending").parse().unwrap();
+    };
+    let reads: u64 = run.num("reads-while-removal-pending");
     assert!(reads > 0, "no I/O completed while the removal was pending");
     assert_eq!(run.one("removal-finished-while-open"), "false");
     assert!(
-        run.saw("kernel")
-            .iter()
-            .any(|l| l.contains("blocked until released by user")),
+        kernel_said(&run, "blocked until released by user"),
         "the kernel did not say it waits for the user:\n{}",
         run.shown()
     );
-    assert_eq!(run.one("removal-finished-after-close"), "true");
-    assert_eq!(run.one("removal-result"), "Ok(())");
+    assert_the_removal_finished_after_the_close(&run);
     assert_eq!(run.one("device-present"), "false");
     assert_nvme0_works();
 }
@@ -1273,7 +1354,7 @@ fn stream_for_two_minutes() -> ubdirect::pipeline::PipelineConfig {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
     const TEST: &str = "pipeline_stops_with_device_gone_when_the_iommu_mapping_goes";
-    if child_mode().is_some() {
+    let Some(run) = scenario(TEST, "pipeline-unmap", Duration::from_secs(120), || {
         use ubdirect::pipeline::{run_direct, NullSink, PipelineError};
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(1), 8);
         let slab = driver_slab(&bed);
@@ -1296,28 +1377,27 @@ fn pipeline_stops_with_device_gone_when_the_iommu_mapping_goes() {
             Err(e) => saw("pipeline", format!("other: {e}")),
         }
         std::thread::sleep(Duration::from_millis(200));
-        let n = kmsg
-            .faults_for(bed.ctrl.device().address())
-            .into_iter()
-            .filter(|f| (iova..iova + len as u64).contains(&f.addr))
-            .count();
-        saw("dmar-faults-in-slab", n);
+        let faults = kmsg.faults_for(bed.ctrl.device().address());
+        saw(
+            "dmar-faults-in-slab",
+            faults_inside(&faults, iova, len as u64, None),
+        );
         drop(qp);
         drop(bed);
+    }) else {
         return;
-    }
-    let run = run_clean_child(TEST, "pipeline-unmap", Duration::from_secs(120));
+    };
     let p = run.one("pipeline");
     assert!(p.starts_with("Source DeviceGone"), "{p}");
     assert!(p.contains("CSTS.CFS=1"), "{p}");
     // io_timeout / 4 (250 ms) after the first read stuck, then the run ends at once, without
     // the engine's 10 s drain of requests that cannot complete. Measured 258 ms; ~3x.
-    let ms: u64 = run.one("returned-after-fault-ms").parse().unwrap();
+    let ms: u64 = run.num("returned-after-fault-ms");
     assert!(
         ms < FIRST_ERROR_MAX_MS,
         "the pipeline returned {ms} ms after the fault"
     );
-    let n: usize = run.one("dmar-faults-in-slab").parse().unwrap();
+    let n: usize = run.num("dmar-faults-in-slab");
     assert!(n > 0, "no DMAR fault inside the unmapped slab");
     assert_nvme0_works();
 }
@@ -1333,7 +1413,7 @@ fn pipeline_stops_when_the_kernel_asks_for_the_device_back() {
     const TEST: &str = "pipeline_stops_when_the_kernel_asks_for_the_device_back";
     let addr = nvme0_addr();
     let sys = format!("/sys/bus/pci/devices/{addr}");
-    if child_mode().is_some() {
+    let Some(run) = removal_scenario(TEST, "pipeline-remove", addr, &sys, || {
         use ubdirect::pipeline::{run_direct_watching, NullSink, PipelineError};
         let (bed, mut qp) = open_nvme0_with_queue(Duration::from_secs(10), 8);
         let dev = bed.ctrl.device().clone();
@@ -1374,12 +1454,9 @@ fn pipeline_stops_when_the_kernel_asks_for_the_device_back() {
             );
         }
         saw("device-present", std::path::Path::new(&sys).exists());
+    }) else {
         return;
-    }
-    let run = run_shown_child(TEST, "pipeline-remove", Duration::from_secs(150));
-    // Bring the device back before asserting anything: later tests need it.
-    bring_back(addr, &sys);
-    run.assert_clean_exit();
+    };
     assert_eq!(run.one("requested-before"), "false");
     assert_eq!(run.one("pipeline"), format!("RemovalRequested {addr}"));
     assert!(
@@ -1389,25 +1466,19 @@ fn pipeline_stops_when_the_kernel_asks_for_the_device_back() {
     );
     assert_eq!(run.one("removal-finished-before-close"), "false");
     assert_eq!(run.one("in-flight-after-run"), "0", "the drain completed");
-    let kernel = run.saw("kernel");
     assert!(
-        kernel
-            .iter()
-            .any(|l| l.contains("Relaying device request to user")),
+        kernel_said(&run, "Relaying device request to user"),
         "the kernel did not relay the request:\n{}",
         run.shown()
     );
     assert!(
-        !kernel
-            .iter()
-            .any(|l| l.contains("No device request channel registered")),
+        !kernel_said(&run, "No device request channel registered"),
         "{}",
         run.shown()
     );
-    assert_eq!(run.one("removal-finished-after-close"), "true");
-    assert_eq!(run.one("removal-result"), "Ok(())");
+    assert_the_removal_finished_after_the_close(&run);
     // The check runs every 100 ms, the drain is bounded at 2 s; slack for TCG.
-    let ms: u64 = run.one("stopped-after-request-ms").parse().unwrap();
+    let ms: u64 = run.num("stopped-after-request-ms");
     assert!(ms < 5_000, "the pipeline stopped {ms} ms after the request");
     assert_eq!(run.one("device-present"), "false");
     assert_nvme0_works();

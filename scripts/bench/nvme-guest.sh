@@ -70,7 +70,8 @@ r=1
 while [ "$r" -le "$ROUNDS" ]; do
     bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
     for q in $DEPTHS; do
-        one "$r" floor "$q" --engine floor
+        one "$r" floor "$q" --engine floor --shadow-doorbells off
+        one "$r" floor-sh "$q" --engine floor --shadow-doorbells on
         one "$r" ubdirect "$q"
         one "$r" ubdirect-on "$q" --shadow-doorbells on
         one "$r" ubdirect-nosh "$q" --shadow-doorbells off

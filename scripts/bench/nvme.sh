@@ -2,7 +2,7 @@
 # NVMe against the floor and the kernel (issue 11), in ONE guest boot: a null-co NVMe
 # controller (QEMU's emulated controller in front of a null block driver, so the controller is
 # the limit) at 00:10.0, 1 vCPU, release build. Per round and depth: the floor loop
-# (`perf --engine floor`), ubdirect perf with shadow doorbells auto (the default), on and off, then the kernel's
+# (`perf --engine floor`, shadow doorbells off: "floor"; on: "floor-sh"), ubdirect perf with shadow doorbells auto (the default), on and off, then the kernel's
 # polled io_uring (`--engine uring-iopoll`: O_DIRECT + IOPOLL + registered buffers on
 # /dev/nvmeXn1; `--engine uring-cmd`: NVMe passthrough on /dev/ngXn1), 4 KiB random reads.
 # Prints every run, then medians per engine and depth and the ratios ubdirect / floor and
@@ -65,7 +65,7 @@ for line in open(sys.argv[1]):
 if mode == "cmb":
     column, engines = "SQ in", ["host", "cmb"]
 else:
-    column, engines = "engine", ["floor", "ubdirect", "ubdirect-on", "ubdirect-nosh", "ubdirect-old", "uring-iopoll", "uring-cmd"]
+    column, engines = "engine", ["floor", "floor-sh", "ubdirect", "ubdirect-on", "ubdirect-nosh", "ubdirect-old", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
 def med(e, q, i):
     v = [r[i] for r in runs.get((e, q), [])]
@@ -77,6 +77,8 @@ for q in depths:
     for e in engines:
         v = runs.get((e, q), [])
         if not v:
+            if e == "ubdirect-old" and not any(k[0] == e for k in runs):
+                continue  # no OLD_BIN given
             print(f"| {q} | {e} | 0 | failed | | | |"); continue
         io = [r[0] for r in v]
         print(f"| {q} | {e} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | "
@@ -108,12 +110,12 @@ if any(e == "ubdirect-old" for e, _ in runs):
         o, n, fl = med("ubdirect-old", q, 0), med("ubdirect", q, 0), med("floor", q, 0)
         if o and n and fl:
             print(f"| {q} | {o:,.0f} | {n:,.0f} | {n/o:.2f} | {o/fl:.2f} | {n/fl:.2f} |")
-print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
+print("\n| QD | ubdirect (auto) / floor (IOPS) | ubdirect-on / floor-sh | ubdirect-nosh / floor | floor / ubdirect mean latency | best kernel | ubdirect (auto) / best kernel |")
 print("| ---: | ---: | ---: | ---: | ---: | --- | ---: |")
 for q in depths:
     fl, u, uo, un = med("floor", q, 0), med("ubdirect", q, 0), med("ubdirect-on", q, 0), med("ubdirect-nosh", q, 0)
     ks = [(med(k, q, 0), k) for k in ("uring-iopoll", "uring-cmd") if med(k, q, 0)]
     best = max(ks) if ks else None
     lat = r(med("floor", q, 1), med("ubdirect", q, 1))
-    print(f"| {q} | {r(u, fl)} | {r(uo, fl)} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(u, best[0] if best else None)} |")
+    print(f"| {q} | {r(u, fl)} | {r(uo, med('floor-sh', q, 0))} | {r(un, fl)} | {lat} | {best[1] + f' {best[0]:,.0f}' if best else 'n/a'} | {r(u, best[0] if best else None)} |")
 PY

@@ -135,6 +135,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
             if [[ ${UBD_NVMF_SPIN_TOO:-0} == 1 ]]; then # the same, never sleeping in poll(2)
                 UBD_NVMF_SPIN=1 run_ubd "$round" "${spec%%:*}" "${spec##*:}" ubdirect ubdirect-tcp-spin
             fi
+            if [[ ${UBD_NVMF_NOSPIN_TOO:-0} == 1 ]]; then # the same, no bounded spin before the wait
+                UBD_NVMF_IDLE_SPIN_US=0 run_ubd "$round" "${spec%%:*}" "${spec##*:}" ubdirect ubdirect-tcp-nospin
+            fi
         done
         dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 30) || exit 1
         nomerge

@@ -15,6 +15,10 @@
 #        (needs UBD_NVMF_UBDIRECT=1): before and after side by side
 #        UBD_NVMF_SPIN_TOO=1: ubdirect-tcp-spin, the same build with UBD_NVMF_SPIN=1 (no poll(2)
 #        wait when idle), right after each ubdirect-tcp run
+#        UBD_NVMF_NOSPIN_TOO=1: ubdirect-tcp-nospin, the same build with UBD_NVMF_IDLE_SPIN_US=0
+#        (no bounded spin before the poll(2) wait: the wait loop as before it), right after each
+#        ubdirect-tcp run
+#        UBD_NVMF_IDLE_SPIN_US=N: the bounded spin of the ubdirect-tcp runs (default 50)
 # The kernel engine's reads are one NVMe/TCP command each (merges off on the path device; "# D"
 # lines give commands and KiB per command per run, FAIL if a 4 KiB run's reads were merged).
 # Prints every run and a table of medians. TCG guest: compare engines side by side in one run,
@@ -35,7 +39,9 @@ BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || BIN=target/debug/ubdirect
 [[ -x $BIN ]] && bin_args=(--bin "$BIN")
 envs=(--env "ROUNDS=${ROUNDS:-3}" --env "DEPTHS=${DEPTHS:-1 32 128}" --env "IOS=${IOS:-2048}" --env "SECS=${SECS:-3}"
-    --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}" --env "UBD_NVMF_SPIN_TOO=${UBD_NVMF_SPIN_TOO:-0}")
+    --env "STREAM_MIB=${STREAM_MIB:-64}" --env "UBD_NVMF_UBDIRECT=${UBD_NVMF_UBDIRECT:-0}" --env "UBD_NVMF_SPIN_TOO=${UBD_NVMF_SPIN_TOO:-0}"
+    --env "UBD_NVMF_NOSPIN_TOO=${UBD_NVMF_NOSPIN_TOO:-0}")
+[[ -n ${UBD_NVMF_IDLE_SPIN_US:-} ]] && envs+=(--env "UBD_NVMF_IDLE_SPIN_US=$UBD_NVMF_IDLE_SPIN_US")
 log=$(mktemp)
 before_dir=$(mktemp -d)
 trap 'rm -rf "$log" "$before_dir"' EXIT

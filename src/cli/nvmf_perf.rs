@@ -84,6 +84,14 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     // UBD_NVMF_SPIN=1: poll without ever sleeping in poll(2) (issue 14's diagnosis: does the
     // 1 ms wait cost IOPS at depth?).
     let spin = std::env::var("UBD_NVMF_SPIN").is_ok_and(|v| v == "1");
+    // UBD_NVMF_IDLE_SPIN_US: how long an empty poll keeps polling before the poll(2) wait (the
+    // block queue's default; 0: wait at once, as before issue 14's bounded spin).
+    let idle_spin = match std::env::var("UBD_NVMF_IDLE_SPIN_US") {
+        Ok(v) => Duration::from_micros(v.parse::<u64>().map_err(|_| {
+            format!("UBD_NVMF_IDLE_SPIN_US={v}: give the spin before each wait in microseconds (0: none)")
+        })?),
+        Err(_) => ubdirect_nvme::transport::tcp::block::DEFAULT_IDLE_SPIN,
+    };
     let kato_ms = match std::env::var("UBD_NVMF_KATO_MS") {
         Ok(v) => v.parse::<u32>().map_err(|_| {
             format!("UBD_NVMF_KATO_MS={v}: give the keep-alive timeout in milliseconds (0: off)")
@@ -127,7 +135,15 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
         },
         None,
     )?;
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, p.queue_depth as u16)?;
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(p.queue_depth)?;
+    if q.free_slots() < p.queue_depth {
+        return Err(format!(
+            "-q {}: the target takes at most {} commands in flight on a queue (CAP.MQES / MAXCMD): lower -q",
+            p.queue_depth,
+            q.free_slots()
+        )
+        .into());
+    }
     let mut seq = 0u64;
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next_slba = |seq: &mut u64| {
@@ -181,6 +197,8 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     let mut done: Vec<TcpCompletion<UbBuf>> = Vec::with_capacity(p.queue_depth);
     let mut inflight = p.queue_depth;
     let mut next_admin = Instant::now();
+    // While polls find nothing: until when to keep polling before the poll(2) wait.
+    let mut spin_until: Option<Instant> = None;
     while inflight > 0 {
         if kato_ms > 0 && Instant::now() >= next_admin {
             // Keep Alive on the admin connection, sent from this loop when due.
@@ -188,12 +206,20 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
             next_admin = Instant::now() + Duration::from_millis(kato_ms as u64 / 8);
         }
         if q.poll(&mut |c| done.push(c))? == 0 && !spin {
-            // Nothing arrived: sleep in poll(2) until the socket is ready rather than spin,
-            // so the kernel's TCP and (on one machine) nvmet work get the CPU. 1 ms bounds it
-            // so command deadlines are still checked.
+            // Nothing arrived: poll again for up to the idle spin, then sleep in poll(2) until
+            // the socket is ready rather than spin on, so the kernel's TCP and (on one machine)
+            // nvmet work get the CPU. 1 ms bounds it so command deadlines are still checked.
+            let now = Instant::now();
+            let until = *spin_until.get_or_insert(now + idle_spin);
+            if now < until {
+                std::hint::spin_loop();
+                continue;
+            }
+            spin_until = None;
             q.wait_ready(Duration::from_millis(1))?;
             continue;
         }
+        spin_until = None;
         let now = Instant::now();
         for c in done.drain(..) {
             inflight -= 1;

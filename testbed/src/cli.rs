@@ -1,5 +1,5 @@
-//! Running the `ubdirect` binary from tests: its exit status and output, and the arguments of
-//! the `perf --verify` run that the CLI guest tests share.
+//! Running the `ubdirect` binary from tests: its exit status and output, the arguments of the
+//! `perf --verify` runs the CLI guest tests make, and the checks of a clean verified run.
 
 use std::process::Command;
 
@@ -24,32 +24,55 @@ pub fn ubdirect(args: &[&str]) -> (i32, String, String) {
     run("ubdirect", args, &[])
 }
 
+/// The arguments of `ubdirect perf <addr> <opts> -w rw -M 50 -t <secs> --verify --json`: 50/50
+/// random reads and writes for `secs` seconds, every read checked against what was written,
+/// with `opts` choosing the rest (namespace, queue depth, I/O size, region, queue placement).
+pub fn perf_rw_verify_args<'a>(addr: &'a str, secs: &'a str, opts: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["perf", addr];
+    a.extend_from_slice(opts);
+    a.extend(["-w", "rw", "-M", "50", "-t", secs, "--verify", "--json"]);
+    a
+}
+
 /// The arguments of `ubdirect perf --verify --json` on namespace 2 of the NVMe controller at
 /// `addr` (the test bed's nvme1) for `secs` seconds: 50/50 random reads and writes of 8 KiB at
 /// queue depth 8 in the namespace's 48..52 MiB, the CLI guest tests' scratch region.
 pub fn perf_verify_args<'a>(addr: &'a str, secs: &'a str) -> Vec<&'a str> {
-    vec![
-        "perf",
+    perf_rw_verify_args(
         addr,
-        "--ns",
-        "2",
-        "-q",
-        "8",
-        "-o",
-        "8192",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
         secs,
-        "--verify",
-        "--offset-mib",
-        "48",
-        "--span-mib",
-        "4",
-        "--json",
-    ]
+        &[
+            "--ns",
+            "2",
+            "-q",
+            "8",
+            "-o",
+            "8192",
+            "--offset-mib",
+            "48",
+            "--span-mib",
+            "4",
+        ],
+    )
+}
+
+/// The `--json` document of a `perf --verify` run (the `(status, stdout, stderr)` of [`run`])
+/// that must have run clean: exit status 0, some I/O done, no I/O error, no verify error, and
+/// the reads of core 0 found blocks stamped by its writes. Panics with the output otherwise.
+pub fn perf_verified_clean((rc, out, err): (i32, String, String)) -> serde_json::Value {
+    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
+    let v: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}\nstderr: {err}"));
+    let t = &v["total"];
+    assert!(t["ios"].as_u64().is_some_and(|n| n > 0), "no I/O done: {t}");
+    assert_eq!(t["errors"], 0, "{t}");
+    assert_eq!(t["verify_errors"], 0, "{t}");
+    let core = &v["cores"][0];
+    assert!(
+        core["verified_blocks"].as_u64().is_some_and(|n| n > 0),
+        "reads found stamped blocks: {core}"
+    );
+    v
 }
 
 #[cfg(test)]
@@ -69,6 +92,65 @@ mod tests {
     #[test]
     fn a_run_ended_by_a_signal_has_status_minus_one() {
         assert_eq!(run("sh", &["-c", "kill -9 $$"], &[]).0, -1);
+    }
+
+    /// A `perf --json` document with these totals and core 0's verified blocks.
+    fn perf_doc(ios: u64, errors: u64, verify_errors: u64, verified: u64) -> String {
+        format!(
+            r#"{{"total":{{"ios":{ios},"errors":{errors},"verify_errors":{verify_errors}}},"cores":[{{"verified_blocks":{verified}}}]}}"#
+        )
+    }
+
+    /// The panic message of `perf_verified_clean` on this run, or None when it passed.
+    fn refusal(rc: i32, out: String) -> Option<String> {
+        std::panic::catch_unwind(|| perf_verified_clean((rc, out, "the stderr".into())))
+            .err()
+            .map(|p| {
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| p.downcast_ref::<&str>().unwrap().to_string())
+            })
+    }
+
+    #[test]
+    fn a_clean_verified_run_gives_its_document_and_each_fault_is_named() {
+        let v = perf_verified_clean((0, perf_doc(10, 0, 0, 3), String::new()));
+        assert_eq!(v["total"]["ios"], 10);
+        let m = refusal(1, perf_doc(10, 0, 0, 3)).unwrap();
+        assert!(m.contains("stderr: the stderr"), "{m}");
+        let m = refusal(0, "not json".into()).unwrap();
+        assert!(m.contains("stdout is not JSON"), "{m}");
+        let m = refusal(0, perf_doc(0, 0, 0, 3)).unwrap();
+        assert!(m.contains("no I/O done"), "{m}");
+        let m = refusal(0, perf_doc(10, 2, 0, 3)).unwrap();
+        assert!(m.contains(r#""errors":2"#), "{m}");
+        let m = refusal(0, perf_doc(10, 0, 1, 3)).unwrap();
+        assert!(m.contains(r#""verify_errors":1"#), "{m}");
+        let m = refusal(0, perf_doc(10, 0, 0, 0)).unwrap();
+        assert!(m.contains("reads found stamped blocks"), "{m}");
+    }
+
+    #[test]
+    fn a_verified_rw_run_puts_the_options_between_device_and_workload() {
+        let a = perf_rw_verify_args("0000:00:05.0", "1", &["-q", "32", "--sq-in-cmb"]);
+        assert_eq!(
+            a,
+            [
+                "perf",
+                "0000:00:05.0",
+                "-q",
+                "32",
+                "--sq-in-cmb",
+                "-w",
+                "rw",
+                "-M",
+                "50",
+                "-t",
+                "1",
+                "--verify",
+                "--json"
+            ]
+        );
     }
 
     #[test]

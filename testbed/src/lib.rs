@@ -3,7 +3,7 @@
 //!
 //! The guest's /init exports the PCI addresses of the test devices; guest tests read them here
 //! instead of hard-coding addresses. The module also knows the backing images' data pattern and
-//! formats the `UBD-HOSTCHECK` lines the host runs after the guest exits. std only.
+//! formats the `UBD-HOSTCHECK` lines the host runs after the guest exits.
 
 #![deny(missing_docs)]
 
@@ -11,6 +11,7 @@ pub mod alloc_count;
 pub mod bar_check;
 pub mod cli;
 pub mod log_capture;
+pub mod proc_maps;
 
 pub use bar_check::check_bar_copy;
 

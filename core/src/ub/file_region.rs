@@ -18,40 +18,25 @@
 //!   Registering the changed file maps a new region; the stale one stays until unregistered.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
+use super::file_map::{cpu_page_size, stat_file, FileStamp, ReadOnlyFileMap};
 use super::region::{Backing, RegionKind, UbRegion};
 use super::registry::UbRegistry;
 use crate::error::{CoreError, Result};
 
-/// What a registered file looked like: size and modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp {
-    /// Size in bytes.
-    pub size: u64,
-    /// mtime in nanoseconds since the epoch.
-    pub mtime_ns: i128,
-}
-
 /// (dev, ino, stamp) of an open file.
 fn stat(file: &File) -> Result<(u64, u64, FileStamp)> {
-    let m = file.metadata().map_err(|source| CoreError::Io {
+    stat_file(file).map_err(|source| CoreError::Io {
         op: "fstat of the registered file".into(),
         source,
-    })?;
-    let stamp = FileStamp {
-        size: m.size(),
-        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-    };
-    Ok((m.dev(), m.ino(), stamp))
+    })
 }
 
-/// The process mapping of a file region, with the file (for fstat on use) and its stamp.
+/// The process mapping of a file region, with the file (for fstat on use) and its stamp. The
+/// region dropping it removed its IOMMU mapping first.
 pub(crate) struct FileMap {
-    base: *mut libc::c_void,
-    len: usize,
+    map: ReadOnlyFileMap,
     file: File,
     stamp: FileStamp,
 }
@@ -62,48 +47,16 @@ impl FileMap {
             op: "dup of the file to register".into(),
             source,
         })?;
-        // SAFETY: a fresh read-only shared mapping of an open file; the kernel picks the address.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(CoreError::Io {
-                op: format!("mmap of file bytes [{offset}, +{len}) read-only"),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(FileMap {
-            base,
-            len,
-            file,
-            stamp,
-        })
+        let map = ReadOnlyFileMap::new(&file, offset, len).map_err(|source| CoreError::Io {
+            op: format!("mmap of file bytes [{offset}, +{len}) read-only"),
+            source,
+        })?;
+        Ok(FileMap { map, file, stamp })
     }
 }
-
-impl Drop for FileMap {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; the region dropping us removed its IOMMU mapping first.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
-}
-
-// SAFETY: the mapping is read-only and only its address is shared; File is Send + Sync.
-unsafe impl Send for FileMap {}
-// SAFETY: as above.
-unsafe impl Sync for FileMap {}
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p).unwrap_or(4096).max(4096)
+    cpu_page_size() as u64
 }
 
 /// The (dev, ino, offset, len) key of a file region.
@@ -159,7 +112,7 @@ impl UbRegistry {
             CoreError::InvalidArgument(format!("file range of {len} bytes is too large to map"))
         })?;
         let map = FileMap::new(file, offset, map_len, stamp)?;
-        let ptr = map.base.cast::<u8>();
+        let ptr = map.map.as_ptr().cast_mut();
         let align = if map_len >= 2 << 20 { 2 << 20 } else { 4096 };
         let kind = RegionKind::File {
             dev,

@@ -14,6 +14,7 @@
 
 mod buf;
 mod dma_mem;
+mod file_map;
 mod file_region;
 mod free_stack;
 #[cfg(test)]
@@ -27,7 +28,7 @@ mod thread_cache;
 
 pub use buf::UbBuf;
 pub use dma_mem::DmaMem;
-pub use file_region::FileStamp;
+pub use file_map::{cpu_page_size, stat_file, FileStamp, ReadOnlyFileMap};
 pub use pool::{PoolConfig, PoolStats, UbPool};
 pub use region::{RegionId, RegionKind, RegionOwner, UbRegion};
 pub use registry::UbRegistry;

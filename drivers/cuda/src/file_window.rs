@@ -29,12 +29,13 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use ubdirect_core::ub::{cpu_page_size, stat_file, ReadOnlyFileMap};
 use ubdirect_core::{CoreError, UbRegion, UbRegistry};
+
+pub use ubdirect_core::ub::FileStamp;
 
 /// Pins host memory for device DMA (and unpins it).
 pub trait HostPinner: Send + Sync {
@@ -53,27 +54,9 @@ pub struct FileIdentity {
     pub ino: u64,
 }
 
-/// What a file looked like when a window was mapped: size and modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp {
-    /// Size in bytes.
-    pub size: u64,
-    /// mtime in nanoseconds since the epoch.
-    pub mtime_ns: i128,
-}
-
 fn stat(file: &File) -> std::io::Result<(FileIdentity, FileStamp)> {
-    let m = file.metadata()?;
-    Ok((
-        FileIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
-        },
-        FileStamp {
-            size: m.size(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-        },
-    ))
+    let (dev, ino, stamp) = stat_file(file)?;
+    Ok((FileIdentity { dev, ino }, stamp))
 }
 
 /// Registry key: a file and a byte range of it.
@@ -150,7 +133,7 @@ pub enum WindowError {
 
 /// A mapped, pinned file range. Unpinned and unmapped when the last holder drops it.
 pub struct FileWindow {
-    map_base: *mut libc::c_void,
+    map_base: *const u8,
     map_len: usize,
     data: *const u8,
     key: WindowKey,
@@ -158,6 +141,9 @@ pub struct FileWindow {
     pinner: Arc<dyn HostPinner>,
     /// The UB file region owning the mapping, when the registry has a UB registry.
     ub: Option<(Arc<UbRegistry>, Arc<UbRegion>)>,
+    /// The window's own mapping, when there is no UB registry (unmapped by `Drop` after the
+    /// unpin).
+    own: Option<ReadOnlyFileMap>,
 }
 
 // SAFETY: the window is an immutable read-only mapping; the raw pointers are addresses only,
@@ -183,28 +169,27 @@ impl FileWindow {
         pinner: &Arc<dyn HostPinner>,
         ub: Option<&Arc<UbRegistry>>,
     ) -> Result<FileWindow, WindowError> {
-        let page = page_size() as u64;
+        let page = cpu_page_size() as u64;
         let base_off = key.offset / page * page;
         let lead = (key.offset - base_off) as usize;
         let map_len = (lead as u64 + key.len).next_multiple_of(page) as usize;
         if let Some(ub) = ub {
             return FileWindow::map_in_ub(file, key, stamp, pinner, ub, base_off, lead);
         }
-        let base = map_readonly(file, base_off, map_len)?;
-        if let Err(e) = pinner.pin(base.cast(), map_len) {
-            // SAFETY: the mapping made just above, not pinned, not shared.
-            unsafe { libc::munmap(base, map_len) };
-            return Err(WindowError::Pin(e));
-        }
+        // Dropped (unmapped) on an error below: not pinned, not shared.
+        let map = map_readonly(file, base_off, map_len)?;
+        let base = map.as_ptr();
+        pinner.pin(base, map_len).map_err(WindowError::Pin)?;
         Ok(FileWindow {
             map_base: base,
             map_len,
             // SAFETY: lead < page <= map_len: inside the mapping.
-            data: unsafe { base.cast::<u8>().add(lead) },
+            data: unsafe { base.add(lead) },
             key,
             stamp,
             pinner: pinner.clone(),
             ub: None,
+            own: Some(map),
         })
     }
 
@@ -233,7 +218,7 @@ impl FileWindow {
             return Err(WindowError::Pin(e));
         }
         Ok(FileWindow {
-            map_base: region.vaddr.cast(),
+            map_base: region.vaddr,
             map_len: region.len,
             // SAFETY: lead < page <= region.len: inside the region's mapping.
             data: unsafe { region.vaddr.add(lead) },
@@ -241,6 +226,7 @@ impl FileWindow {
             stamp,
             pinner: pinner.clone(),
             ub: Some((ub.clone(), region)),
+            own: None,
         })
     }
 
@@ -284,7 +270,11 @@ impl FileWindow {
 
 impl Drop for FileWindow {
     fn drop(&mut self) {
-        self.pinner.unpin(self.map_base.cast(), self.map_len);
+        // No copy from the window is in flight: every holder keeps its Arc until its copies
+        // completed.
+        self.pinner.unpin(self.map_base, self.map_len);
+        // The window's own mapping goes once unpinned.
+        drop(self.own.take());
         if let Some((ub, r)) = self.ub.take() {
             // The region owns the mapping: IOMMU unmap now, munmap when `r` (the last Arc) goes.
             if let Err(e) = ub.unregister(r.id) {
@@ -293,39 +283,15 @@ impl Drop for FileWindow {
                     "unregistering a file window's UB region: {e}"
                 );
             }
-            return;
         }
-        // SAFETY: our own mapping, unpinned above; no copy from it is in flight because every
-        // holder keeps its Arc until its copies completed.
-        unsafe { libc::munmap(self.map_base, self.map_len) };
     }
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(p).unwrap_or(4096).max(4096)
-}
-
-fn map_readonly(file: &File, off: u64, len: usize) -> Result<*mut libc::c_void, WindowError> {
-    // SAFETY: a fresh read-only shared mapping of an open file; the kernel picks the address.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            off as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(WindowError::Io {
-            what: "mmap of the file range",
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(p)
+fn map_readonly(file: &File, off: u64, len: usize) -> Result<ReadOnlyFileMap, WindowError> {
+    ReadOnlyFileMap::new(file, off, len).map_err(|source| WindowError::Io {
+        what: "mmap of the file range",
+        source,
+    })
 }
 
 /// Fraction (0..=1) of the pages of `[offset, offset + len)` of `file` that are in the page
@@ -334,20 +300,16 @@ pub fn resident_fraction(file: &File, offset: u64, len: u64) -> std::io::Result<
     if len == 0 {
         return Ok(1.0);
     }
-    let page = page_size() as u64;
+    let page = cpu_page_size() as u64;
     let base_off = offset / page * page;
     let map_len = (offset - base_off + len).next_multiple_of(page) as usize;
-    let base = map_readonly(file, base_off, map_len).map_err(|e| match e {
-        WindowError::Io { source, .. } => source,
-        other => std::io::Error::other(other.to_string()),
-    })?;
+    let map = ReadOnlyFileMap::new(file, base_off, map_len)?;
     let pages = map_len / page as usize;
     let mut vec = vec![0u8; pages];
-    // SAFETY: `base` maps `map_len` bytes; `vec` has one byte per page of it.
-    let r = unsafe { libc::mincore(base, map_len, vec.as_mut_ptr()) };
+    // SAFETY: `map` maps `map_len` bytes; `vec` has one byte per page of it.
+    let r = unsafe { libc::mincore(map.as_ptr().cast_mut().cast(), map_len, vec.as_mut_ptr()) };
     let err = std::io::Error::last_os_error();
-    // SAFETY: the mapping made above, used by nothing else.
-    unsafe { libc::munmap(base, map_len) };
+    drop(map);
     if r != 0 {
         return Err(err);
     }
@@ -479,7 +441,7 @@ impl FileWindowRegistry {
             g.stats.reused += 1;
             return Ok(w);
         }
-        let page = page_size() as u64;
+        let page = cpu_page_size() as u64;
         let pinned = (offset % page + len).next_multiple_of(page);
         if pinned > self.cap {
             return Err(WindowError::TooLarge {

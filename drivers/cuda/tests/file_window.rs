@@ -7,6 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use ubdirect_cuda::{resident_fraction, FileWindowRegistry, WindowError};
+use ubdirect_testbed::proc_maps::file_is_mapped;
 
 mod support;
 use support::FakePinner;
@@ -225,4 +226,71 @@ fn residency_is_measured_without_touching_pages() {
         let r = resident_fraction(&f, 0, 16 * PAGE).unwrap();
         assert!(r < 0.5, "after POSIX_FADV_DONTNEED: {r}");
     }
+}
+
+/// True while `[p, p+len)` is mapped in this process (mincore answers ENOMEM otherwise).
+fn is_mapped(p: usize, len: usize) -> bool {
+    let mut v = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: mincore only reports on the range; `v` has one byte per page.
+    unsafe { libc::mincore(p as *mut libc::c_void, len, v.as_mut_ptr()) == 0 }
+}
+
+/// A pinner that refuses every pin (`fail`) or accepts it, recording each range pinned and
+/// whether a range was still mapped when it was unpinned.
+#[derive(Default)]
+struct MapWatchingPinner {
+    fail: bool,
+    pinned: std::sync::Mutex<Vec<(usize, usize)>>,
+    mapped_at_unpin: std::sync::Mutex<Vec<bool>>,
+}
+
+impl ubdirect_cuda::HostPinner for MapWatchingPinner {
+    fn pin(&self, ptr: *const u8, len: usize) -> Result<(), String> {
+        self.pinned.lock().unwrap().push((ptr as usize, len));
+        if self.fail {
+            return Err("refused by the test".into());
+        }
+        Ok(())
+    }
+    fn unpin(&self, ptr: *const u8, len: usize) {
+        let mapped = is_mapped(ptr as usize, len);
+        self.mapped_at_unpin.lock().unwrap().push(mapped);
+    }
+}
+
+#[test]
+fn a_window_is_unpinned_then_unmapped_and_a_refused_pin_leaves_no_mapping() {
+    let (d, f) = data_file(8 * PAGE as usize);
+    let path = d.path.join("data.bin");
+    let pinner = Arc::new(MapWatchingPinner::default());
+    let reg = FileWindowRegistry::new(pinner.clone(), 1 << 30);
+    assert!(!file_is_mapped(&path));
+    let win = reg.acquire(&f, PAGE + 10, 2 * PAGE).unwrap();
+    let (p, len) = pinner.pinned.lock().unwrap()[0];
+    assert_eq!(len, 3 * PAGE as usize);
+    assert!(is_mapped(p, len) && file_is_mapped(&path));
+    reg.clear();
+    assert!(file_is_mapped(&path), "a held window stays mapped");
+    drop(win);
+    assert_eq!(
+        *pinner.mapped_at_unpin.lock().unwrap(),
+        [true],
+        "unpinned once, while still mapped"
+    );
+    assert!(!file_is_mapped(&path), "the window's mapping outlived it");
+
+    let refusing = Arc::new(MapWatchingPinner {
+        fail: true,
+        ..Default::default()
+    });
+    let reg = FileWindowRegistry::new(refusing.clone(), 1 << 30);
+    let e = reg.acquire(&f, 0, 4 * PAGE).unwrap_err();
+    assert!(matches!(e, WindowError::Pin(_)), "{e}");
+    assert_eq!(refusing.pinned.lock().unwrap().len(), 1);
+    assert!(
+        !file_is_mapped(&path),
+        "a window whose pin failed stayed mapped"
+    );
+    assert!(refusing.mapped_at_unpin.lock().unwrap().is_empty());
+    assert_eq!(reg.len(), 0);
 }

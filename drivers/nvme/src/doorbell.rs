@@ -15,6 +15,12 @@ pub(crate) struct Doorbell {
     pub(crate) mmio_writes: u64,
     /// Writes that went only to the shadow buffer.
     pub(crate) shadow_only: u64,
+    /// Of those, the ones the controller let go because its EventIdx was at or past the new
+    /// value: it asked to hear of this queue later (a controller on which shadow doorbells
+    /// pay). The others went only to the shadow buffer because EventIdx was still behind the
+    /// last value written: the controller had not yet processed that write, which happens on
+    /// one that asks to hear of every update (QEMU's) when the driver updates twice in a row.
+    pub(crate) shadow_only_ahead: u64,
 }
 
 /// Pointers into the controller's shadow doorbell and EventIdx pages for one doorbell.
@@ -35,6 +41,13 @@ pub(crate) fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
+/// Whether the controller's event index is at or past `new` (within half the u16 index space):
+/// it asked to hear of this doorbell only later than this update.
+#[inline]
+pub(crate) fn event_idx_ahead(event_idx: u16, new: u16) -> bool {
+    event_idx.wrapping_sub(new) < 0x8000
+}
+
 impl Doorbell {
     /// A doorbell at MMIO `offset`, shadowed when `shadow` is given.
     pub(crate) fn new(mmio: Arc<Mmio>, offset: usize, shadow: Option<ShadowSlot>) -> Doorbell {
@@ -44,6 +57,7 @@ impl Doorbell {
             shadow,
             mmio_writes: 0,
             shadow_only: 0,
+            shadow_only_ahead: 0,
         }
     }
 
@@ -77,6 +91,9 @@ impl Doorbell {
                     self.mmio_writes += 1;
                 } else {
                     self.shadow_only += 1;
+                    if event_idx_ahead(ei, value) {
+                        self.shadow_only_ahead += 1;
+                    }
                 }
             }
         }
@@ -109,6 +126,18 @@ mod tests {
         // Wrap-around of the u16 index.
         assert!(need_event(65535, 1, 65534));
         assert!(!need_event(3, 1, 65534));
+    }
+
+    #[test]
+    fn a_skip_is_ahead_only_when_the_event_index_is_at_or_past_the_new_value() {
+        // Lazy controller: asked to hear at 9, the driver moves 5 -> 7: skipped, ahead.
+        assert!(!need_event(9, 7, 5) && event_idx_ahead(9, 7));
+        // QEMU-like: event index still at 4 (the write of 5 not processed yet), 5 -> 7: skipped
+        // because the controller is behind, not because it asked to hear later.
+        assert!(!need_event(4, 7, 5) && !event_idx_ahead(4, 7));
+        // Wrap-around.
+        assert!(event_idx_ahead(2, 65534));
+        assert!(!event_idx_ahead(65534, 2));
     }
 
     #[test]

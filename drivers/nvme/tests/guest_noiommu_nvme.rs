@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use common::{fill_random, T};
@@ -17,6 +16,7 @@ use ubdirect_core::{DmaDomain, PageSize, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{
     Controller, ControllerOptions, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions,
 };
+use ubdirect_testbed::cli::{perf_rw_verify_args, perf_verified_clean, ubdirect};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 /// True in the no-IOMMU boot; elsewhere prints the skip line and returns false.
@@ -388,18 +388,6 @@ fn noiommu_device_open_is_refused_without_the_library_opt_in() {
     assert_eq!(c.device().address(), addr);
 }
 
-fn ubdirect(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("ubdirect")
-        .args(args)
-        .output()
-        .expect("the ubdirect binary is in the guest's PATH (scripts/vm/suite.sh builds it)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 #[ignore = "guest: needs the no-IOMMU boot, run by scripts/test.sh"]
 fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
@@ -407,26 +395,17 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
         return;
     }
     let tb = testbed::require();
-    let args = [
-        "perf",
-        &tb.nvme[0],
+    let opts = [
         "-q",
         "8",
         "-o",
         "4096",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
-        "1",
-        "--verify",
         "--offset-mib",
         "40",
         "--span-mib",
         "4",
-        "--json",
     ];
+    let args = perf_rw_verify_args(&tb.nvme[0], "1", &opts);
     let (rc, out, err) = ubdirect(&args);
     assert_eq!(rc, 1, "perf without --allow-noiommu: stdout {out}");
     assert!(err.contains("ubdirect perf --allow-noiommu"), "{err}");
@@ -434,18 +413,7 @@ fn noiommu_perf_verify_runs_clean_with_the_opt_in_only() {
         err.contains("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config"),
         "{err}"
     );
-    let mut with = args.to_vec();
+    let mut with = args.clone();
     with.push("--allow-noiommu");
-    let (rc, out, err) = ubdirect(&with);
-    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    let t = &v["total"];
-    assert!(t["ios"].as_u64().unwrap() > 0, "{t}");
-    assert_eq!(t["errors"], 0, "{t}");
-    assert_eq!(t["verify_errors"], 0, "{t}");
-    let core = &v["cores"][0];
-    assert!(
-        core["verified_blocks"].as_u64().unwrap() > 0,
-        "reads found stamped blocks: {core}"
-    );
+    perf_verified_clean(ubdirect(&with));
 }

@@ -13,7 +13,7 @@ use common::{fill_random, T};
 use ubdirect_core::{DmaDomain, PoolConfig, RegionKind, UbPool, UbRegistry};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
-use ubdirect_testbed::cli::ubdirect;
+use ubdirect_testbed::cli::{perf_rw_verify_args, perf_verified_clean, ubdirect};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 fn cmb_addr() -> String {
@@ -242,37 +242,9 @@ fn cmb_errors_name_the_fix() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn perf_sq_in_cmb_verifies_and_a_controller_without_cmb_is_named() {
     let addr = cmb_addr();
-    let (rc, out, err) = ubdirect(&[
-        "perf",
-        &addr,
-        "--sq-in-cmb",
-        "-q",
-        "32",
-        "-o",
-        "8192",
-        "-w",
-        "rw",
-        "-M",
-        "50",
-        "-t",
-        "1",
-        "--verify",
-        "--span",
-        "4M",
-        "--json",
-    ]);
-    assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let opts = ["--sq-in-cmb", "-q", "32", "-o", "8192", "--span", "4M"];
+    let v = perf_verified_clean(ubdirect(&perf_rw_verify_args(&addr, "1", &opts)));
     assert_eq!(v["sq_in_cmb"], true);
-    let t = &v["total"];
-    assert!(t["ios"].as_u64().unwrap() > 0);
-    assert_eq!(t["errors"], 0);
-    assert_eq!(t["verify_errors"], 0);
-    let core = &v["cores"][0];
-    assert!(
-        core["verified_blocks"].as_u64().unwrap() > 0,
-        "reads found stamped blocks: {core}"
-    );
     // nvme0 has no CMB: exit 1 and the message names the fix.
     let nvme0 = testbed::require().nvme[0].clone();
     let (rc, _, err) = ubdirect(&["perf", &nvme0, "--sq-in-cmb", "-t", "0.1"]);

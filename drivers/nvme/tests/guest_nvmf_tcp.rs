@@ -2,7 +2,7 @@
 //! over loopback in the test-bed guest: write-then-read byte checks at in-capsule, R2T and
 //! multi-H2CData sizes, with and without digests, data landing in UB pool buffers; the fault
 //! cases (port removed mid-flight, wrong NQN, refused connection, keep-alive expiry, a data
-//! digest mismatch made by a corrupting proxy on the path) and a reconnect.
+//! or header digest mismatch made by a corrupting proxy on the path) and a reconnect.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -106,7 +106,7 @@ fn write_then_read(digests: bool) {
     let ns = ctrl.namespace(1).unwrap();
     assert_eq!((ns.lba_size, ns.size_bytes()), (4096, 64 << 20));
     assert!(ctrl.in_capsule() >= 4096, "nvmet takes in-capsule data");
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 32).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(32).unwrap();
     assert_eq!(q.negotiated().hdgst, digests);
     assert_eq!(q.negotiated().ddgst, digests);
     let pool = pool();
@@ -193,7 +193,7 @@ fn nvmf_tcp_port_removed_mid_flight_fails_in_time_buffers_back_then_reconnects()
         ..opts(false)
     };
     let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &o).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 32).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(32).unwrap();
     let pool = pool();
     let free_before = pool.stats();
     let n = 24u64;
@@ -256,7 +256,7 @@ fn nvmf_tcp_port_removed_mid_flight_fails_in_time_buffers_back_then_reconnects()
     let _ = free_before;
     // Reconnect: a new controller and queue work.
     let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &o).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
     let sqe = fabrics::rw(false, 1, 0, 1);
     let (_, b) = q
         .run(
@@ -271,35 +271,38 @@ fn nvmf_tcp_port_removed_mid_flight_fails_in_time_buffers_back_then_reconnects()
     assert!(b.is_some());
 }
 
-/// Read `len` bytes at `slba` on `q` to completion: the buffer, or the error.
-fn read_one(q: &mut TcpQueue<UbBuf>, slba: u64, len: usize) -> Result<UbBuf, TcpError> {
+/// Read `len` bytes at `slba` on `q` into `buf` to completion: the buffer back, and Ok or the
+/// error (the queue's, which names the cause, when the connection failed).
+fn read_into(
+    q: &mut TcpQueue<UbBuf>,
+    slba: u64,
+    len: usize,
+    buf: UbBuf,
+) -> Result<(UbBuf, Result<(), TcpError>), TcpError> {
     let sqe = fabrics::rw(false, 1, slba, (len / 4096) as u32);
-    let pool = pool();
-    q.submit(
-        sqe,
-        "Read",
-        Some(false),
-        Some(pool.get().unwrap()),
-        0,
-        len as u32,
-        1,
-    )
-    .map_err(|(e, _)| e)?;
+    q.submit(sqe, "Read", Some(false), Some(buf), 0, len as u32, 1)
+        .map_err(|(e, _)| e)?;
     let mut got = None;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let r = q.poll(&mut |c| got = Some(c));
         if let Some(c) = got.take() {
             let buf = c.buf.expect("the buffer comes back");
-            return match (c.result, r) {
-                (Ok(_), _) => Ok(buf),
+            return Ok(match (c.result, r) {
+                (Ok(_), _) => (buf, Ok(())),
                 // The queue's error names the cause; the command's says the connection failed.
-                (Err(_), Err(e)) | (Err(e), Ok(_)) => Err(e),
-            };
+                (Err(_), Err(e)) | (Err(e), Ok(_)) => (buf, Err(e)),
+            });
         }
         r?;
         assert!(Instant::now() < deadline, "read did not finish in 60 s");
     }
+}
+
+/// Read `len` bytes at `slba` on `q` to completion: the buffer, or the error.
+fn read_one(q: &mut TcpQueue<UbBuf>, slba: u64, len: usize) -> Result<UbBuf, TcpError> {
+    let (buf, r) = read_into(q, slba, len, pool().get().unwrap())?;
+    r.map(|_| buf)
 }
 
 #[test]
@@ -313,7 +316,7 @@ fn nvmf_tcp_keep_alive_expiry_is_a_clear_error_then_reconnects() {
         ..opts(false)
     };
     let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &o).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
     read_one(&mut q, 0, 4096).expect("a read before the expiry");
     std::thread::sleep(Duration::from_secs(8));
     let start = Instant::now();
@@ -347,12 +350,13 @@ fn nvmf_tcp_keep_alive_expiry_is_a_clear_error_then_reconnects() {
     );
     assert!(e.to_string().contains("poll the admin queue"), "{e}");
     // The I/O queue's connection went with the controller: the next command fails at once
-    // (within its deadline), its buffer back.
+    // (within its deadline), its buffer back, and the I/O queue's error names the cause too
+    // (it shares the controller's keep-alive state).
     let start = Instant::now();
     let e = read_one(&mut q, 0, 4096).unwrap_err();
     println!("I/O queue: {e} after {:?}", start.elapsed());
     assert!(
-        matches!(e, TcpError::Closed { .. } | TcpError::Io { .. }),
+        matches!(e, TcpError::KeepAliveExpired { kato, .. } if kato == Duration::from_secs(1)),
         "{e}"
     );
     assert!(start.elapsed() < o.io_timeout + Duration::from_secs(1));
@@ -360,13 +364,23 @@ fn nvmf_tcp_keep_alive_expiry_is_a_clear_error_then_reconnects() {
     drop(ctrl);
     // Reconnect: a new controller and queue work.
     let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &opts(false)).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
     read_one(&mut q, 0, 4096).expect("a read after reconnecting");
 }
 
-/// A TCP proxy in front of nvmet on 127.0.0.1:4420 that, while `armed`, flips the first
-/// payload byte of one C2HData PDU going to the host (then disarms). Returns its address.
-fn corrupting_proxy(armed: Arc<AtomicBool>) -> String {
+/// What the corrupting proxy flips in one C2HData PDU.
+#[derive(Clone, Copy)]
+enum Flip {
+    /// The first payload byte (a data digest mismatch).
+    Payload,
+    /// A reserved byte of the PDU header (byte 20: a header digest mismatch; the framing
+    /// stays intact).
+    Header,
+}
+
+/// A TCP proxy in front of nvmet on 127.0.0.1:4420 that, while `armed`, flips one byte
+/// (`flip`) of one C2HData PDU going to the host (then disarms). Returns its address.
+fn corrupting_proxy(armed: Arc<AtomicBool>, flip: Flip) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
@@ -395,9 +409,12 @@ fn corrupting_proxy(armed: Arc<AtomicBool>) -> String {
                     }
                     // C2HData (7) with a payload: PDO is where the data starts.
                     let pdo = hdr[3] as usize;
-                    if hdr[0] == 7 && pdo >= 8 && pdo < plen && armed.swap(false, Ordering::AcqRel)
+                    if hdr[0] == 7 && pdo >= 24 && pdo < plen && armed.swap(false, Ordering::AcqRel)
                     {
-                        rest[pdo - 8] ^= 0x01;
+                        match flip {
+                            Flip::Payload => rest[pdo - 8] ^= 0x01,
+                            Flip::Header => rest[20 - 8] ^= 0x01,
+                        }
                     }
                     if h_wr.write_all(&hdr).is_err() || h_wr.write_all(&rest).is_err() {
                         break;
@@ -417,11 +434,11 @@ fn nvmf_tcp_data_digest_mismatch_from_a_corrupting_path_is_a_clear_error() {
     let _ = Command::new("modprobe").arg("crc32c_generic").status();
     let armed = Arc::new(AtomicBool::new(false));
     let via = TcpTarget {
-        addr: corrupting_proxy(armed.clone()),
+        addr: corrupting_proxy(armed.clone(), Flip::Payload),
         ..t.clone()
     };
     let ctrl = TcpController::connect(&via, &HostIdentity::generated(), &opts(true)).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
     assert!(q.negotiated().ddgst, "nvmet accepted data digests");
     // Through the proxy unarmed: the same bytes as straight from nvmet.
     let clean = read_one(&mut q, 16, 65536).expect("a read through the proxy");
@@ -438,7 +455,57 @@ fn nvmf_tcp_data_digest_mismatch_from_a_corrupting_path_is_a_clear_error() {
     drop(ctrl);
     // Reconnect straight to nvmet: the data was never damaged on the target.
     let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &opts(true)).unwrap();
-    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(1, 8).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
     let again = read_one(&mut q, 16, 65536).expect("a read after reconnecting");
+    assert!(again.as_slice()[..65536] == clean.as_slice()[..65536]);
+}
+
+#[test]
+#[ignore = "guest: needs nvmet, run by scripts/test.sh"]
+fn nvmf_tcp_header_digest_mismatch_from_a_corrupting_path_is_a_clear_error() {
+    let t = target();
+    let _ = Command::new("modprobe").arg("crc32c_generic").status();
+    let armed = Arc::new(AtomicBool::new(false));
+    let via = TcpTarget {
+        addr: corrupting_proxy(armed.clone(), Flip::Header),
+        ..t.clone()
+    };
+    let o = TcpOptions {
+        ddgst: false,
+        ..opts(true)
+    };
+    let ctrl = TcpController::connect(&via, &HostIdentity::generated(), &o).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
+    assert!(q.negotiated().hdgst, "nvmet accepted header digests");
+    let clean = read_one(&mut q, 32, 65536).expect("a read through the proxy");
+    assert!(
+        clean.as_slice()[..65536].iter().any(|&b| b != 0xee),
+        "the block differs from the fill byte, so a landed byte would show"
+    );
+    armed.store(true, Ordering::Release);
+    let mut buf = pool().get().unwrap();
+    buf.as_mut_slice()[..65536].fill(0xee);
+    let start = Instant::now();
+    let (buf, r) = read_into(&mut q, 32, 65536, buf).expect("submitted");
+    let e = r.unwrap_err();
+    println!("corrupted C2HData header: {e} after {:?}", start.elapsed());
+    assert!(!armed.load(Ordering::Acquire), "the proxy flipped a byte");
+    assert!(
+        matches!(e, TcpError::HeaderDigest { pdu: "C2HData", .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("corrupted on the path"), "{e}");
+    // The header was refused before its payload was taken: nothing reached the buffer.
+    assert!(
+        buf.as_slice()[..65536].iter().all(|&b| b == 0xee),
+        "bytes of the refused PDU landed in the buffer"
+    );
+    assert!(q.is_dead());
+    drop(q);
+    drop(ctrl);
+    // Reconnect straight to nvmet: the data was never damaged on the target.
+    let ctrl = TcpController::connect(&t, &HostIdentity::generated(), &o).unwrap();
+    let mut q: TcpQueue<UbBuf> = ctrl.io_queue(8).unwrap();
+    let again = read_one(&mut q, 32, 65536).expect("a read after reconnecting");
     assert!(again.as_slice()[..65536] == clean.as_slice()[..65536]);
 }

@@ -7,25 +7,11 @@ mod model_support;
 
 use std::time::Duration;
 
-use model_support::{anon_pool, fast_opts, model, one, queue};
-use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
+use model_support::{anon_pool, fast_opts, model, one, queue, small_mdts};
 use ubdirect_nvme::{Controller, NvmeError};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 
 const T: Duration = Duration::from_secs(5);
-
-/// MDTS 2: 16 KiB per command; 8192 blocks of 512 B (4 MiB).
-fn small_mdts() -> NvmeConfig {
-    NvmeConfig {
-        mdts: 2,
-        namespaces: vec![NsConfig {
-            nsid: 1,
-            blocks: 8192,
-            lbads: 9,
-        }],
-        ..NvmeConfig::default()
-    }
-}
 
 fn byte(i: usize, seed: usize) -> u8 {
     (i.wrapping_mul(31) ^ seed.wrapping_mul(131) ^ (i >> 9)) as u8

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model_support::{anon_pool, fast_opts, model, one, within};
-use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig, Tamper};
+use model_support::{anon_pool, fast_opts, model, one, small_mdts, within};
+use ubdirect_devmodel::nvme::Tamper;
 use ubdirect_nvme::spec::command::io_opcode;
 use ubdirect_nvme::{Controller, IoBuf, IoFlags, IoQueuePair, Lba, NvmeError, QueueOptions};
 use ubdirect_nvme::{IoCompletion, Recovery};
@@ -35,15 +35,7 @@ impl Tamper for SwallowIo {
 fn a_reset_fails_back_requests_waiting_in_the_pending_list_once_each() {
     within(Duration::from_secs(30), || {
         // MDTS 2: 16 KiB per command.
-        let (reg, m, dev) = model(NvmeConfig {
-            mdts: 2,
-            namespaces: vec![NsConfig {
-                nsid: 1,
-                blocks: 8192,
-                lbads: 9,
-            }],
-            ..NvmeConfig::default()
-        });
+        let (reg, m, dev) = model(small_mdts());
         let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
         let pool = anon_pool(&reg, 64 << 10, 3);
         let mut qp = IoQueuePair::new(

@@ -165,17 +165,26 @@ impl UringQueue {
             if Instant::now() >= deadline {
                 return Err(UringError::Timeout(timeout));
             }
-            let ts = types::Timespec::new().nsec(1_000_000);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            match self.ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => return Err(UringError::Enter(e)),
+            self.wait_for_one(Duration::from_millis(1))?;
+        }
+    }
+
+    /// Sleep in the kernel until a completion arrives or `bound` passes; the bound passing, a
+    /// signal, or a ring busy with completions end the sleep without an error.
+    fn wait_for_one(&mut self, bound: Duration) -> Result<(), UringError> {
+        let ts = types::Timespec::from(bound);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
             }
+            Err(e) => Err(UringError::Enter(e)),
         }
     }
 
@@ -346,17 +355,7 @@ impl UringQueue {
         if n == 0 && !self.slots.is_empty() && !self.idle_wait.is_zero() && max > 0 {
             // Sleep in the kernel until one completion or the bound, then reap once more.
             self.idle_waits += 1;
-            let ts = types::Timespec::from(self.idle_wait);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            match self.ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => return Err(UringError::Enter(e)),
-            }
+            self.wait_for_one(self.idle_wait)?;
             self.empty_polls = 0;
             return self.reap(max, f);
         }

@@ -31,7 +31,9 @@ pub(super) fn run(
     let ctrl = TcpController::connect(&target, &host, &TcpOptions::default())?;
     let ns = ctrl.namespace(nsid)?;
     let depth = (args.qd * 2).clamp(2, 1024);
-    let q = ctrl.io_queue(1, depth as u16)?;
+    let q = ctrl.io_queue(depth)?;
+    // CAP.MQES / MAXCMD may bound the queue below what was asked.
+    let depth = q.free_slots();
     let mut q = TcpBlockQueue::new(q, &ns, depth, pool.block_size());
     let cap = q.capacity();
     let cfg = PipelineConfig {

@@ -6,7 +6,7 @@ use zerocopy::FromBytes;
 
 use crate::error::{NvmeError, Result};
 use crate::info::NamespaceInfo;
-use crate::spec::command::{admin_opcode, cns, feature};
+use crate::spec::command::{admin_opcode, cns};
 use crate::spec::identify::{IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
 use crate::spec::Sqe;
 
@@ -45,6 +45,9 @@ impl ControllerTransport for Pcie<'_> {
         a.execute(sqe, what, self.0.opts.admin_timeout)?;
         *page = read_page::<[u8; IDENTIFY_LEN]>(&a.data);
         Ok(())
+    }
+    fn set_features(&mut self, fid: u8, cdw11: u32) -> Result<u32> {
+        self.0.set_features(fid, cdw11)
     }
 }
 
@@ -133,16 +136,7 @@ impl Controller {
     }
 
     pub(super) fn negotiate_queues(&mut self) -> Result<()> {
-        let want = self.opts.io_queues.clamp(1, 1024) as u32 - 1;
-        let got = self.set_features(feature::NUMBER_OF_QUEUES, want << 16 | want)?;
-        let nsq = (got & 0xffff) + 1;
-        let ncq = (got >> 16) + 1;
-        let granted = nsq.min(ncq).min(self.opts.io_queues.max(1) as u32) as u16;
-        if granted == 0 {
-            return Err(NvmeError::Unsupported {
-                what: "any I/O queue",
-            });
-        }
+        let granted = transport::negotiate_queues(&mut Pcie(self), self.opts.io_queues)?;
         // Doorbells of every queue used must lie in BAR0 (CAP.DSTRD comes from the device).
         let fit = super::checks::queues_with_doorbells(&self.mmio, self.cap.dstrd(), granted);
         if fit == 0 {
@@ -162,8 +156,7 @@ impl Controller {
         }
         let granted = fit;
         self.io_queues_granted = granted;
-        *self.qids.get_mut().unwrap_or_else(|e| e.into_inner()) =
-            vec![super::QidUse::Free; granted as usize + 1];
+        self.qids = super::QueueIds::new(granted);
         Ok(())
     }
 

@@ -66,7 +66,7 @@ impl Controller {
     /// afterwards (their memory stays leaked).
     pub fn reset(&self) -> Result<()> {
         let _entered = self.span.enter();
-        let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut qids = self.qids.lock();
         if qids.contains(&QidUse::Live) {
             return Err(NvmeError::InvalidArgument(
                 "Controller::reset with I/O queue pairs alive: drop every IoQueuePair of this controller first",
@@ -80,7 +80,7 @@ impl Controller {
     /// live queue pairs stay and re-create their queues when they see the new generation.
     pub(crate) fn recover(&self, seen: u64) -> Result<()> {
         let _entered = self.span.enter();
-        let mut qids = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut qids = self.qids.lock();
         if self.generation() != seen {
             return Ok(());
         }

@@ -10,6 +10,8 @@ pub(crate) mod transport;
 pub use shadow_auto::{ShadowDecision, ShadowDoorbells, PROBE_DEPTH, PROBE_READS, SAVE_ONE_IN};
 
 use lifecycle::program_admin;
+pub(crate) use transport::QidUse;
+use transport::QueueIds;
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,18 +77,6 @@ impl Default for ControllerOptions {
     }
 }
 
-/// What an I/O queue id is used for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum QidUse {
-    /// Free to allocate.
-    Free,
-    /// Held by a live [`crate::IoQueuePair`].
-    Live,
-    /// Its queue pair is gone but the device-side queues could not be deleted (their memory was
-    /// leaked); free again once [`Controller::reset`] disabled the controller.
-    Leaked,
-}
-
 /// The shadow doorbell and EventIdx pages (Doorbell Buffer Config).
 struct ShadowPages {
     db: DmaMem,
@@ -109,7 +99,8 @@ pub struct Controller {
     info: Option<ControllerInfo>,
     namespaces: Vec<NamespaceInfo>,
     io_queues_granted: u16,
-    qids: Mutex<Vec<QidUse>>,
+    /// I/O queue ids (the logic shared with NVMe/TCP: [`transport::create_io_queue`]).
+    qids: QueueIds,
     /// An admin command timed out: the admin queue does not answer until a reset, so further
     /// admin commands fail at once instead of each waiting `admin_timeout` (the admin queue's
     /// own flag, read here without its lock).
@@ -194,7 +185,7 @@ impl Controller {
             info: None,
             namespaces: Vec::new(),
             io_queues_granted: 0,
-            qids: Mutex::new(Vec::new()),
+            qids: QueueIds::default(),
             admin_wedged: admin.wedged_flag(),
             generation: AtomicU64::new(0),
             span: span.clone(),
@@ -393,38 +384,29 @@ impl Controller {
         crate::admin_queue::read_csts_enabled(&self.mmio, during)
     }
 
+    /// The I/O queue ids (for [`transport::create_io_queue`]).
+    pub(crate) fn qids(&self) -> &QueueIds {
+        &self.qids
+    }
+
     /// Reserve a free I/O queue id.
     pub(crate) fn alloc_qid(&self) -> Result<u16> {
-        let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
-        let granted = self.io_queues_granted;
-        let i = (1..q.len())
-            .find(|&i| q[i] == QidUse::Free)
-            .ok_or(NvmeError::NoQueuesLeft { granted })?;
-        q[i] = QidUse::Live;
-        Ok(i as u16)
+        self.qids.alloc()
     }
 
     /// Return an I/O queue id.
     pub(crate) fn free_qid(&self, qid: u16) {
-        self.set_qid(qid, QidUse::Free);
+        self.qids.set(qid, QidUse::Free);
     }
 
     /// Keep an I/O queue id out of use until the next reset: its device-side queues could not
     /// be deleted.
     pub(crate) fn leak_qid(&self, qid: u16) {
-        self.set_qid(qid, QidUse::Leaked);
-    }
-
-    fn set_qid(&self, qid: u16, to: QidUse) {
-        let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = q.get_mut(qid as usize) {
-            *s = to;
-        }
+        self.qids.set(qid, QidUse::Leaked);
     }
 
     fn count_qids(&self, what: QidUse) -> usize {
-        let q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
-        q.iter().skip(1).filter(|&&u| u == what).count()
+        self.qids.count(what)
     }
 
     /// I/O queue ids held by live queue pairs.

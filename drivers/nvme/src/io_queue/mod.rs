@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use ubdirect_core::DmaMem;
 
-use crate::controller::{Controller, PAGE_SIZE};
+use crate::controller::{transport, Controller, PAGE_SIZE};
 use crate::doorbell::Doorbell;
 use crate::error::{NvmeError, Result};
 use crate::io_types::{IoBufs, IoCompletion, IoPayload, QueueOptions, QueueStats, Recovery};
@@ -192,13 +192,6 @@ impl<P: IoPayload> IoQueuePair<P> {
                     active: ctrl.namespaces().len(),
                 })?,
         };
-        if opts.depth == 0 {
-            return Err(NvmeError::InvalidArgument("queue depth must be at least 1"));
-        }
-        let entries = (opts.depth + 1)
-            .min(ctrl.max_queue_entries() as usize)
-            .min(65535) as u16;
-        let depth = entries as usize - 1;
         let max_cmd_ctrl = ctrl.max_command_bytes();
         let lpp = list_pages_needed(PAGE_SIZE, max_cmd_ctrl).max(1);
         let ns: Box<[NsLimits]> = ctrl
@@ -206,40 +199,22 @@ impl<P: IoPayload> IoQueuePair<P> {
             .iter()
             .map(|n| crate::namespace::limits(n, max_cmd_ctrl))
             .collect();
-        let qid = ctrl.alloc_qid()?;
-        let registry = ctrl.registry().clone();
-        // Rings and PRP list pages on the controller's NUMA node.
-        let numa = ctrl.device().numa_node();
-        let build = || -> Result<(SqRing, CqRing, DmaMem)> {
-            let sq = if opts.sq_in_cmb {
-                let cmb = ctrl.cmb().ok_or(NvmeError::InvalidArgument(
-                    "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true (perf: --sq-in-cmb)",
-                ))?;
-                SqRing::in_cmb(cmb.alloc_sq(entries as usize * 64)?, entries)
-            } else {
-                SqRing::new(&registry, entries, numa)?
-            };
-            Ok((
-                sq,
-                CqRing::new(&registry, entries, numa)?,
-                DmaMem::alloc_on(&registry, depth * lpp * PAGE_SIZE, numa)?,
-            ))
-        };
         let ticks = clock::Ticks::new(opts.io_timeout);
-        let (sq, cq, lists) = match build() {
-            Ok(m) => m,
-            Err(e) => {
-                ctrl.free_qid(qid);
-                return Err(e);
-            }
-        };
-        // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
         let generation = ctrl.generation();
-        clear_shadow_slots(ctrl, qid);
-        if let Err(e) = create_device_queues(ctrl, qid, entries, &sq, &cq) {
-            ctrl.free_qid(qid);
-            return Err(e);
-        }
+        // Id, entries and limits: the controller logic shared with NVMe/TCP.
+        let made = transport::create_io_queue(
+            &mut PcieIoQueue {
+                ctrl,
+                sq_in_cmb: opts.sq_in_cmb,
+                lpp,
+            },
+            ctrl.qids(),
+            ctrl.cap(),
+            opts.depth,
+        )?;
+        let (qid, entries) = (made.qid, made.entries);
+        let (sq, cq, lists) = made.queue;
+        let depth = entries as usize - 1;
         let (sq_db, cq_db) = doorbells(ctrl, qid, opts.shadow_doorbells);
         let mut reqs = Vec::with_capacity(depth);
         reqs.resize_with(depth, ReqSlot::default);
@@ -375,6 +350,43 @@ impl<P: IoPayload> IoQueuePair<P> {
             self.sq_db.write(tail);
             self.rung_tail = tail;
         }
+    }
+}
+
+/// The PCIe part of creating an I/O queue pair: rings (and PRP list pages) on the controller's
+/// NUMA node, then Create I/O CQ and SQ.
+struct PcieIoQueue<'a> {
+    ctrl: &'a Controller,
+    /// The SQ in the Controller Memory Buffer.
+    sq_in_cmb: bool,
+    /// PRP list pages per command.
+    lpp: usize,
+}
+
+impl transport::IoQueueTransport for PcieIoQueue<'_> {
+    type Error = NvmeError;
+    type Queue = (SqRing, CqRing, DmaMem);
+    fn max_entries(&self) -> u32 {
+        u16::MAX as u32
+    }
+    fn create(&mut self, qid: u16, entries: u16) -> Result<Self::Queue> {
+        let ctrl = self.ctrl;
+        let registry = ctrl.registry();
+        let depth = entries as usize - 1;
+        let numa = ctrl.device().numa_node();
+        let sq = if self.sq_in_cmb {
+            let cmb = ctrl.cmb().ok_or(NvmeError::InvalidArgument(
+                "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true (perf: --sq-in-cmb)",
+            ))?;
+            SqRing::in_cmb(cmb.alloc_sq(entries as usize * 64)?, entries)
+        } else {
+            SqRing::new(registry, entries, numa)?
+        };
+        let cq = CqRing::new(registry, entries, numa)?;
+        let lists = DmaMem::alloc_on(registry, depth * self.lpp * PAGE_SIZE, numa)?;
+        clear_shadow_slots(ctrl, qid);
+        create_device_queues(ctrl, qid, entries, &sq, &cq)?;
+        Ok((sq, cq, lists))
     }
 }
 

@@ -74,6 +74,8 @@ impl<P: IoPayload> IoQueuePair<P> {
         sq_db.shadow_only = self.sq_db.shadow_only;
         cq_db.mmio_writes = self.cq_db.mmio_writes;
         cq_db.shadow_only = self.cq_db.shadow_only;
+        sq_db.shadow_only_ahead = self.sq_db.shadow_only_ahead;
+        cq_db.shadow_only_ahead = self.cq_db.shadow_only_ahead;
         self.sq_db = sq_db;
         self.cq_db = cq_db;
         self.last_check = ubdirect_core::util::rdtsc();

@@ -15,14 +15,13 @@ use super::IoQueuePair;
 /// Issue `reads` one-block reads of block 0 of the first namespace without metadata whose
 /// blocks fit a page (data into the command slot's own page), up to `depth` in flight on a
 /// ring of `8 * depth` entries, in batches (one SQ doorbell per batch, one CQ doorbell per
-/// poll); within `deadline`. Returns (doorbell updates, updates that needed no MMIO
-/// write), or None when no namespace suits.
+/// poll); within `deadline`. Returns the counts, or None when no namespace suits.
 pub(crate) fn probe_shadow(
     ctrl: &Arc<Controller>,
     reads: usize,
     depth: usize,
     deadline: Duration,
-) -> Result<Option<(u64, u64)>> {
+) -> Result<Option<ProbeCounts>> {
     let Some(ns) = ctrl
         .namespaces()
         .iter()
@@ -43,6 +42,7 @@ pub(crate) fn probe_shadow(
         },
     )?;
     let before = qp.stats();
+    let ahead_before = qp.sq_db.shadow_only_ahead + qp.cq_db.shadow_only_ahead;
     let end = Instant::now() + deadline;
     let (mut sent, mut done) = (0usize, 0usize);
     while done < reads {
@@ -70,5 +70,22 @@ pub(crate) fn probe_shadow(
     let mmio = (st.sq_doorbell_writes + st.cq_doorbell_writes)
         - (before.sq_doorbell_writes + before.cq_doorbell_writes);
     let saved = st.shadow_only_updates - before.shadow_only_updates;
-    Ok(Some((mmio + saved, saved)))
+    let saved_ahead = qp.sq_db.shadow_only_ahead + qp.cq_db.shadow_only_ahead - ahead_before;
+    Ok(Some(ProbeCounts {
+        updates: mmio + saved,
+        saved,
+        saved_ahead,
+    }))
+}
+
+/// What the shadow-doorbell probe counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProbeCounts {
+    /// Doorbell updates (SQ tail and CQ head).
+    pub(crate) updates: u64,
+    /// Updates that went only to the shadow buffer.
+    pub(crate) saved: u64,
+    /// Of those, the ones the controller's EventIdx asked to hear of later (see
+    /// `Doorbell::shadow_only_ahead`); the rest only raced the controller's processing.
+    pub(crate) saved_ahead: u64,
 }

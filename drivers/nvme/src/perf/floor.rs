@@ -253,7 +253,9 @@ impl FloorQueue {
                         then: crate::error::TIMEOUT_WAIT,
                     });
                 }
-                std::hint::spin_loop();
+                // No PAUSE (`spin_loop`) here: the driver's poll loop spins without one, and
+                // under QEMU's TCG each PAUSE leaves the translated-code loop, which made this
+                // loop slower than the driver at QD1 (BENCHMARKS "NVMe at the device's limit on a quiet host").
                 continue;
             }
             last = rdtsc();

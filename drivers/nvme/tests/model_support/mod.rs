@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
-use ubdirect_devmodel::nvme::{Hostile, NvmeConfig, NvmeModel};
+use ubdirect_devmodel::nvme::{Hostile, NsConfig, NvmeConfig, NvmeModel};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 
 /// A registry over a host-only domain: the model's DMA goes through its IOVAs.
@@ -21,6 +21,19 @@ pub fn fast_opts() -> ControllerOptions {
         admin_timeout: Duration::from_millis(200),
         default_shutdown_timeout: Duration::from_millis(200),
         ..ControllerOptions::default()
+    }
+}
+
+/// MDTS 2: 16 KiB per command; one namespace of 8192 blocks of 512 B (4 MiB).
+pub fn small_mdts() -> NvmeConfig {
+    NvmeConfig {
+        mdts: 2,
+        namespaces: vec![NsConfig {
+            nsid: 1,
+            blocks: 8192,
+            lbads: 9,
+        }],
+        ..NvmeConfig::default()
     }
 }
 

@@ -143,3 +143,44 @@ fn an_empty_poll_waits_for_the_socket_and_wakes_when_data_arrives() {
     assert_eq!(q.poll(8, &mut |_| {}).unwrap(), 0);
     assert_eq!(q.idle_waits(), 2);
 }
+
+#[test]
+fn an_empty_poll_spins_up_to_the_idle_spin_before_it_waits() {
+    let registry = UbRegistry::new(DmaDomain::host_only());
+    let pool = UbPool::with_anonymous(
+        &registry,
+        PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+        None,
+    )
+    .unwrap();
+    let (mut q, mut t) = pair(2);
+    q.set_idle_spin(Duration::from_millis(30));
+    q.set_idle_wait(Duration::from_millis(100));
+    q.submit_read(pool.get().unwrap(), 0, 512, 7)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    // Nothing answers: the poll spins its 30 ms, then waits its 100 ms, and returns empty.
+    let t0 = Instant::now();
+    assert_eq!(q.poll(8, &mut |_| panic!("no answer yet")).unwrap(), 0);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(130), "{took:?}");
+    assert_eq!((q.spin_hits(), q.idle_waits()), (0, 1));
+    let mut cap = [0u8; CMD_HLEN];
+    t.read_exact(&mut cap).unwrap();
+    let cid = u16::from_le_bytes([cap[10], cap[11]]);
+    // An answer arriving while it spins is taken there: no wait in poll(2).
+    q.set_idle_spin(Duration::from_secs(10));
+    let answer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        t.write_all(&c2h_success(cid, &[9; 512])).unwrap();
+        t
+    });
+    let mut got = Vec::new();
+    assert_eq!(q.poll(8, &mut |c| got.push(c.tag)).unwrap(), 1);
+    assert_eq!(got, vec![7]);
+    assert_eq!((q.spin_hits(), q.idle_waits()), (1, 1));
+    let _t = answer.join().unwrap();
+}

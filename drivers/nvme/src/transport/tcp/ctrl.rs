@@ -5,19 +5,21 @@
 //! The controller data it reads back (Identify Controller / Namespace, CAP, CSTS) are decoded
 //! by the same code as the PCIe transport's ([`ControllerInfo`], [`NamespaceInfo`], [`Cap`]).
 
-use std::sync::Mutex;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
 use super::addr::TcpTarget;
+use super::assoc::Association;
 use super::buf::DataBuf;
 use super::error::{TcpError, TcpResult};
 use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use super::host::HostIdentity;
 use super::queue::TcpQueue;
 use super::sock;
-use crate::controller::transport::{self, ControllerTransport, Registers};
+use crate::controller::transport::{self, ControllerTransport, IoQueueTransport, Registers};
 use crate::info::{ControllerInfo, NamespaceInfo};
 use crate::spec::command::admin_opcode;
 use crate::spec::identify::IDENTIFY_LEN;
@@ -40,6 +42,8 @@ pub struct TcpOptions {
     pub ddgst: bool,
     /// Keep-alive timeout sent in the admin Connect, milliseconds (0: none).
     pub kato_ms: u32,
+    /// I/O queues to ask for (Set Features, Number of Queues); the controller may grant fewer.
+    pub io_queues: u16,
 }
 
 impl Default for TcpOptions {
@@ -51,6 +55,7 @@ impl Default for TcpOptions {
             hdgst: false,
             ddgst: false,
             kato_ms: 0,
+            io_queues: 16,
         }
     }
 }
@@ -67,6 +72,8 @@ pub struct TcpController {
     info: ControllerInfo,
     ioccsz: u32,
     last_keep_alive: Mutex<Instant>,
+    /// Queue ids and keep-alive state shared with the I/O queues.
+    assoc: Arc<Association>,
 }
 
 fn connect_hint(st: NvmeStatus) -> &'static str {
@@ -79,14 +86,17 @@ fn connect_hint(st: NvmeStatus) -> &'static str {
     }
 }
 
-/// Open one connection and join queue `qid` of controller `cntlid`; returns the queue and the
-/// controller ID the target gave.
+/// The largest queue (entries) this host connects: nvmet's own limit (NVMET_QUEUE_SIZE).
+const MAX_ENTRIES: u32 = 1024;
+
+/// Open one connection and join queue `qid` (of `entries` entries: it holds one command fewer)
+/// of controller `cntlid`; returns the queue and the controller ID the target gave.
 fn open_queue<B: DataBuf>(
     target: &TcpTarget,
     host: &HostIdentity,
     opts: &TcpOptions,
     qid: u16,
-    depth: u16,
+    entries: u16,
     cntlid: u16,
 ) -> TcpResult<(TcpQueue<B>, u16)> {
     let s = sock::connect(&target.addr, opts.connect_timeout)?;
@@ -101,7 +111,7 @@ fn open_queue<B: DataBuf>(
         s,
         neg,
         qid,
-        depth,
+        entries.saturating_sub(1),
         1024,
         opts.io_timeout.max(opts.admin_timeout),
     );
@@ -123,7 +133,7 @@ fn open_queue<B: DataBuf>(
     // capsule from a B made of the data when B is Vec<u8>, else through raw bytes.
     let cqe = connect_run(
         &mut q,
-        fabrics::connect(qid, depth, kato),
+        fabrics::connect(qid, entries, kato),
         data.as_bytes(),
         opts.connect_timeout,
     )
@@ -174,6 +184,14 @@ impl TcpController {
         let page = id.as_bytes();
         let ioccsz = u32::from_le_bytes(page[1792..1796].try_into().unwrap());
         let ioccsz = ioccsz.saturating_mul(16).saturating_sub(64).min(1 << 20);
+        // A discovery controller has no I/O queues (and no Number of Queues feature).
+        let granted = if target.subnqn == DISCOVERY_NQN {
+            0
+        } else {
+            transport::negotiate_queues(&mut f, opts.io_queues)?
+        };
+        let assoc = Association::new(granted, Duration::from_millis(opts.kato_ms as u64));
+        q.join(assoc.clone());
         if opts.kato_ms > 0 {
             q.set_keep_alive(Some(Duration::from_millis(opts.kato_ms as u64 / 2)));
         }
@@ -187,6 +205,7 @@ impl TcpController {
             info,
             ioccsz,
             last_keep_alive: Mutex::new(Instant::now()),
+            assoc,
         })
     }
 
@@ -218,6 +237,16 @@ impl TcpController {
     /// The host identity used.
     pub fn host(&self) -> &HostIdentity {
         &self.host
+    }
+
+    /// I/O queues granted by the controller (Set Features, Number of Queues).
+    pub fn io_queues_granted(&self) -> u16 {
+        self.assoc.ids.granted()
+    }
+
+    /// I/O queue ids held by live queues.
+    pub fn io_queues_in_use(&self) -> usize {
+        self.assoc.ids.count(crate::controller::QidUse::Live)
     }
 
     fn admin(&self) -> std::sync::MutexGuard<'_, TcpQueue<Vec<u8>>> {
@@ -275,21 +304,53 @@ impl TcpController {
             self.opts.admin_timeout,
         )?;
         *last = Instant::now();
+        self.assoc.keep_alive_answered();
         Ok(())
     }
 
-    /// A new I/O queue (its own connection) of `depth` entries; queue IDs count up from 1.
-    pub fn io_queue<B: DataBuf>(&self, qid: u16, depth: u16) -> TcpResult<TcpQueue<B>> {
-        let depth = depth.clamp(2, self.cap.max_queue_entries().min(1024) as u16);
-        let (mut q, _) = open_queue::<B>(
-            &self.target,
-            &self.host,
-            &self.opts,
-            qid,
+    /// A new I/O queue (its own connection, joined by Fabrics Connect) holding up to `depth`
+    /// commands: fewer when CAP.MQES, MAXCMD or 1,024 entries bound it (see
+    /// [`TcpQueue::free_slots`]). It takes the lowest free queue id of those the controller
+    /// granted ([`crate::NvmeError::NoQueuesLeft`] inside [`TcpError::Controller`] when all are
+    /// in use) and gives it back when dropped: the same logic as a PCIe
+    /// [`crate::IoQueuePair`]'s.
+    pub fn io_queue<B: DataBuf>(&self, depth: usize) -> TcpResult<TcpQueue<B>> {
+        let made = transport::create_io_queue(
+            &mut TcpIoQueue::<B> {
+                ctrl: self,
+                buf: PhantomData,
+            },
+            &self.assoc.ids,
+            self.cap,
             depth,
-            self.cntlid,
         )?;
-        q.set_incapsule(self.ioccsz);
+        let mut q = made.queue;
+        q.join(self.assoc.clone());
+        Ok(q)
+    }
+}
+
+/// The NVMe/TCP part of creating an I/O queue: a connection, ICReq, Fabrics Connect.
+struct TcpIoQueue<'a, B> {
+    ctrl: &'a TcpController,
+    buf: PhantomData<B>,
+}
+
+impl<B: DataBuf> IoQueueTransport for TcpIoQueue<'_, B> {
+    type Error = TcpError;
+    type Queue = TcpQueue<B>;
+    /// 1,024 entries, and MAXCMD + 1 when the controller reports MAXCMD (the commands it
+    /// takes outstanding on a queue).
+    fn max_entries(&self) -> u32 {
+        match self.ctrl.info.maxcmd as u32 {
+            0 => MAX_ENTRIES,
+            m => MAX_ENTRIES.min(m + 1),
+        }
+    }
+    fn create(&mut self, qid: u16, entries: u16) -> TcpResult<TcpQueue<B>> {
+        let c = self.ctrl;
+        let (mut q, _) = open_queue::<B>(&c.target, &c.host, &c.opts, qid, entries, c.cntlid)?;
+        q.set_incapsule(c.ioccsz);
         Ok(q)
     }
 }
@@ -359,6 +420,13 @@ impl ControllerTransport for Fabrics<'_> {
             page.copy_from_slice(&b[..IDENTIFY_LEN]);
         }
         Ok(())
+    }
+    fn set_features(&mut self, fid: u8, cdw11: u32) -> TcpResult<u32> {
+        let mut s = Sqe::new(admin_opcode::SET_FEATURES);
+        s.cdw10 = fid as u32;
+        s.cdw11 = cdw11;
+        let (c, _) = self.q.run(s, "Set Features", None, None, 0, self.timeout)?;
+        Ok(c.result)
     }
 }
 

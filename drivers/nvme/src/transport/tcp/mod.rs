@@ -4,6 +4,7 @@
 //! TLS (NVMe/TCP secure channels) is out of scope.
 
 pub mod addr;
+mod assoc;
 pub mod block;
 #[cfg(test)]
 mod block_tests;

@@ -15,10 +15,12 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
+use super::assoc::{Association, Member};
 use super::buf::DataBuf;
 use super::digest;
 use super::error::TcpError;
@@ -125,6 +127,18 @@ fn keep_alive_expired(e: TcpError, idle: Option<(Duration, Duration)>) -> TcpErr
     }
 }
 
+/// CPU address of byte `off` of read `cid`'s buffer, where its C2HData payload lands. The
+/// receive machine checked that `off` plus the payload's length is within the command's length,
+/// which fits the buffer from the command's offset (checked at submit).
+fn read_dst<B: DataBuf>(reqs: &mut InFlight<Req<B>>, cid: u16, off: u32) -> *mut u8 {
+    let r = reqs
+        .get_mut(cid as u64)
+        .expect("rx names an active command");
+    let b = r.buf.as_mut().expect("a read carries a buffer");
+    // SAFETY: r.off + off lies inside the buffer (see above); the buffer is the command's.
+    unsafe { b.data_ptr().add(r.off + off as usize) }
+}
+
 /// One NVMe/TCP queue pair over its own connection.
 pub struct TcpQueue<B: DataBuf> {
     sock: TcpStream,
@@ -149,6 +163,8 @@ pub struct TcpQueue<B: DataBuf> {
     rlen: usize,
     /// `recv` system calls made (for tests and tuning).
     recv_calls: u64,
+    /// The controller this queue belongs to (its id goes back on drop; keep-alive state).
+    member: Option<Member>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for TcpQueue<B> {
@@ -190,7 +206,16 @@ impl<B: DataBuf> TcpQueue<B> {
             rpos: 0,
             rlen: 0,
             recv_calls: 0,
+            member: None,
         }
+    }
+
+    /// Make this queue one of `assoc`'s controller: its id (taken from `assoc`, or 0 for the
+    /// admin queue) goes back when the queue is dropped, the admin queue's answered Keep Alives
+    /// are recorded there, and a connection an I/O queue loses after the controller's KATO
+    /// passed without one is reported as [`TcpError::KeepAliveExpired`].
+    pub(crate) fn join(&mut self, assoc: Arc<Association>) {
+        self.member = Some(Member::new(assoc, self.qid));
     }
 
     /// The queue ID.
@@ -434,6 +459,10 @@ impl<B: DataBuf> TcpQueue<B> {
             .and_then(|_| self.flush())
             .and_then(|_| self.check_deadlines());
         if let Err(e) = r {
+            // An I/O queue has no Keep Alive of its own: its controller's (admin queue's)
+            // tells whether the target dropped the whole controller.
+            let ka_idle =
+                ka_idle.or_else(|| self.member.as_ref().and_then(|m| m.assoc.keep_alive_idle()));
             let e = keep_alive_expired(e, ka_idle);
             self.fail_all(&e, done);
             return Err(e);
@@ -759,15 +788,8 @@ impl<B: DataBuf> TcpQueue<B> {
                 }
                 Want::Data { cid, off, len } => {
                     let k = (len as usize).min(avail.len());
-                    let r = self
-                        .reqs
-                        .get_mut(cid as u64)
-                        .expect("rx names an active command");
-                    let b = r.buf.as_mut().expect("a read carries a buffer");
-                    // SAFETY: the machine checked off+len <= the command's length, which fits
-                    // the buffer from r.off (checked at submit); the buffer is the command's.
-                    let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
-                    // SAFETY: k <= len bytes from dst are inside the command's buffer (above);
+                    let dst = read_dst(&mut self.reqs, cid, off);
+                    // SAFETY: k <= len bytes from dst are inside the command's buffer (read_dst);
                     // the source is the receive buffer, which does not overlap it.
                     let landed = unsafe {
                         std::ptr::copy_nonoverlapping(avail.as_ptr(), dst, k);
@@ -784,16 +806,9 @@ impl<B: DataBuf> TcpQueue<B> {
     /// `recv` a large payload straight into command `cid`'s buffer at `off` (at most `len`
     /// bytes); None when nothing arrived.
     fn recv_direct(&mut self, cid: u16, off: u32, len: u32) -> Result<Option<Event>, TcpError> {
-        let r = self
-            .reqs
-            .get_mut(cid as u64)
-            .expect("rx names an active command");
-        let b = r.buf.as_mut().expect("a read carries a buffer");
-        // SAFETY: the machine checked off+len <= the command's length, which fits the buffer
-        // from r.off (checked at submit); the buffer is the command's.
-        let dst = unsafe { b.data_ptr().add(r.off + off as usize) };
+        let dst = read_dst(&mut self.reqs, cid, off);
         self.recv_calls += 1;
-        // SAFETY: see above: len bytes from dst are inside the command's buffer.
+        // SAFETY: len bytes from dst are inside the command's buffer (read_dst).
         match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
             .map_err(|e| TcpError::io("receiving", e))?
         {
@@ -866,6 +881,9 @@ impl<B: DataBuf> TcpQueue<B> {
             if let Some(ka) = self.ka.as_mut() {
                 ka.in_flight = false;
                 ka.answered = Instant::now();
+            }
+            if let Some(m) = &self.member {
+                m.assoc.keep_alive_answered();
             }
             return false;
         }
