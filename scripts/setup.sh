@@ -10,6 +10,7 @@ SYS=/sys
 STATE_DIR=${UBD_STATE_DIR:-/run/ubdirect}
 STATE_FILE=$STATE_DIR/original-drivers
 HUGE_STATE=$STATE_DIR/original-hugepages
+OWNER_STATE=$STATE_DIR/original-owners
 
 usage() {
     cat <<'EOF'
@@ -49,6 +50,8 @@ Environment:
                        /dev/vfio/devices/vfioN and /dev/iommu) and check its memlock limit (`ulimit -l`)
                        against HUGEMEM. No hugetlbfs mount changes owner: ubdirect allocates
                        hugepages with memfd_create(MFD_HUGETLB), which needs none.
+                       `reset` gives every node it handed over back to its former owner
+                       (/dev/iommu once no device ubdirect bound is left on vfio-pci).
   UBD_ALLOW_NOIOMMU=1  UNSAFE, on machines without an IOMMU only: `config` turns on vfio's
                        no-IOMMU mode (/sys/module/vfio/parameters/enable_unsafe_noiommu_mode),
                        so bound devices get /dev/vfio/noiommu-N groups and can DMA ANYWHERE in
@@ -330,6 +333,48 @@ remembered() {
 forget() {
     [ -f "$STATE_FILE" ] || return 0
     awk -v a="$1" '$1 != a' "$STATE_FILE" >"$STATE_FILE.new" && mv "$STATE_FILE.new" "$STATE_FILE"
+}
+
+# hand_over NODE: chown NODE to TARGET_USER, noting its owner before the first hand-over.
+hand_over() {
+    [ "$(stat -c %U "$1")" != "$TARGET_USER" ] || return 0
+    if mkdir -p "$STATE_DIR" && ! grep -q "^$1 " "$OWNER_STATE" 2>/dev/null; then
+        echo "$1 $(stat -c %u:%g "$1")" >>"$OWNER_STATE"
+    fi
+    chown "$TARGET_USER" "$1" || die "chown $TARGET_USER $1 failed"
+    say "$1 now owned by $TARGET_USER"
+    changes=$((changes + 1))
+}
+
+# restore_owner NODE...: each NODE config handed over goes back to the owner it had then (root
+# when that was not noted); the note is dropped. A node that is gone (its device left vfio-pci)
+# is only forgotten.
+restore_owner() {
+    for ro_n in "$@"; do
+        ro_o=$(awk -v n="$ro_n" '$1 == n { print $2; exit }' "$OWNER_STATE" 2>/dev/null)
+        if [ -n "$ro_o" ] && [ -e "$ro_n" ]; then
+            if chown "$ro_o" "$ro_n"; then
+                say "$ro_n given back to $(stat -c %U "$ro_n")"
+                changes=$((changes + 1))
+            else
+                warn "$ro_n: chown $ro_o failed"
+                failed=$((failed + 1))
+            fi
+        fi
+        [ -f "$OWNER_STATE" ] || continue
+        awk -v n="$ro_n" '$1 != n' "$OWNER_STATE" >"$OWNER_STATE.new" && mv "$OWNER_STATE.new" "$OWNER_STATE"
+    done
+}
+
+# device_nodes ADDR: the /dev nodes of a device bound to vfio-pci: its group node and, with
+# the vfio device cdev, /dev/vfio/devices/vfioN.
+device_nodes() {
+    dn_g=$(group_of "$1")
+    [ -n "$dn_g" ] || return 0
+    if [ -e "/dev/vfio/$dn_g" ]; then echo "/dev/vfio/$dn_g"; else echo "/dev/vfio/noiommu-$dn_g"; fi
+    for dn_c in "$(dev_dir "$1")"/vfio-dev/vfio*; do
+        [ -e "$dn_c" ] && echo "/dev/vfio/devices/${dn_c##*/}"
+    done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -620,14 +665,14 @@ hugepages() {
 # it, and report.
 give_back() {
     echo >"$(dev_dir "$1")/driver_override" 2>/dev/null
-    gb_now=$(driver_of "$1")
-    if [ -n "$2" ] && [ "$gb_now" != "$2" ]; then
-        [ -n "$gb_now" ] && echo "$1" >"$(dev_dir "$1")/driver/unbind" 2>/dev/null
+    ro_now=$(driver_of "$1")
+    if [ -n "$2" ] && [ "$ro_now" != "$2" ]; then
+        [ -n "$ro_now" ] && echo "$1" >"$(dev_dir "$1")/driver/unbind" 2>/dev/null
         echo "$1" >"$SYS/bus/pci/drivers_probe" 2>/dev/null
-        gb_now=$(driver_of "$1")
+        ro_now=$(driver_of "$1")
     fi
     forget "$1"
-    warn "$1: $3; driver_override cleared, the device is on '${gb_now:-no driver}'"
+    warn "$1: $3; driver_override cleared, the device is on '${ro_now:-no driver}'"
     failed=$((failed + 1))
 }
 
@@ -723,11 +768,7 @@ target_user() {
         done
         [ -n "$cdevs" ] && [ -c /dev/iommu ] && cdevs="$cdevs /dev/iommu"
         for node in "$node" $cdevs; do
-            if [ "$(stat -c %U "$node")" != "$TARGET_USER" ]; then
-                chown "$TARGET_USER" "$node" || die "chown $TARGET_USER $node failed"
-                say "$node now owned by $TARGET_USER"
-                changes=$((changes + 1))
-            fi
+            hand_over "$node"
         done
     done
     need_kb=$((HUGEMEM * 1024))
@@ -815,6 +856,9 @@ reset_one() {
     fi
     to=$(remembered "$a")
     [ -n "$to" ] && [ "$to" != vfio-pci ] || to=$(default_driver "$a")
+    # Its nodes go back before the unbind (a failed unbind leaves them root's, not a user's).
+    # shellcheck disable=SC2046 # one node per word
+    restore_owner $(device_nodes "$a")
     echo >"$d/driver_override"
     echo "$a" >"$d/driver/unbind" || {
         warn "$a: unbinding from vfio-pci failed"
@@ -901,6 +945,8 @@ reset() {
         reset_one "$a"
     done
     reset_hugepages
+    # /dev/iommu serves every device: it goes back once none that ubdirect bound is left.
+    [ -s "$STATE_FILE" ] || restore_owner /dev/iommu
     if [ $changes -eq 0 ] && [ $failed -eq 0 ]; then
         say "reset: nothing to do, no device is bound to vfio-pci"
     fi

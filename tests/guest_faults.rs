@@ -26,6 +26,7 @@ use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegi
 use ubdirect_diag::kmsg::{parse_iommu_fault, IommuFault};
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect_testbed::cli::wait_or_kill;
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 use ubdirect_virtio_net::pattern;
 use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
@@ -145,18 +146,7 @@ fn run_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
         let _ = se.read_to_string(&mut s);
         s
     });
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for the child") {
-            break st;
-        }
-        if start.elapsed() > deadline {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().expect("reap the killed child");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_or_kill(&mut child, start, deadline, Duration::from_millis(20));
     let elapsed = start.elapsed();
     let out = format!(
         "{}{}",
@@ -164,10 +154,10 @@ fn run_child(test: &str, scenario: &str, deadline: Duration) -> ChildRun {
         he.join().unwrap_or_default()
     );
     ChildRun {
-        code: status.code(),
+        code: status.and_then(|s| s.code()),
         out,
         elapsed,
-        timed_out,
+        timed_out: status.is_none(),
     }
 }
 
@@ -1294,17 +1284,12 @@ fn pipeline_cli_ends_with_an_error_when_the_nvme_vanishes() {
         cmd.vanish();
     }
     let vanished = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if vanished.elapsed() > Duration::from_secs(400) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        vanished,
+        Duration::from_secs(400),
+        Duration::from_millis(100),
+    );
     let took = vanished.elapsed();
     cmd.restore();
     let err = std::fs::read_to_string(err_path).unwrap_or_default();

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ubdirect_testbed as testbed;
+use ubdirect_testbed::cli::wait_or_kill;
 
 /// The record the guest kernel logs for an NVMe read into an unmapped IOVA, for `bdf`.
 fn dmar_record(bdf: &str) -> String {
@@ -48,16 +49,13 @@ fn run_with_record(args: &[&str], record: &str) -> ToolRun {
         .expect("open /dev/kmsg for writing (root)");
     kmsg.write_all(format!("<3>{record}\n").as_bytes())
         .expect("write the record into the kernel log");
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("ubdirect {args:?} still running after 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(
+        &mut child,
+        t,
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+    )
+    .unwrap_or_else(|| panic!("ubdirect {args:?} still running after 120 s: killed"));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     ToolRun {

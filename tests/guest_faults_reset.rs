@@ -11,35 +11,25 @@
 //! two runs, which the hook's VFIO reset (VFIO zaps and restores the BAR mappings around it)
 //! does not do.
 
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use ubdirect_testbed as testbed;
-use ubdirect_testbed::cli::perf_verify_args;
+use ubdirect_testbed::cli::{self, perf_verify_args};
 
-/// Run `ubdirect <args>`, with the reset hook armed for `reset_after` (None: no reset). Returns
-/// the output and the run's duration.
-fn run(args: &[&str], reset_after: Option<Duration>) -> (Output, Duration) {
+/// Run `ubdirect <args>` ([`cli::run`]), with the reset hook armed for `reset_after` (None: no
+/// reset). Returns the exit status (-1: a signal), stdout and stderr, and the run's duration.
+fn run(args: &[&str], reset_after: Option<Duration>) -> ((i32, String, String), Duration) {
+    let after = reset_after.map(|a| a.as_millis().to_string());
+    let env: Vec<(&str, &str)> = after
+        .iter()
+        .map(|ms| ("UBD_INJECT_RESET_AFTER_MS", ms.as_str()))
+        .collect();
     let t0 = Instant::now();
-    let mut cmd = Command::new("ubdirect");
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(after) = reset_after {
-        cmd.env("UBD_INJECT_RESET_AFTER_MS", after.as_millis().to_string());
-    }
-    let out = cmd
-        .spawn()
-        .expect("run ubdirect (in PATH in the guest)")
-        .wait_with_output()
-        .expect("wait for ubdirect");
+    let (rc, out, err) = cli::run("ubdirect", args, &env);
     let took = t0.elapsed();
-    println!(
-        "ubdirect {args:?}: exit {:?} after {took:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out, took)
+    println!("ubdirect {args:?}: exit {rc} after {took:?}\nstdout:\n{out}\nstderr:\n{err}");
+    ((rc, out, err), took)
 }
 
 #[test]
@@ -50,11 +40,10 @@ fn perf_verify_survives_a_controller_reset() {
     // The region guest_nvme_cli's perf test writes too (nvme1 ns2, 48-52 MiB); the reset comes
     // 3 s into the 8 s of I/O.
     let args = perf_verify_args(&addr, "8");
-    let (out, took) = run(&args, Some(Duration::from_secs(3)));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ((rc, stdout, stderr), took) = run(&args, Some(Duration::from_secs(3)));
     assert!(stderr.contains("(FLR) under the run"), "{stderr}");
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(rc, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).expect("JSON");
     let t = &v["total"];
     assert_eq!(t["controller_resets"], 1, "{t}");
     assert_eq!(t["errors"], 0);
@@ -90,12 +79,10 @@ fn pipeline_verify_survives_a_controller_reset() {
         "16M",
         "--verify",
     ];
-    let (base, base_took) = run(&args, None);
-    assert_eq!(base.status.code(), Some(0));
-    let (out, took) = run(&args, Some(Duration::from_secs(1)));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ((base_rc, _, _), base_took) = run(&args, None);
+    assert_eq!(base_rc, 0);
+    let ((rc, stdout, stderr), took) = run(&args, Some(Duration::from_secs(1)));
+    assert_eq!(rc, 0, "{stderr}");
     assert!(
         stdout
             .lines()

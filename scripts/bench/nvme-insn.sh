@@ -8,42 +8,114 @@
 # instructions (NvmeModel::mmio_write, inclusive) are subtracted, so "driver" counts only
 # driver (and caller) code. Exact and repeatable (no PMU needed): the figures before/after a change.
 #
-#   scripts/bench/nvme-insn.sh        (env: DEPTHS="1 32 128" IOS=20000)
+#   scripts/bench/nvme-insn.sh                  the table for DEPTHS (default "1 32 128")
+#   scripts/bench/nvme-insn.sh --old BIN        before/after in one run: BIN is an older build of
+#                                               the example (cp target/release/examples/insn_per_io
+#                                               somewhere before changing the driver)
+#   scripts/bench/nvme-insn.sh --check          the regression test (scripts/test.sh runs it): QD 1
+#                                               and 32, each driver total against its limit below;
+#                                               exit 1 when one is over. Last line:
+#                                               "insn-check: ok (...)" or "insn-check: FAILED (...)"
+# env: DEPTHS, IOS (reads per depth, default 20000), BIN (use this build instead of building one)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DEPTHS=${DEPTHS:-"1 32 128"}
+
+# Limits of --check, driver total insn/IO (submit + complete + doorbells), about 15-20 % above
+# what this tree measured (BENCHMARKS.md, "Issue 11, part 4 (nvme11)"): a slower I/O path fails
+# scripts/test.sh; a faster one should lower them.
+declare -A LIMIT=([1]=750 [32]=510)
+
+check=0 old=
+while (($# > 0)); do
+    case $1 in
+    --check) check=1 && shift ;;
+    --old) old=${2:?--old needs the path of an older insn_per_io build} && shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
+    *) echo "nvme-insn.sh: unknown argument '$1' (see --help)" >&2 && exit 2 ;;
+    esac
+done
+if ((check == 1)); then DEPTHS=${DEPTHS:-"1 32"}; else DEPTHS=${DEPTHS:-"1 32 128"}; fi
 IOS=${IOS:-20000}
-command -v valgrind >/dev/null || { echo "nvme-insn.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
-cargo build --release -q -p ubdirect-nvme --example insn_per_io
-bin=target/release/examples/insn_per_io
+
+fail() {
+    echo "nvme-insn.sh: $*" >&2
+    ((check == 0)) || echo "insn-check: FAILED ($*)" >&2
+    exit 2
+}
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+    fail "needs valgrind (callgrind): run scripts/deps.sh as root (or apt-get install valgrind)"
+if [[ -n $old && ! -x $old ]]; then fail "--old $old: not an executable build of insn_per_io"; fi
+bin=${BIN:-}
+if [[ -z $bin ]]; then
+    cargo build --release -q -p ubdirect-nvme --example insn_per_io || fail "cargo build --release --example insn_per_io failed"
+    bin=target/release/examples/insn_per_io
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# $(date -u '+%F %T UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- drivers core || echo '+changes'), $IOS reads per depth"
-echo "| QD | submit insn/IO | complete + doorbell writes insn/IO | driver total insn/IO | model insn/IO | SQ doorbells/IO | CQ doorbells/IO |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-for q in $DEPTHS; do
-    out=$(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$q" --collect-atstart=no \
+
+# measure BIN QD -> "ios submit complete model sq_doorbells cq_doorbells" (instruction totals)
+measure() {
+    local b=$1 q=$2 out
+    out=$(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" --collect-atstart=no \
         --toggle-collect='insn_per_io::submit_batch' --toggle-collect='insn_per_io::ring' \
-        --toggle-collect='insn_per_io::reap' "$bin" "$q" "$IOS" 2>"$tmp/vg.$q")
-    callgrind_annotate --inclusive=yes "$tmp/cg.$q" >"$tmp/an.$q"
-    python3 - "$tmp/an.$q" "$out" "$q" <<'PY'
-import re, sys
-an, out, q = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
-def incl(pat):
-    tot = 0
-    for line in an.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\(.*?\)\s+(.*)", line) or re.match(r"\s*([\d,]+)\s+(.*)", line)
-        if m and re.search(pat, m.group(2)):
-            tot = max(tot, int(m.group(1).replace(",", "")))
-    return tot
-f = dict(re.findall(r"(\w+) (\d+)", out))
-ios = int(f["completed"])
-sub, ring, reap = incl(r"insn_per_io::submit_batch"), incl(r"insn_per_io::ring"), incl(r"insn_per_io::reap")
-model = incl(r"NvmeModel as .*Device.*>::mmio_write")
-# The model runs inside both doorbell writes (ring: fetch, read, post; reap: the CQ head):
-# its instructions are taken out of the two together.
-drv = sub + ring + reap - model
-print(f"| {q} | {sub/ios:,.0f} | {(ring + reap - model)/ios:,.0f} | {drv/ios:,.0f} | {model/ios:,.0f} | "
-      f"{int(f['sq_doorbells'])/ios:.3f} | {int(f['cq_doorbells'])/ios:.3f} |")
-PY
+        --toggle-collect='insn_per_io::reap' "$b" "$q" "$IOS" 2>"$tmp/vg") ||
+        fail "valgrind $b $q $IOS failed: $(tail -n 5 "$tmp/vg")"
+    callgrind_annotate --inclusive=yes "$tmp/cg" >"$tmp/an"
+    # Inclusive count of the largest line naming each function (callgrind_annotate prints
+    # "12,345,678 (45.6%)  file:function").
+    awk -v out="$out" '
+        function add(name, pat, n) { if ($0 ~ pat && n > v[name]) v[name] = n }
+        {
+            n = $1; gsub(",", "", n)
+            if (n !~ /^[0-9]+$/) next
+            n += 0
+            add("sub", "insn_per_io::submit_batch", n)
+            add("ring", "insn_per_io::ring", n)
+            add("reap", "insn_per_io::reap", n)
+            add("model", "NvmeModel as .*Device.*>::mmio_write", n)
+        }
+        END {
+            split(out, w, " ")
+            for (i = 1; i < length(w); i++) f[w[i]] = w[i + 1]
+            # The model runs inside both doorbell writes (ring: fetch, read, post; reap: the CQ
+            # head): its instructions are taken out of the two together.
+            printf "%d %d %d %d %d %d\n", f["completed"], v["sub"], v["ring"] + v["reap"] - v["model"], v["model"], f["sq_doorbells"], f["cq_doorbells"]
+        }' "$tmp/an"
+}
+per() { awk -v a="$1" -v n="$2" 'BEGIN { printf "%d", a / n + 0.5 }'; }
+
+sha=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- drivers core || echo '+changes')
+echo "# $(date -u '+%F %T UTC'), commit $sha, $IOS reads per depth${old:+; before: $old}"
+if [[ -n $old ]]; then
+    echo "| QD | submit insn/IO before | after | complete + doorbell writes before | after | driver total before | after |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+else
+    echo "| QD | submit insn/IO | complete + doorbell writes insn/IO | driver total insn/IO | model insn/IO | SQ doorbells/IO | CQ doorbells/IO |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+fi
+over=() within=()
+for q in $DEPTHS; do
+    measure "$bin" "$q" >"$tmp/m"
+    read -r ios sub comp model sqd cqd <"$tmp/m"
+    ((ios > 0)) || fail "QD$q: no completed reads counted"
+    s=$(per "$sub" "$ios") c=$(per "$comp" "$ios") t=$(per $((sub + comp)) "$ios")
+    if [[ -n $old ]]; then
+        measure "$old" "$q" >"$tmp/m"
+        read -r oios osub ocomp _ <"$tmp/m"
+        echo "| $q | $(per "$osub" "$oios") | $s | $(per "$ocomp" "$oios") | $c | $(per $((osub + ocomp)) "$oios") | $t |"
+    else
+        echo "| $q | $s | $c | $t | $(per "$model" "$ios") | $(awk -v a="$sqd" -v n="$ios" 'BEGIN { printf "%.3f", a / n }') | $(awk -v a="$cqd" -v n="$ios" 'BEGIN { printf "%.3f", a / n }') |"
+    fi
+    if ((check == 1)); then
+        lim=${LIMIT[$q]:-}
+        [[ -n $lim ]] || fail "no limit for QD$q (limits exist for QD ${!LIMIT[*]})"
+        if ((t > lim)); then over+=("QD$q $t > $lim insn/IO"); else within+=("QD$q $t <= $lim"); fi
+    fi
 done
+if ((check == 1)); then
+    if ((${#over[@]} > 0)); then
+        echo "insn-check: FAILED (driver instructions per I/O over the limit: ${over[*]}; the I/O path got slower: find the cause with callgrind_annotate, see BENCHMARKS.md Issue 11 part 4)"
+        exit 1
+    fi
+    echo "insn-check: ok (driver instructions per I/O: ${within[*]})"
+fi

@@ -1,7 +1,8 @@
 //! Running the `ubdirect` binary from tests: its exit status and output, the arguments of the
 //! `perf --verify` runs the CLI guest tests make, and the checks of a clean verified run.
 
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// Runs `bin` with `args` and the extra environment `env`; returns its exit status (-1 when a
 /// signal ended it), stdout and stderr. Panics when it cannot be started.
@@ -16,6 +17,27 @@ pub fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, Stri
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Waits for `child` until `limit` has passed since `start`, looking every `every`; at the limit
+/// kills and reaps it. Its exit status, or None when the limit killed it.
+pub fn wait_or_kill(
+    child: &mut Child,
+    start: Instant,
+    limit: Duration,
+    every: Duration,
+) -> Option<ExitStatus> {
+    loop {
+        if let Some(st) = child.try_wait().expect("wait for the child") {
+            return Some(st);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// [`run`] of the `ubdirect` binary in the PATH (in the guest, scripts/vm/suite.sh puts the
@@ -87,6 +109,39 @@ mod tests {
             &[("UBD_T", "x")],
         );
         assert_eq!((rc, out.as_str(), err.as_str()), (3, "out x\n", "err\n"));
+    }
+
+    #[test]
+    fn a_child_is_waited_for_until_its_limit_then_killed_and_reaped() {
+        let start = Instant::now();
+        let mut c = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let st = wait_or_kill(
+            &mut c,
+            start,
+            Duration::from_secs(30),
+            Duration::from_millis(5),
+        );
+        assert_eq!(st.and_then(|s| s.code()), Some(3));
+        let start = Instant::now();
+        let mut c = Command::new("sleep").arg("30").spawn().unwrap();
+        let st = wait_or_kill(
+            &mut c,
+            start,
+            Duration::from_millis(100),
+            Duration::from_millis(5),
+        );
+        assert_eq!(st, None, "killed at the limit");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        // Reaped: the status is known at once, and it is the kill's signal.
+        let reaped = c.try_wait().unwrap().expect("reaped");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&reaped),
+            Some(9)
+        );
     }
 
     #[test]

@@ -50,7 +50,9 @@ proptest! {
     #[test]
     fn fuzz_bring_up(cfg in nvme_config(), plan in hostile(), io_queues in 1u16..8) {
         fuzz_support::tick("fuzz_bring_up");
-        let limit = Duration::from_secs(1) + shutdown_bound(&cfg, &plan);
+        // 10 s of slack for a loaded host (1 s was exceeded once: 2.6 s at load 11); a loop
+        // that never ends still fails.
+        let limit = Duration::from_secs(10) + shutdown_bound(&cfg, &plan);
         let start = Instant::now();
         let reg = model_support::registry();
         let m = NvmeModel::hostile(&reg, cfg, plan.into_tamper());
@@ -68,7 +70,7 @@ proptest! {
             drop(ctrl);
         }
         // Worst case: a few 0.5 ms waits (ready, admin) and the shutdown wait (RTD3E clamped to
-        // 1..60 s, when a register override hides CSTS.SHST); 1 s more is far beyond the rest.
+        // 1..60 s, when a register override hides CSTS.SHST); the slack above is far beyond the rest.
         prop_assert!(start.elapsed() < limit, "took {:?}, limit {:?}", start.elapsed(), limit);
     }
 }

@@ -193,19 +193,7 @@ fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
         .unregister(region.id)
         .expect("a revoked region unregisters");
     // Registered again (a fresh dma-buf), the BAR takes DMA again.
-    let region = bed
-        .registry
-        .register_bar(&dev, 2)
-        .expect("register BAR2 again");
-    let pool = UbPool::new(
-        &bed.registry,
-        region.clone(),
-        PoolConfig {
-            block_size: 1 << 20,
-            block_count: 8,
-        },
-    )
-    .expect("pool on the BAR again");
+    let BarTarget { region, pool, .. } = BarTarget::register_of(&bed, dev);
     let buf = qp
         .read_blocking(
             &ns,

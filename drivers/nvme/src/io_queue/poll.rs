@@ -62,26 +62,17 @@ impl<P: IoPayload> IoQueuePair<P> {
             let Some(cqe) = self.cq.peek() else { break };
             self.cq.advance();
             reaped += 1;
+            // The hostile-device check, in one: the id names a slot of this queue (bounds),
+            // that slot is in flight, and the entry is for this queue's SQ.
             let cid = cqe.cid as usize;
-            if cid >= self.depth || !self.cmds[cid].active || cqe.sq_id != self.qid {
-                self.stats.malformed_completions += 1;
-                malformed.get_or_insert(NvmeError::MalformedCompletion {
-                    qid: self.qid,
-                    cid: cqe.cid,
-                    sq_id: cqe.sq_id,
-                    reason: if cid >= self.depth || cqe.sq_id != self.qid {
-                        "command id or SQ id out of range"
-                    } else {
-                        "no command with this id is in flight"
-                    },
-                });
-                continue;
+            match self.cmds.get(cid) {
+                Some(slot) if slot.active && cqe.sq_id == self.qid => {}
+                _ => {
+                    self.malformed(cqe.cid, cqe.sq_id, &mut malformed);
+                    continue;
+                }
             }
-            let status = NvmeStatus::from_cqe_status(cqe.status);
-            if let Some(c) = self.finish_command(cid, status) {
-                done += 1;
-                f(c);
-            }
+            done += self.finish_command(cid, cqe.status, &mut f) as usize;
         }
         if reaped > 0 {
             self.cq_db.write(self.cq.head());
@@ -102,42 +93,66 @@ impl<P: IoPayload> IoQueuePair<P> {
         }
     }
 
-    /// Free command slot `cid` with `status`; the request's completion when it was its last
-    /// command.
-    #[inline]
-    pub(super) fn finish_command(
+    /// Count a completion entry that names no command of this queue in flight (a hostile or
+    /// broken device) and keep the first one as the batch's error. Cold: never on a sane
+    /// device.
+    #[cold]
+    #[inline(never)]
+    fn malformed(&mut self, cid: u16, sq_id: u16, first: &mut Option<NvmeError>) {
+        self.stats.malformed_completions += 1;
+        let in_range = (cid as usize) < self.depth && sq_id == self.qid;
+        first.get_or_insert(NvmeError::MalformedCompletion {
+            qid: self.qid,
+            cid,
+            sq_id,
+            reason: if in_range {
+                "no command with this id is in flight"
+            } else {
+                "command id or SQ id out of range"
+            },
+        });
+    }
+
+    /// Free command slot `cid` (in flight, checked by the caller), whose completion entry has
+    /// status word `status` (phase tag in bit 0); when it was its request's last command, hand
+    /// the request's completion to `f` (built in place, no intermediate copy) and return true.
+    #[inline(always)]
+    fn finish_command(
         &mut self,
         cid: usize,
-        status: NvmeStatus,
-    ) -> Option<IoCompletion<P>> {
-        let rid = self.cmds[cid].req as usize;
-        self.cmds[cid].active = false;
+        status: u16,
+        f: &mut impl FnMut(IoCompletion<P>),
+    ) -> bool {
+        let slot = &mut self.cmds[cid];
+        slot.active = false;
+        let rid = slot.req as usize;
         self.free_cids[self.free_cid_top] = cid as u16;
         self.free_cid_top += 1;
         let r = &mut self.reqs[rid];
-        if !status.is_success() && r.error.is_none() {
-            r.error = Some(status);
+        // SC and SCT zero is success (the common case: one test of the raw word); anything
+        // else is decoded on the cold path.
+        if status & STATUS_SC_SCT != 0 {
+            note_error(&mut r.error, status);
         }
         r.remaining -= 1;
         if r.remaining != 0 {
-            return None;
+            return false;
         }
-        let bufs = r
-            .bufs
-            .take()
-            .expect("a request in flight holds its payload");
-        let result = match r.error {
-            None => Ok(r.bytes),
-            Some(status) => Err(NvmeError::Command {
-                command: opcode_name(r.opcode),
-                status,
-            }),
-        };
-        let tag = r.tag;
         self.free_reqs[self.free_req_top] = rid as u16;
         self.free_req_top += 1;
         self.in_flight -= 1;
-        Some(IoCompletion { tag, bufs, result })
+        // Two calls of `f`, each with its completion built in the argument (the payload moved
+        // straight from the slot): building the `Result` first, then the completion, made the
+        // compiler copy the whole completion twice.
+        match r.error {
+            None => f(IoCompletion {
+                tag: r.tag,
+                bufs: take_payload(&mut r.bufs),
+                result: Ok(r.bytes),
+            }),
+            Some(status) => f(failed(r.tag, take_payload(&mut r.bufs), r.opcode, status)),
+        }
+        true
     }
 
     /// The error of a dead queue (None while it is alive). Cold: only on error paths.
@@ -294,6 +309,42 @@ impl<P: IoPayload> IoQueuePair<P> {
     }
 }
 
+/// The Status Code and Status Code Type bits of a CQE's status word (bit 0 is the phase tag):
+/// both zero is success ([`NvmeStatus::is_success`]).
+const STATUS_SC_SCT: u16 = 0x0ffe;
+
+/// Keep the first error status of a request's commands. Cold: only for failed commands.
+#[cold]
+#[inline(never)]
+fn note_error(error: &mut Option<NvmeStatus>, status: u16) {
+    if error.is_none() {
+        *error = Some(NvmeStatus::from_cqe_status(status));
+    }
+}
+
+/// The payload of a request slot in flight, leaving the slot empty.
+#[inline(always)]
+fn take_payload<P>(slot: &mut Option<P>) -> P {
+    match slot.take() {
+        Some(p) => p,
+        None => unreachable!("a request in flight holds its payload"),
+    }
+}
+
+/// The completion of a request one of whose commands failed with `status`. Cold.
+#[cold]
+#[inline(never)]
+fn failed<P>(tag: u64, bufs: P, opcode: u8, status: NvmeStatus) -> IoCompletion<P> {
+    IoCompletion {
+        tag,
+        bufs,
+        result: Err(NvmeError::Command {
+            command: opcode_name(opcode),
+            status,
+        }),
+    }
+}
+
 /// The spec name of an NVM I/O opcode.
 pub(crate) fn opcode_name(op: u8) -> &'static str {
     match op {
@@ -304,5 +355,21 @@ pub(crate) fn opcode_name(op: u8) -> &'static str {
         io_opcode::DATASET_MANAGEMENT => "Dataset Management",
         io_opcode::COMPARE => "Compare",
         _ => "I/O command",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_mask_agrees_with_is_success_for_every_status_word() {
+        for w in 0..=u16::MAX {
+            assert_eq!(
+                w & STATUS_SC_SCT == 0,
+                NvmeStatus::from_cqe_status(w).is_success(),
+                "status word {w:#06x}"
+            );
+        }
     }
 }

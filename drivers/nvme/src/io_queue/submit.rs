@@ -80,7 +80,7 @@ impl<P: IoPayload> IoQueuePair<P> {
         if now < ncmds {
             // Queued: its later commands are built from `poll`; check them all now so that
             // bad input is refused here, with nothing queued.
-            if let Err(e) = self.check_request(&c, &bufs) {
+            if let Err(e) = self.check_request(c, &bufs) {
                 return Err(Rejected {
                     bufs,
                     error: e.into(),
@@ -205,7 +205,7 @@ impl<P: IoPayload> IoQueuePair<P> {
     /// Check every command of a request that will be queued can be described by PRPs (nothing
     /// written). Cold: only for requests that do not fit the free slots.
     #[cold]
-    fn check_request(&self, c: &Pending, bufs: &P) -> std::result::Result<(), prp::PrpError> {
+    fn check_request(&self, c: Pending, bufs: &P) -> std::result::Result<(), prp::PrpError> {
         let mut done = 0u64;
         while done < c.nblocks {
             let nlb = (c.nblocks - done).min(c.max_blocks);

@@ -30,7 +30,12 @@ impl BarTarget {
     /// Registers BAR2 of the test bed's ivshmem device in `bed`'s domain (however its back end
     /// maps a BAR: by dma-buf on iommufd) and carves the pool.
     pub fn register(bed: &Bed) -> BarTarget {
-        let dev = open_ivshmem(bed);
+        BarTarget::register_of(bed, open_ivshmem(bed))
+    }
+
+    /// [`BarTarget::register`] for the ivshmem device `dev`, already open in `bed`'s domain (to
+    /// register its BAR again once the first region is gone).
+    pub fn register_of(bed: &Bed, dev: Arc<PciDevice>) -> BarTarget {
         let region = bed.registry.register_bar(&dev, 2).expect("register BAR2");
         let pool = UbPool::new(
             &bed.registry,
