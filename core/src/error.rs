@@ -99,6 +99,16 @@ pub enum CoreError {
         /// The IOMMU group.
         group: u32,
     },
+    /// The kernel kept refusing to open the device because a reset of it was under way
+    /// (vfio-pci resets a device on open with `pci_try_reset_function`, which answers EAGAIN
+    /// while another reset, e.g. one through sysfs, holds the device lock).
+    #[error("PCI device {addr} is being reset by the kernel: opening it was refused (EAGAIN) for {waited:?} while the reset held the device")]
+    DeviceResetting {
+        /// The device.
+        addr: PciAddress,
+        /// How long the open was retried.
+        waited: std::time::Duration,
+    },
     /// The device is already open in this domain.
     #[error("PCI device {addr} is already open in this DMA domain")]
     AlreadyOpen {

@@ -185,6 +185,9 @@ fn core_message(e: &CoreError) -> String {
         CoreError::GroupBusy { addr, group } => format!(
             "IOMMU group {group} of {addr} is already in use by another program (another ubdirect, QEMU, DPDK or SPDK): stop it and run again"
         ),
+        CoreError::DeviceResetting { addr, .. } => format!(
+            "{e}: wait for the reset to finish (a `reset` written to /sys/bus/pci/devices/{addr}/reset, or another program resetting it) and run again"
+        ),
         CoreError::AlreadyOpen { addr } => format!(
             "PCI device {addr} is named twice on the command line (e.g. as both source and sink): name two different devices"
         ),

@@ -162,6 +162,10 @@ fn core_errors_other() -> Vec<CoreError> {
             group: 3,
         },
         CoreError::AlreadyOpen { addr: addr() },
+        CoreError::DeviceResetting {
+            addr: addr(),
+            waited: std::time::Duration::from_secs(2),
+        },
         CoreError::NoDevice,
         CoreError::Vfio {
             op: "open container",

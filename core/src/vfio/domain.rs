@@ -731,8 +731,14 @@ impl DmaDomain {
         let backend = self.backend_for(&mut s, addr, choice)?;
         let dev = match backend {
             Backend::NoIommu(c) => OpenedDevice::NoIommu(c.open_device(addr, sys.group)?),
-            _ => match backend.open_device(&addr.sysfs_path()) {
+            _ => match open_retrying_a_reset(backend, addr) {
                 Some(Ok(d)) => OpenedDevice::Vfio(d),
+                Some(Err(e)) if refused_by_a_reset(&e) => {
+                    return Err(CoreError::DeviceResetting {
+                        addr,
+                        waited: RESET_RETRY,
+                    });
+                }
                 Some(Err(e)) => {
                     // The cdev bind answers EINVAL (not EBUSY) when the device is already open
                     // through its cdev elsewhere: the group node tells (it is busy then).
@@ -949,6 +955,35 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             source: other,
         },
     }
+}
+
+/// How long opening a device is retried while the kernel refuses it because a reset of the
+/// device is under way (a sysfs reset takes ~100 ms-1 s on real hardware).
+const RESET_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Open a device through `backend`, again every 10 ms for up to [`RESET_RETRY`] while the kernel
+/// answers EAGAIN: vfio-pci resets a device on open with `pci_try_reset_function`, which fails
+/// with EAGAIN while another reset (e.g. through sysfs) holds the device lock.
+fn open_retrying_a_reset(
+    backend: &Backend,
+    addr: PciAddress,
+) -> Option<std::result::Result<vfio_ioctls::VfioDevice, VfioError>> {
+    let end = std::time::Instant::now() + RESET_RETRY;
+    loop {
+        let r = backend.open_device(&addr.sysfs_path());
+        match &r {
+            Some(Err(e)) if refused_by_a_reset(e) && std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => return r,
+        }
+    }
+}
+
+/// True when opening the device failed with EAGAIN: the kernel's reset-on-open found the device
+/// locked by another reset (type1: getting the device fd; iommufd: binding the cdev).
+fn refused_by_a_reset(e: &VfioError) -> bool {
+    matches!(e, VfioError::GroupGetDeviceFD(err) | VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EAGAIN)
 }
 
 /// True for the cdev bind's EINVAL (drivers/vfio/vfio_main.c, vfio_df_open: "Only the group
@@ -1357,6 +1392,27 @@ mod tests {
         let e = map_file_errno(libc::EINVAL, 0, 4096, 0x10_0000).to_string();
         assert!(e.contains("IOMMU_IOAS_MAP_FILE"), "{e}");
         assert!(e.contains("CONFIG_VFIO_PCI_DMABUF"), "{e}");
+    }
+
+    #[test]
+    fn an_open_refused_by_a_reset_in_progress_is_told_apart() {
+        // vfio-pci's reset on open answers EAGAIN while another reset holds the device: seen in
+        // the soak as "failed to get vfio device fd: Resource temporarily unavailable".
+        let again = || vmm_sys_util::errno::Error::new(libc::EAGAIN);
+        assert!(refused_by_a_reset(&VfioError::GroupGetDeviceFD(again())));
+        assert!(refused_by_a_reset(&VfioError::VfioDeviceBindIommufd(
+            again()
+        )));
+        let busy = vmm_sys_util::errno::Error::new(libc::EBUSY);
+        assert!(!refused_by_a_reset(&VfioError::GroupGetDeviceFD(busy)));
+        let addr: PciAddress = "0000:00:04.0".parse().unwrap();
+        let e = CoreError::DeviceResetting {
+            addr,
+            waited: RESET_RETRY,
+        }
+        .to_string();
+        assert!(e.contains("being reset by the kernel"), "{e}");
+        assert!(e.contains("EAGAIN"), "{e}");
     }
 
     #[test]
