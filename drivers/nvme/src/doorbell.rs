@@ -61,6 +61,14 @@ impl Doorbell {
         }
     }
 
+    /// Take over the write counts of `old` (the doorbell this one replaces after a reset), so
+    /// a queue's statistics run on across resets.
+    pub(crate) fn carry_counts_from(&mut self, old: &Doorbell) {
+        self.mmio_writes = old.mmio_writes;
+        self.shadow_only = old.shadow_only;
+        self.shadow_only_ahead = old.shadow_only_ahead;
+    }
+
     /// Whether updates go through a shadow slot.
     pub(crate) fn is_shadowed(&self) -> bool {
         self.shadow.is_some()

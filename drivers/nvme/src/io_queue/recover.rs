@@ -70,12 +70,8 @@ impl<P: IoPayload> IoQueuePair<P> {
             return Err(self.die(e));
         }
         let (mut sq_db, mut cq_db) = doorbells(&self.ctrl, self.qid, self.sq_db.is_shadowed());
-        sq_db.mmio_writes = self.sq_db.mmio_writes;
-        sq_db.shadow_only = self.sq_db.shadow_only;
-        cq_db.mmio_writes = self.cq_db.mmio_writes;
-        cq_db.shadow_only = self.cq_db.shadow_only;
-        sq_db.shadow_only_ahead = self.sq_db.shadow_only_ahead;
-        cq_db.shadow_only_ahead = self.cq_db.shadow_only_ahead;
+        sq_db.carry_counts_from(&self.sq_db);
+        cq_db.carry_counts_from(&self.cq_db);
         self.sq_db = sq_db;
         self.cq_db = cq_db;
         self.last_check = ubdirect_core::util::rdtsc();

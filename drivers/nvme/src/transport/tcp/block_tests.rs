@@ -22,6 +22,19 @@ const NEG: Negotiated = Negotiated {
 };
 
 /// An initiator queue of `depth` over loopback, and the target's end of the connection.
+/// A host-only pool of two 4 KiB blocks.
+fn two_page_pool(registry: &std::sync::Arc<UbRegistry>) -> std::sync::Arc<UbPool> {
+    UbPool::with_anonymous(
+        registry,
+        PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+        None,
+    )
+    .unwrap()
+}
+
 fn pair(depth: u16) -> (TcpBlockQueue, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -101,15 +114,7 @@ fn poll_never_returns_more_than_max() {
 #[test]
 fn an_empty_poll_waits_for_the_socket_and_wakes_when_data_arrives() {
     let registry = UbRegistry::new(DmaDomain::host_only());
-    let pool = UbPool::with_anonymous(
-        &registry,
-        PoolConfig {
-            block_size: 4096,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = two_page_pool(&registry);
     let (mut q, mut t) = pair(2);
     q.set_idle_wait(Duration::from_millis(200));
     q.submit_read(pool.get().unwrap(), 0, 512, 7)
@@ -147,15 +152,7 @@ fn an_empty_poll_waits_for_the_socket_and_wakes_when_data_arrives() {
 #[test]
 fn an_empty_poll_spins_up_to_the_idle_spin_before_it_waits() {
     let registry = UbRegistry::new(DmaDomain::host_only());
-    let pool = UbPool::with_anonymous(
-        &registry,
-        PoolConfig {
-            block_size: 4096,
-            block_count: 2,
-        },
-        None,
-    )
-    .unwrap();
+    let pool = two_page_pool(&registry);
     let (mut q, mut t) = pair(2);
     q.set_idle_spin(Duration::from_millis(30));
     q.set_idle_wait(Duration::from_millis(100));
