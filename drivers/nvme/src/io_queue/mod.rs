@@ -392,7 +392,7 @@ impl transport::IoQueueTransport for PcieIoQueue<'_> {
 
 /// Create I/O CQ (polled) then I/O SQ `qid` on the device over the given rings; on an SQ
 /// failure the CQ is deleted again.
-pub(super) fn create_device_queues(
+pub(crate) fn create_device_queues(
     ctrl: &Controller,
     qid: u16,
     entries: u16,
@@ -418,11 +418,22 @@ pub(super) fn create_device_queues(
     Ok(())
 }
 
+/// Delete I/O SQ then I/O CQ `qid` on the device (the CQ only once the SQ is gone).
+pub(crate) fn delete_device_queues(ctrl: &Controller, qid: u16) -> Result<()> {
+    let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
+    d.cdw10 = qid as u32;
+    ctrl.admin_exec(d, "Delete I/O Submission Queue")?;
+    let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
+    d.cdw10 = qid as u32;
+    ctrl.admin_exec(d, "Delete I/O Completion Queue")?;
+    Ok(())
+}
+
 /// Zero queue `qid`'s shadow doorbell and EventIdx slots before its queues are created: a
 /// queue deleted earlier under the same id left its last tail / head there, which a controller
 /// reads as the new queue's (QEMU fetched stale SQ entries) and the doorbell logic takes as
 /// the previous value.
-fn clear_shadow_slots(ctrl: &Controller, qid: u16) {
+pub(crate) fn clear_shadow_slots(ctrl: &Controller, qid: u16) {
     if let Some((sq, cq)) = ctrl.shadow_slots(qid) {
         for s in [sq, cq] {
             // SAFETY: the slots point into the controller's live shadow pages (see
@@ -488,13 +499,7 @@ impl<P: IoPayload> Drop for IoQueuePair<P> {
             self.ctrl.leak_qid(self.qid);
             return;
         }
-        let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
-        d.cdw10 = self.qid as u32;
-        let sq_ok = self.ctrl.admin_exec(d, "Delete I/O Submission Queue");
-        let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
-        d.cdw10 = self.qid as u32;
-        let cq_ok = sq_ok.and_then(|_| self.ctrl.admin_exec(d, "Delete I/O Completion Queue"));
-        match cq_ok {
+        match delete_device_queues(&self.ctrl, self.qid) {
             Ok(_) => {
                 // SAFETY: each is dropped once, here; the queues are deleted so the device no
                 // longer touches the rings, PRP lists or request buffers.

@@ -14,7 +14,7 @@ use super::{rdtsc, LatencyHistogram};
 use crate::controller::{Controller, PAGE_SIZE};
 use crate::error::{NvmeError, Result};
 use crate::ring::{CqRing, SqRing};
-use crate::spec::command::{admin_opcode, io_opcode};
+use crate::spec::command::io_opcode;
 use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell};
 use crate::spec::Sqe;
 
@@ -106,22 +106,9 @@ impl FloorQueue {
                 return Err(e);
             }
         };
-        let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
-        c.prp1 = cq.iova();
-        c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
-        c.cdw11 = 1; // PC=1, IEN=0: polled
-        if let Err(e) = ctrl.admin_exec(c, "Create I/O Completion Queue") {
-            ctrl.free_qid(qid);
-            return Err(e);
-        }
-        let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
-        s.prp1 = sq.iova();
-        s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
-        s.cdw11 = (qid as u32) << 16 | 1;
-        if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
-            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
-            d.cdw10 = qid as u32;
-            let _ = ctrl.admin_exec(d, "Delete I/O Completion Queue");
+        // As the driver's queue pairs: no stale shadow values under a reused id.
+        crate::io_queue::clear_shadow_slots(ctrl, qid);
+        if let Err(e) = crate::io_queue::create_device_queues(ctrl, qid, entries, &sq, &cq) {
             ctrl.free_qid(qid);
             return Err(e);
         }
@@ -273,15 +260,8 @@ impl FloorQueue {
 
 impl Drop for FloorQueue {
     fn drop(&mut self) {
-        let deleted = !self.leak && {
-            let mut d = Sqe::new(admin_opcode::DELETE_IO_SQ);
-            d.cdw10 = self.qid as u32;
-            let sq = self.ctrl.admin_exec(d, "Delete I/O Submission Queue");
-            let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);
-            d.cdw10 = self.qid as u32;
-            sq.and_then(|_| self.ctrl.admin_exec(d, "Delete I/O Completion Queue"))
-                .is_ok()
-        };
+        let deleted =
+            !self.leak && crate::io_queue::delete_device_queues(&self.ctrl, self.qid).is_ok();
         if deleted {
             // SAFETY: each is dropped once, here; the queues are deleted, so the device no
             // longer touches the rings or the buffers.
