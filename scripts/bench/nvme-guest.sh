@@ -8,6 +8,8 @@
 # (engine "ubdirect" is the default --shadow-doorbells auto, "ubdirect-on" / "ubdirect-nosh"
 # force them on / off; "ubdirect-old" is the older binary of OLD_BIN, when given); a failed run prints
 #   FAIL <round> <engine> <qd> <exit status> <first line of stderr>
+# MODE=pad (nvme.sh --pad): per depth, the floor loop bare and with each of PADS ticks of
+# per-read busy-waiting (engine "floor+N"), then ubdirect perf (auto, off); no kernel engines.
 # MODE=cmb (nvme.sh --cmb): per depth, ubdirect perf with the I/O SQ in host memory (engine
 # "host") and in the controller's CMB ("cmb", --sq-in-cmb), the order alternating between rounds.
 MODE=${MODE:-floor}
@@ -56,6 +58,24 @@ if [ "$MODE" = cmb ]; then
                 one "$r" cmb "$q" --sq-in-cmb
                 one "$r" host "$q"
             fi
+        done
+        r=$((r + 1))
+    done
+    exit 0
+fi
+
+if [ "$MODE" = pad ]; then
+    echo "# cpus=$(nproc) kernel=$(uname -r) pads=$PADS"
+    bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
+    r=1
+    while [ "$r" -le "$ROUNDS" ]; do
+        for q in $DEPTHS; do
+            one "$r" floor "$q" --engine floor --shadow-doorbells off
+            for p in $PADS; do
+                one "$r" "floor+$p" "$q" --engine floor --shadow-doorbells off --floor-pad-cycles "$p"
+            done
+            one "$r" ubdirect "$q"
+            one "$r" ubdirect-nosh "$q" --shadow-doorbells off
         done
         r=$((r + 1))
     done

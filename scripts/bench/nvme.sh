@@ -13,7 +13,14 @@
 # `ubdirect perf` with the SQ in host memory and with `--sq-in-cmb` (the order alternates
 # between rounds). Prints every run, then medians per placement and depth and the ratio CMB / host.
 #
+# With --pad: how much per-I/O work the device's pace hides: per round and depth, the floor loop
+# bare and with PADS cycle-counter ticks of busy-waiting per read (`--floor-pad-cycles`, engine
+# "floor+N"), and ubdirect perf (shadow doorbells auto and off), no kernel engines. Prints every
+# run, the medians, each padded floor / bare floor, and the driver's own submit + complete
+# cycles per I/O for comparison.
+#
 #   scripts/bench/nvme.sh            (env: ROUNDS=3 DEPTHS="1 32 128 256" SECS=2 BIN=target/release/ubdirect)
+#   scripts/bench/nvme.sh --pad      (env: ROUNDS=3 DEPTHS="1 32 128" PADS="250 500 1000 2000 4000" SECS=2)
 #   scripts/bench/nvme.sh --cmb      (env: ROUNDS=3 DEPTHS="1 32 128" SECS=2 BIN=target/release/ubdirect)
 #
 # OLD_BIN=path/to/an/older/ubdirect adds engine "ubdirect-old" (that binary, shadow doorbells
@@ -26,7 +33,8 @@ MODE=floor
 case ${1:-} in
     "") ;;
     --cmb) MODE=cmb ;;
-    *) echo "nvme.sh: unknown argument '$1': the only one is --cmb (SQs in host memory vs in the CMB)" >&2; exit 2 ;;
+    --pad) MODE=pad ;;
+    *) echo "nvme.sh: unknown argument '$1': --cmb (SQs in host memory vs in the CMB) or --pad (the floor with per-I/O padding)" >&2; exit 2 ;;
 esac
 BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || { echo "nvme.sh: $BIN missing: cargo build --release --bin ubdirect" >&2; exit 2; }
@@ -35,10 +43,14 @@ SECS=${SECS:-2}
 if [[ $MODE == cmb ]]; then
     DEPTHS=${DEPTHS:-"1 32 128"}
     ctrl="serial=ubdnullcmb,drive=nullb,cmb_size_mb=1,addr=0x10"
+elif [[ $MODE == pad ]]; then
+    DEPTHS=${DEPTHS:-"1 32 128"}
+    ctrl="serial=ubdnull,drive=nullb,addr=0x10"
 else
     DEPTHS=${DEPTHS:-"1 32 128 256"}
     ctrl="serial=ubdnull,drive=nullb,addr=0x10"
 fi
+PADS=${PADS:-"250 500 1000 2000 4000"}
 log=$(mktemp)
 old=$(mktemp -d)
 trap 'rm -rf "$log" "$old"' EXIT
@@ -51,7 +63,7 @@ fi
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
     --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,$ctrl" \
-    --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" "${extra[@]}" \
+    --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" --env "PADS=$PADS" "${extra[@]}" \
     -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true
 echo "# done $(date -u '+%T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$log" "$MODE" <<'PY'
@@ -64,6 +76,9 @@ for line in open(sys.argv[1]):
         runs[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
 if mode == "cmb":
     column, engines = "SQ in", ["host", "cmb"]
+elif mode == "pad":
+    pads = sorted({int(e[6:]) for e, _ in runs if e.startswith("floor+")})
+    column, engines = "engine", ["floor"] + [f"floor+{p}" for p in pads] + ["ubdirect", "ubdirect-nosh"]
 else:
     column, engines = "engine", ["floor", "floor-sh", "ubdirect", "ubdirect-on", "ubdirect-nosh", "ubdirect-old", "uring-iopoll", "uring-cmd"]
 depths = sorted({q for _, q in runs})
@@ -102,6 +117,19 @@ if mode == "cmb":
     print("| ---: | ---: | ---: |")
     for q in depths:
         print(f"| {q} | {r(med('cmb', q, 0), med('host', q, 0))} | {r(med('cmb', q, 1), med('host', q, 1))} |")
+    sys.exit(0)
+if mode == "pad":
+    print("\n| QD | engine | padding cycles/IO | IOPS / bare floor | driver's own cycles/IO (submit + complete) |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    for q in depths:
+        fl = med("floor", q, 0)
+        for e in engines:
+            if not med(e, q, 0):
+                continue
+            pad = e[6:] if e.startswith("floor+") else ("0" if e == "floor" else "")
+            c = cyc.get((e, q), [])
+            own = f"{st.median(x[0] + x[1] for x in c):,.0f}" if c and e.startswith("ubdirect") else ""
+            print(f"| {q} | {e} | {pad} | {r(med(e, q, 0), fl)} | {own} |")
     sys.exit(0)
 if any(e == "ubdirect-old" for e, _ in runs):
     print("\n| QD | ubdirect-old IOPS | ubdirect IOPS | new / old | old / floor | new / floor |")

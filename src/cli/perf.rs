@@ -125,6 +125,11 @@ pub struct Args {
     /// nvme.poll_queues=1 or more).
     #[arg(long, value_enum, default_value = "ubdirect")]
     engine: Engine,
+
+    /// With --engine floor: busy-wait this many cycle-counter ticks per read after queueing it,
+    /// a stand-in for a driver's own per-I/O work (how much of it the device's pace hides).
+    #[arg(long = "floor-pad-cycles", value_name = "TICKS", default_value_t = 0)]
+    floor_pad_cycles: u64,
 }
 
 /// --engine values.
@@ -389,6 +394,9 @@ pub fn run(args: &Args) -> CliResult {
         && (args.engine != Engine::Ubdirect || args.addr.starts_with("nvmf-tcp://"))
     {
         return Err("-a and -L are for --engine ubdirect on a PCI address: drop them".into());
+    }
+    if args.floor_pad_cycles != 0 && args.engine != Engine::Floor {
+        return Err("--floor-pad-cycles is for --engine floor: drop it".into());
     }
     if args.addr.starts_with("nvmf-tcp://") {
         return super::nvmf_perf::run(&super::nvmf_perf::PerfSpec {

@@ -31,6 +31,7 @@ fn floor_loop_reads_at_qd1_and_qd32_and_deletes_its_queue() {
                 run_ticks: tsc.ticks(Duration::from_millis(100)),
                 wait_ticks: tsc.ticks(Duration::from_secs(2)),
                 wait: Duration::from_secs(2),
+                pad_ticks: 0,
             };
             let mut hist = LatencyHistogram::new();
             let r = q.run(&job, &mut hist).unwrap();
@@ -59,5 +60,36 @@ fn floor_loop_reads_at_qd1_and_qd32_and_deletes_its_queue() {
             );
         }
         assert!(m.dma_faults().is_empty());
+    });
+}
+
+#[test]
+fn floor_padding_spends_at_least_the_asked_ticks_per_read() {
+    within(Duration::from_secs(30), || {
+        let (reg, _m, dev) = model(NvmeConfig::default());
+        let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+        let ns = ctrl.namespaces()[0].clone();
+        let tsc = Tsc::calibrate(Duration::from_millis(20));
+        let mut q = FloorQueue::new(&ctrl, ns.nsid, 4).unwrap();
+        // 1 ms of padding per re-queued read in a 100 ms run: at most ~100 re-queued reads
+        // (plus the first batch of 4); an unpadded run on the model does thousands.
+        let job = FloorJob {
+            nsid: ns.nsid,
+            io_size: 4096,
+            first_block: 0,
+            span_blocks: ns.nsze,
+            run_ticks: tsc.ticks(Duration::from_millis(100)),
+            wait_ticks: tsc.ticks(Duration::from_secs(2)),
+            wait: Duration::from_secs(2),
+            pad_ticks: tsc.ticks(Duration::from_millis(1)),
+        };
+        let mut hist = LatencyHistogram::new();
+        let r = q.run(&job, &mut hist).unwrap();
+        assert!(r.ios >= 4, "{r:?}");
+        assert!(
+            r.ios <= 4 + 101,
+            "1 ms of padding per read, 100 ms run: {r:?}"
+        );
+        assert_eq!(r.errors, 0, "{r:?}");
     });
 }

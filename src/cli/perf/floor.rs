@@ -49,6 +49,7 @@ pub(super) fn run(
         run_ticks: tsc.ticks(Duration::from_secs_f64(args.time.max(0.01))),
         wait_ticks: tsc.ticks(WAIT),
         wait: WAIT,
+        pad_ticks: args.floor_pad_cycles,
     };
     let mut hist = LatencyHistogram::new();
     let t0 = Instant::now();
