@@ -38,6 +38,9 @@ pub struct Hostile {
     pub silent_after: Option<u64>,
     /// Applied to completions in order, one each; completions past the end are left alone.
     pub cqe_tweaks: Vec<CqeTweak>,
+    /// SQ tail doorbell writes (0-based count over all queues) that are lost: the controller
+    /// never sees them.
+    pub lost_sq_doorbells: Vec<u64>,
 }
 
 impl Hostile {
@@ -48,6 +51,7 @@ impl Hostile {
             reads: 0,
             commands: 0,
             completions: 0,
+            sq_doorbells: 0,
         })
     }
 }
@@ -57,6 +61,7 @@ struct Run {
     reads: u64,
     commands: u64,
     completions: usize,
+    sq_doorbells: u64,
 }
 
 impl Tamper for Run {
@@ -90,6 +95,12 @@ impl Tamper for Run {
         let n = self.commands;
         self.commands += 1;
         self.plan.silent_after.is_none_or(|s| n < s)
+    }
+
+    fn sq_doorbell(&mut self, _qid: u16, _value: u16) -> bool {
+        let n = self.sq_doorbells;
+        self.sq_doorbells += 1;
+        !self.plan.lost_sq_doorbells.contains(&n)
     }
 
     fn completion(&mut self, _cqid: u16, e: &mut [u8; 16]) {

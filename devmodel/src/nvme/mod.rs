@@ -109,6 +109,12 @@ pub trait Tamper: Send {
         let _ = (qid, opcode);
         true
     }
+    /// Whether a write of `value` to SQ `qid`'s tail doorbell reaches the controller (false:
+    /// it is lost, as if the MMIO write never arrived).
+    fn sq_doorbell(&mut self, qid: u16, value: u16) -> bool {
+        let _ = (qid, value);
+        true
+    }
     /// Rewrite a completion entry (phase tag included) before it is posted to CQ `cqid`.
     fn completion(&mut self, cqid: u16, cqe: &mut [u8; 16]) {
         let _ = (cqid, cqe);
@@ -126,6 +132,8 @@ pub struct Stats {
     pub completions: u64,
     /// Commands a tamper swallowed.
     pub swallowed: u64,
+    /// SQ tail doorbell writes a tamper lost.
+    pub lost_doorbells: u64,
     /// Doorbell writes naming no queue or a value past the queue's end (ignored).
     pub bad_doorbells: u64,
     /// Register writes outside the defined registers and doorbells.

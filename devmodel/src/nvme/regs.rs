@@ -128,6 +128,14 @@ impl State {
             return;
         };
         let value = val as u16;
+        if idx % 2 == 0 {
+            if let Some(t) = self.tamper.as_mut() {
+                if !t.sq_doorbell(qid, value) {
+                    self.stats.lost_doorbells += 1;
+                    return;
+                }
+            }
+        }
         if let Some((_, ei)) = self.shadow {
             // EventIdx = the value just seen: the driver rings the register on its next update.
             // A lazy CQ asks to hear of its head only half a ring later.

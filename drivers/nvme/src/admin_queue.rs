@@ -66,6 +66,10 @@ pub(crate) struct AdminQueue {
 /// controller posting garbage cannot keep the loop going past this, whatever the deadline.
 const MAX_SKIPPED: u32 = 4096;
 
+/// An admin command unanswered this long (or an eighth of its timeout, when shorter) gets its SQ
+/// tail doorbell written again, and again at the same interval until the timeout.
+const KICK_AFTER_AT_MOST: Duration = Duration::from_secs(1);
+
 impl AdminQueue {
     /// Allocate the admin rings of `entries` entries each.
     pub(crate) fn new(
@@ -97,8 +101,15 @@ impl AdminQueue {
     pub(crate) fn set_shadow(&mut self, sq: ShadowSlot, cq: ShadowSlot) {
         let mmio = self.mmio.clone();
         let (sq_off, cq_off) = (self.sq_db_off, self.cq_db_off);
-        self.sq_db = Doorbell::new(mmio.clone(), sq_off, Some(sq));
-        self.cq_db = Doorbell::new(mmio, cq_off, Some(cq));
+        let (old_sq, old_cq) = (
+            std::mem::replace(
+                &mut self.sq_db,
+                Doorbell::new(mmio.clone(), sq_off, Some(sq)),
+            ),
+            std::mem::replace(&mut self.cq_db, Doorbell::new(mmio, cq_off, Some(cq))),
+        );
+        self.sq_db.carry_counts_from(&old_sq);
+        self.cq_db.carry_counts_from(&old_cq);
         self.sq_db.write_always(self.sq.tail());
         self.cq_db.write_always(self.cq.head());
     }
@@ -110,8 +121,16 @@ impl AdminQueue {
         self.cq.reset();
         self.next_cid = 0;
         self.sq_head = 0;
-        self.sq_db = Doorbell::new(self.mmio.clone(), self.sq_db_off, None);
-        self.cq_db = Doorbell::new(self.mmio.clone(), self.cq_db_off, None);
+        let old_sq = std::mem::replace(
+            &mut self.sq_db,
+            Doorbell::new(self.mmio.clone(), self.sq_db_off, None),
+        );
+        let old_cq = std::mem::replace(
+            &mut self.cq_db,
+            Doorbell::new(self.mmio.clone(), self.cq_db_off, None),
+        );
+        self.sq_db.carry_counts_from(&old_sq);
+        self.cq_db.carry_counts_from(&old_cq);
         // The controller is disabled: the timed-out command is gone with every other one, so
         // the data page is ours again.
         self.wedged.store(false, Ordering::Relaxed);
@@ -164,6 +183,9 @@ impl AdminQueue {
         self.sq.push(&sqe);
         self.sq_db.write_always(self.sq.tail());
         let start = Instant::now();
+        let kick_every = (timeout / 8).min(KICK_AFTER_AT_MOST);
+        let mut next_kick = kick_every;
+        let mut kicked = 0u32;
         let mut spins = 0u32;
         let mut skipped = 0u32;
         loop {
@@ -174,6 +196,9 @@ impl AdminQueue {
                     self.sq_head = cqe.sq_head;
                 }
                 if cqe.cid == cid && cqe.sq_id == 0 {
+                    if kicked > 0 {
+                        self.answered_after_kick(command, cid, kicked, start);
+                    }
                     let status = NvmeStatus::from_cqe_status(cqe.status);
                     if !status.is_success() {
                         return Err(NvmeError::Command { command, status });
@@ -193,12 +218,38 @@ impl AdminQueue {
             if spins % 1024 == 0 {
                 // Admin commands run only while the controller is enabled.
                 read_csts_enabled(&self.mmio, command)?;
-                if start.elapsed() > timeout {
+                let waited = start.elapsed();
+                if waited > timeout {
                     return Err(self.timed_out(command, cid, start));
+                }
+                if waited >= next_kick {
+                    // Ready, and no answer yet: write the SQ tail again in case the controller
+                    // lost the write (RELIABILITY.md S9-3); the same tail adds no entry.
+                    self.sq_db.kick(self.sq.tail());
+                    kicked += 1;
+                    next_kick += kick_every;
                 }
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// A command answered only after its SQ tail doorbell was written again: the controller had
+    /// most likely lost the first write. Logged (WARN), as it says something about the device.
+    #[cold]
+    fn answered_after_kick(&self, command: &'static str, cid: u16, kicks: u32, start: Instant) {
+        tracing::warn!(
+            command,
+            cid,
+            kicks,
+            waited = ?start.elapsed(),
+            "NVMe admin command answered only after its SQ doorbell was written again: the controller had lost the first write"
+        );
+    }
+
+    /// SQ tail doorbell writes repeated for commands that waited (see [`Doorbell::kick`]).
+    pub(crate) fn doorbell_kicks(&self) -> u64 {
+        self.sq_db.kicks
     }
 
     /// Wedge the queue after `cid` did not complete; the timeout error. Cold.

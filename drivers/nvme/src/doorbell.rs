@@ -21,6 +21,9 @@ pub(crate) struct Doorbell {
     /// last value written: the controller had not yet processed that write, which happens on
     /// one that asks to hear of every update (QEMU's) when the driver updates twice in a row.
     pub(crate) shadow_only_ahead: u64,
+    /// Writes of a value already written ([`Doorbell::kick`]): a command waited long enough
+    /// that the controller may have lost the first write.
+    pub(crate) kicks: u64,
 }
 
 /// Pointers into the controller's shadow doorbell and EventIdx pages for one doorbell.
@@ -58,6 +61,7 @@ impl Doorbell {
             mmio_writes: 0,
             shadow_only: 0,
             shadow_only_ahead: 0,
+            kicks: 0,
         }
     }
 
@@ -67,6 +71,7 @@ impl Doorbell {
         self.mmio_writes = old.mmio_writes;
         self.shadow_only = old.shadow_only;
         self.shadow_only_ahead = old.shadow_only_ahead;
+        self.kicks = old.kicks;
     }
 
     /// Whether updates go through a shadow slot.
@@ -105,6 +110,17 @@ impl Doorbell {
                 }
             }
         }
+    }
+
+    /// Write `value`, the value last published, to the register again (and to the shadow slot):
+    /// for a command that has waited long with the controller ready, in case the controller
+    /// lost the first write (seen once under QEMU's TCG while another controller was
+    /// hot-plugged: RELIABILITY.md row S9-3). The same tail announces no new entry, so a
+    /// controller that did see the first write does nothing. Cold.
+    #[cold]
+    pub(crate) fn kick(&mut self, value: u16) {
+        self.write_always(value);
+        self.kicks += 1;
     }
 
     /// Publish `value` to the shadow slot (if any) and always to the register.

@@ -395,4 +395,8 @@ pub struct QueueStats {
     /// Requests that did not fit in the free command slots and waited in the queue pair's
     /// pending list (queued requests: above MDTS, or deeper than the queue).
     pub queued_requests: u64,
+    /// SQ tail doorbell written again with the same value because a command had waited a
+    /// quarter of `io_timeout` with the controller ready (a doorbell write the controller may
+    /// have lost; at most one per deadline check).
+    pub doorbell_kicks: u64,
 }

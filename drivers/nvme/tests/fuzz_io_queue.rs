@@ -1,7 +1,7 @@
 //! Fuzz target: an I/O queue pair (submission, polling, PRP lists, timeouts, Abort, delete on
 //! drop) against a model whose completions are rewritten after a well-behaved bring-up: wrong
-//! cid, flipped phase, any status, SQ head or SQ id, whole-entry garbage, and a device that
-//! stops answering. Never a panic, every poll loop ends within a bound, every completion
+//! cid, flipped phase, any status, SQ head or SQ id, whole-entry garbage, SQ doorbell writes
+//! lost, and a device that stops answering. Never a panic, every poll loop ends within a bound, every completion
 //! delivered carries a tag that was submitted and is delivered once.
 
 mod fuzz_support;
@@ -30,6 +30,7 @@ proptest! {
         reqs in prop::collection::vec(request(), 1..12),
         tweaks in prop::collection::vec(cqe_tweak(), 0..16),
         silent_after in prop::option::weighted(0.2, 0u64..12),
+        lost in prop::collection::vec(0u64..8, 0..3),
         depth in 2usize..16,
     ) {
         fuzz_support::tick("fuzz_io_queue_pair");
@@ -56,6 +57,7 @@ proptest! {
         m.set_tamper(Some(Hostile {
             cqe_tweaks: tweaks,
             silent_after,
+            lost_sq_doorbells: lost,
             ..Hostile::default()
         }.into_tamper()));
         let mut submitted = BTreeSet::new();

@@ -374,3 +374,69 @@ fn admin_command_refuses_commands_that_may_carry_addresses() {
     b.ctrl.admin_command(abort, "Abort").unwrap();
     assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 1);
 }
+
+/// Loses the first SQ tail doorbell write of queue `qid` (the MMIO write never reaches the
+/// controller); passes every other write.
+struct LoseOneSqDoorbell {
+    qid: u16,
+    lost: bool,
+}
+
+impl Tamper for LoseOneSqDoorbell {
+    fn sq_doorbell(&mut self, qid: u16, _value: u16) -> bool {
+        if !self.lost && qid == self.qid {
+            self.lost = true;
+            return false;
+        }
+        true
+    }
+}
+
+#[test]
+fn a_lost_sq_doorbell_write_is_written_again_and_the_reads_complete_without_a_timeout() {
+    // Issue 9 soak (RELIABILITY S9-3): a controller that lost the doorbell write announcing
+    // commands would leave them to time out, be aborted and the controller reset. The queue
+    // writes the same tail again once a command has waited io_timeout / 4 with the controller
+    // ready, and the reads complete. Fails on a driver that never writes the tail again (the
+    // reads time out: Timeout after io_timeout).
+    within(Duration::from_secs(20), || {
+        let b = bed();
+        let mut qp = queue(&b, Recovery::Report);
+        b.model.set_tamper(Some(Box::new(LoseOneSqDoorbell {
+            qid: qp.qid(),
+            lost: false,
+        })));
+        for t in 0..4 {
+            qp.submit_read(
+                &qp.namespace(1).unwrap(),
+                Lba(t * 8),
+                IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
+                IoFlags::empty(),
+                t,
+            )
+            .unwrap();
+        }
+        qp.ring();
+        let t0 = Instant::now();
+        let mut done = 0;
+        while done < 4 {
+            done += qp
+                .poll(16, |c| {
+                    c.result.as_ref().expect("the reads succeed");
+                })
+                .unwrap_or_else(|e| panic!("after {:?}: {e}", t0.elapsed()));
+            assert!(t0.elapsed() < 3 * IO_TIMEOUT, "never completed");
+        }
+        let took = t0.elapsed();
+        assert_eq!(b.model.stats().lost_doorbells, 1);
+        let s = qp.stats();
+        assert_eq!((s.timeouts, s.aborts_sent), (0, 0), "{s:?}");
+        assert!(s.doorbell_kicks >= 1, "{s:?}");
+        // The first kick comes at io_timeout / 4 (+ one check interval, io_timeout / 16).
+        assert!(
+            took >= IO_TIMEOUT / 4 && took < IO_TIMEOUT,
+            "{took:?} (io_timeout {IO_TIMEOUT:?})"
+        );
+        assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 0);
+    });
+}

@@ -250,6 +250,50 @@ fn a_controller_that_stops_answering_times_out_within_the_admin_deadline() {
 }
 
 #[test]
+fn a_lost_admin_doorbell_write_is_written_again_and_the_open_succeeds() {
+    // Issue 9 soak (RELIABILITY S9-3): "Set Features (command 1, queue 0) did not complete
+    // within 10 s" with nothing posted and the controller ready. Here the model loses the SQ
+    // tail doorbell write that announces Set Features (the second admin doorbell write, after
+    // Identify Controller's): the driver writes the same tail again after admin_timeout / 8
+    // (200 ms / 8 in fast_opts), the controller answers, the open succeeds, and a warning says
+    // so. Fails on a driver that never writes the tail again (Timeout of Set Features).
+    let out = ubdirect_testbed::log_capture::LogCapture::default();
+    let writer = out.clone();
+    let start = std::time::Instant::now();
+    let (m, r) = within(LIMIT, move || {
+        let sub = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            open_hostile(
+                NvmeConfig::default(),
+                Hostile {
+                    lost_sq_doorbells: vec![1],
+                    ..Hostile::default()
+                },
+            )
+        })
+    });
+    let took = start.elapsed();
+    let ctrl = r.unwrap_or_else(|e| panic!("open failed: {e}"));
+    assert_eq!(m.stats().lost_doorbells, 1);
+    assert_eq!(ctrl.admin_doorbell_kicks(), 1);
+    assert!(!ctrl.admin_wedged());
+    // One kick interval (25 ms) plus the rest of the open; 3x the measured time at most.
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    let text = out.text();
+    assert!(
+        text.lines().any(
+            |l| l.contains("answered only after its SQ doorbell was written again")
+                && l.contains("Set Features")
+        ),
+        "no warning in:\n{text}"
+    );
+}
+
+#[test]
 fn an_admin_timeout_logs_the_completion_queue_as_the_driver_saw_it() {
     // Issue 9 soak: an open failed with "Set Features (command 1, queue 0) did not complete
     // within 10 s" after Identify Controller (command 0) had completed. The error alone cannot

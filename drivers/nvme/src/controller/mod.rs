@@ -360,6 +360,13 @@ impl Controller {
         self.admin().execute(sqe, command, self.opts.admin_timeout)
     }
 
+    /// Admin SQ tail doorbell writes repeated (same value) for commands the controller had not
+    /// answered after an eighth of `admin_timeout` (at most 1 s), since the controller was
+    /// opened: each is a write the controller may have lost.
+    pub fn admin_doorbell_kicks(&self) -> u64 {
+        self.admin().doorbell_kicks()
+    }
+
     /// Whether an admin command timed out since the controller was opened or last reset: the
     /// admin queue is considered dead and admin commands (Abort, Delete I/O queue) are not sent.
     pub fn admin_wedged(&self) -> bool {

@@ -305,6 +305,7 @@ impl<P: IoPayload> IoQueuePair<P> {
         s.sq_doorbell_writes = self.sq_db.mmio_writes;
         s.cq_doorbell_writes = self.cq_db.mmio_writes;
         s.shadow_only_updates = self.sq_db.shadow_only + self.cq_db.shadow_only;
+        s.doorbell_kicks = self.sq_db.kicks;
         s
     }
     /// Test hook (fault injection): the next command queued is taken as submitted (slot held,

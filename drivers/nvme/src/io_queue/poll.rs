@@ -225,6 +225,10 @@ impl<P: IoPayload> IoQueuePair<P> {
                 e => Err(self.die(e)),
             };
         }
+        // The controller is ready and a command has waited a quarter of its deadline: write the
+        // SQ tail again, in case the controller lost the write that announced it (S9-3). Only
+        // what was rung: entries queued without a ring yet stay unannounced.
+        self.sq_db.kick(self.rung_tail);
         if ages.expired_after_abort > 0 {
             let e = NvmeError::Wedged {
                 qid: self.qid,

@@ -161,14 +161,18 @@ pub fn hostile() -> impl Strategy<Value = Hostile> {
         prop::collection::vec((0u8..3, id_off, any::<u8>()), 0..16),
         prop::option::weighted(0.2, 0u64..60),
         prop::collection::vec(cqe_tweak(), 0..24),
+        prop::collection::vec(0u64..24, 0..3),
     )
         .prop_map(
-            |(registers, all_ones_after, identify_patches, silent_after, cqe_tweaks)| Hostile {
-                registers,
-                all_ones_after,
-                identify_patches,
-                silent_after,
-                cqe_tweaks,
+            |(registers, all_ones_after, identify_patches, silent_after, cqe_tweaks, lost)| {
+                Hostile {
+                    registers,
+                    all_ones_after,
+                    identify_patches,
+                    silent_after,
+                    cqe_tweaks,
+                    lost_sq_doorbells: lost,
+                }
             },
         )
 }
