@@ -600,7 +600,7 @@ done
 wait "$vm"
 vmrc=$?
 
-grep -E '^SOAK-(START|FAULT|SURVIVED|NOT-SURVIVED|FAIL|LEAK|EVENT|STUCK)|^#   ' "$CON" | tail -n 140
+grep -E '^SOAK-(START|FAULT|SURVIVED|NOT-SURVIVED|FAIL|LEAK|EVENT|STUCK)|^GUEST-CPU-STALL|^#   ' "$CON" | tail -n 140
 sed 's/^/host: /' "$hlog" | grep -v '"return"' | tail -n 30
 sum=$(grep '^SOAK-SUMMARY' "$CON" | tail -n1)
 get() { echo "$sum" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
