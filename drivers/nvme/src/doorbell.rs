@@ -44,11 +44,14 @@ pub(crate) fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
-/// Whether the controller's event index is at or past `new` (within half the u16 index space):
-/// it asked to hear of this doorbell only later than this update.
+/// Whether the controller's event index is past `new` (within half the u16 index space): it
+/// asked to hear of this doorbell only later than this update. An event index equal to `new`
+/// is not: a controller that sets it to the value it has just read (QEMU's) has read the
+/// shadow slot between the driver's store and its look at the index, a timing accident (seen
+/// once in a CI guest: 1 of 79 probe updates).
 #[inline]
 pub(crate) fn event_idx_ahead(event_idx: u16, new: u16) -> bool {
-    event_idx.wrapping_sub(new) < 0x8000
+    event_idx.wrapping_sub(new).wrapping_sub(1) < 0x7fff
 }
 
 impl Doorbell {
@@ -153,15 +156,22 @@ mod tests {
     }
 
     #[test]
-    fn a_skip_is_ahead_only_when_the_event_index_is_at_or_past_the_new_value() {
+    fn a_skip_is_ahead_only_when_the_event_index_is_past_the_new_value() {
         // Lazy controller: asked to hear at 9, the driver moves 5 -> 7: skipped, ahead.
         assert!(!need_event(9, 7, 5) && event_idx_ahead(9, 7));
         // QEMU-like: event index still at 4 (the write of 5 not processed yet), 5 -> 7: skipped
         // because the controller is behind, not because it asked to hear later.
         assert!(!need_event(4, 7, 5) && !event_idx_ahead(4, 7));
+        // QEMU-like, the other race: the controller read the new value 7 from the shadow slot
+        // (processing an earlier write) and set its event index to 7 before the driver looked:
+        // skipped because the controller has seen it, not because it asked to hear later.
+        assert!(!need_event(7, 7, 5) && !event_idx_ahead(7, 7));
+        // Just past.
+        assert!(event_idx_ahead(8, 7));
         // Wrap-around.
         assert!(event_idx_ahead(2, 65534));
         assert!(!event_idx_ahead(65534, 2));
+        assert!(!event_idx_ahead(65534, 65534));
     }
 
     #[test]

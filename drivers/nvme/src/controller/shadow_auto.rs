@@ -3,7 +3,7 @@
 //! (reads of the first block of the first namespace, [`PROBE_READS`] of them, up to
 //! [`PROBE_DEPTH`] in flight, submitted and reaped in batches as `perf` does, through a queue
 //! pair with shadow doorbells) counts the doorbell updates that EventIdx let go without an
-//! MMIO write because the controller asked to hear of them later (its EventIdx at or past the
+//! MMIO write because the controller asked to hear of them later (its EventIdx past the
 //! new value). When fewer than one in [`SAVE_ONE_IN`] was saved that way, the controller is
 //! reset without the shadow buffer. QEMU's controller sets EventIdx to the value it has just
 //! seen: it asks to hear of every update, and the writes it lets go only race its own
@@ -42,7 +42,7 @@ pub struct ShadowDecision {
     /// Of those, the ones EventIdx let go without an MMIO write.
     pub probe_saved: u64,
     /// Of those, the ones let go because the controller asked to hear of them later (its
-    /// EventIdx at or past the new value); only these count for the decision.
+    /// EventIdx past the new value); only these count for the decision.
     pub probe_saved_ahead: u64,
     /// Why, in words.
     pub why: String,
