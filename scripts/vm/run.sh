@@ -201,7 +201,7 @@ add_elf() {
 }
 
 install -m 0755 "$UBD_VM_DIR/guest/init" "$stage/init"
-for h in bind-vfio bind-kernel ubd-plan; do
+for h in bind-vfio bind-kernel ubd-plan cpuwatch; do
     install -m 0755 "$UBD_VM_DIR/guest/$h" "$stage/ubd/bin/$h"
 done
 add_elf /bin/bash /bin/bash

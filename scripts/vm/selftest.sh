@@ -158,6 +158,37 @@ expect "nvmet.sh: ... and created no file" "no" "$([[ -e $tmp/f ]] && echo yes |
 expect "pair.sh: no initiator command" "2 vm: error: no initiator command: scripts/vm/pair.sh [options] -- <command> (see --help)" \
     "$(out_of "$here/pair.sh")"
 
+# The guest's CPU watch (guest/cpuwatch) on a clock file it is given: quiet while every
+# heartbeat is fresh; a watch whose heartbeat stops (SIGSTOP) is reported by the other once,
+# and its CPU gets a task.
+if (($(nproc) >= 2)); then
+    mkdir -p "$tmp/cw"
+    echo "100.00 5.00" >"$tmp/clock"
+    UBD_CPUWATCH_UPTIME="$tmp/clock" sh "$here/guest/cpuwatch" 0 "$tmp/cw" 5 0.1 >"$tmp/cw0.out" &
+    cw0=$!
+    UBD_CPUWATCH_UPTIME="$tmp/clock" sh "$here/guest/cpuwatch" 1 "$tmp/cw" 5 0.1 >"$tmp/cw1.out" &
+    cw1=$!
+    sleep 0.6
+    expect "cpuwatch: nothing reported while every heartbeat is fresh" "" "$(cat "$tmp/cw0.out" "$tmp/cw1.out")"
+    kill -STOP "$cw1"
+    echo "106.00 5.00" >"$tmp/clock"
+    for _ in $(seq 100); do # up to 10 s on a loaded host; ~0.2 s on a quiet one
+        (($(wc -l <"$tmp/cw0.out") >= 2)) && break
+        sleep 0.1
+    done
+    kill "$cw0"
+    kill -CONT "$cw1"
+    kill "$cw1"
+    wait "$cw0" "$cw1" 2>/dev/null
+    expect "cpuwatch: a stalled CPU is reported and woken" \
+        "GUEST-CPU-STALL cpu 1: no heartbeat for 6 s at t=106 s (a lost timer interrupt?): waking it from cpu 0
+GUEST-CPU-STALL cpu 1: ran a task again at t=106 s" "$(head -n 2 "$tmp/cw0.out")"
+    expect "cpuwatch: the stalled watch itself reported nothing" "" "$(cat "$tmp/cw1.out")"
+else
+    n=$((n + 1))
+    echo "ok $n - cpuwatch: needs 2 CPUs # SKIP"
+fi
+
 # The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.
 img="${UBD_VM_CACHE:-$here/../../.vm-cache}/images/nvme1-ns2.img"
 if [[ -f $img ]]; then
