@@ -95,6 +95,11 @@ fn start(b: &Bed, qp: &mut IoQueuePair) {
         LOST,
     )
     .unwrap();
+    submit_ordinary_reads(b, qp);
+}
+
+/// Queue 4 ordinary reads (tags 0-3, LBAs 0, 8, 16, 24) and ring.
+fn submit_ordinary_reads(b: &Bed, qp: &mut IoQueuePair) {
     for t in 0..4 {
         qp.submit_read(
             &qp.namespace(1).unwrap(),
@@ -406,17 +411,7 @@ fn a_lost_sq_doorbell_write_is_written_again_and_the_reads_complete_without_a_ti
             qid: qp.qid(),
             lost: false,
         })));
-        for t in 0..4 {
-            qp.submit_read(
-                &qp.namespace(1).unwrap(),
-                Lba(t * 8),
-                IoBuf::prefix(b.pool.get().unwrap(), 4096).unwrap(),
-                IoFlags::empty(),
-                t,
-            )
-            .unwrap();
-        }
-        qp.ring();
+        submit_ordinary_reads(&b, &mut qp);
         let t0 = Instant::now();
         let mut done = 0;
         while done < 4 {

@@ -12,6 +12,21 @@ use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
 use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
+/// 4 KiB random reads over the whole namespace for 100 ms (2 s deadline), `pad_ticks` of
+/// padding per read.
+fn job(nsid: u32, blocks: u64, tsc: &Tsc, pad_ticks: u64) -> FloorJob {
+    FloorJob {
+        nsid,
+        io_size: 4096,
+        first_block: 0,
+        span_blocks: blocks,
+        run_ticks: tsc.ticks(Duration::from_millis(100)),
+        wait_ticks: tsc.ticks(Duration::from_secs(2)),
+        wait: Duration::from_secs(2),
+        pad_ticks,
+    }
+}
+
 #[test]
 fn floor_loop_reads_at_qd1_and_qd32_and_deletes_its_queue() {
     within(Duration::from_secs(30), || {
@@ -23,16 +38,7 @@ fn floor_loop_reads_at_qd1_and_qd32_and_deletes_its_queue() {
             let mut q = FloorQueue::new(&ctrl, ns.nsid, depth).unwrap();
             assert_eq!(q.depth(), depth);
             assert_eq!(ctrl.io_queues_in_use(), 1);
-            let job = FloorJob {
-                nsid: ns.nsid,
-                io_size: 4096,
-                first_block: 0,
-                span_blocks: ns.nsze,
-                run_ticks: tsc.ticks(Duration::from_millis(100)),
-                wait_ticks: tsc.ticks(Duration::from_secs(2)),
-                wait: Duration::from_secs(2),
-                pad_ticks: 0,
-            };
+            let job = job(ns.nsid, ns.nsze, &tsc, 0);
             let mut hist = LatencyHistogram::new();
             let r = q.run(&job, &mut hist).unwrap();
             assert!(r.ios >= depth as u64, "QD{depth}: {r:?}");
@@ -73,16 +79,7 @@ fn floor_padding_spends_at_least_the_asked_ticks_per_read() {
         let mut q = FloorQueue::new(&ctrl, ns.nsid, 4).unwrap();
         // 1 ms of padding per re-queued read in a 100 ms run: at most ~100 re-queued reads
         // (plus the first batch of 4); an unpadded run on the model does thousands.
-        let job = FloorJob {
-            nsid: ns.nsid,
-            io_size: 4096,
-            first_block: 0,
-            span_blocks: ns.nsze,
-            run_ticks: tsc.ticks(Duration::from_millis(100)),
-            wait_ticks: tsc.ticks(Duration::from_secs(2)),
-            wait: Duration::from_secs(2),
-            pad_ticks: tsc.ticks(Duration::from_millis(1)),
-        };
+        let job = job(ns.nsid, ns.nsze, &tsc, tsc.ticks(Duration::from_millis(1)));
         let mut hist = LatencyHistogram::new();
         let r = q.run(&job, &mut hist).unwrap();
         assert!(r.ios >= 4, "{r:?}");
