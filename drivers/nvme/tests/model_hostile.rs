@@ -249,6 +249,31 @@ fn a_controller_that_stops_answering_times_out_within_the_admin_deadline() {
     assert!(took < Duration::from_millis(600), "{took:?}");
 }
 
+/// Open a controller on a model carrying out `plan` (default config) within [`LIMIT`], with the
+/// WARN-level log captured: the log, the model and the open's result.
+fn open_hostile_logging_warnings(
+    plan: Hostile,
+) -> (
+    ubdirect_testbed::log_capture::LogCapture,
+    (
+        std::sync::Arc<NvmeModel>,
+        ubdirect_nvme::Result<std::sync::Arc<Controller>>,
+    ),
+) {
+    let out = ubdirect_testbed::log_capture::LogCapture::default();
+    let writer = out.clone();
+    // `within` runs the open on its own thread: the capturing subscriber is set there.
+    let r = within(LIMIT, move || {
+        let sub = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::with_default(sub, || open_hostile(NvmeConfig::default(), plan))
+    });
+    (out, r)
+}
+
 #[test]
 fn a_lost_admin_doorbell_write_is_written_again_and_the_open_succeeds() {
     // Issue 9 soak (RELIABILITY S9-3): "Set Features (command 1, queue 0) did not complete
@@ -257,24 +282,10 @@ fn a_lost_admin_doorbell_write_is_written_again_and_the_open_succeeds() {
     // Identify Controller's): the driver writes the same tail again after admin_timeout / 8
     // (200 ms / 8 in fast_opts), the controller answers, the open succeeds, and a warning says
     // so. Fails on a driver that never writes the tail again (Timeout of Set Features).
-    let out = ubdirect_testbed::log_capture::LogCapture::default();
-    let writer = out.clone();
     let start = std::time::Instant::now();
-    let (m, r) = within(LIMIT, move || {
-        let sub = tracing_subscriber::fmt()
-            .with_writer(writer)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
-        tracing::subscriber::with_default(sub, || {
-            open_hostile(
-                NvmeConfig::default(),
-                Hostile {
-                    lost_sq_doorbells: vec![1],
-                    ..Hostile::default()
-                },
-            )
-        })
+    let (out, (m, r)) = open_hostile_logging_warnings(Hostile {
+        lost_sq_doorbells: vec![1],
+        ..Hostile::default()
     });
     let took = start.elapsed();
     let ctrl = r.unwrap_or_else(|e| panic!("open failed: {e}"));
@@ -301,26 +312,11 @@ fn an_admin_timeout_logs_the_completion_queue_as_the_driver_saw_it() {
     // look; the warning logged with it shows the admin ring. Here the model swallows command 1:
     // slot 0 holds Identify's completion (cid 0, SQ head 1, phase 1), slot 1 nothing, and the
     // driver waits at head 1 for phase 1.
-    let out = ubdirect_testbed::log_capture::LogCapture::default();
-    let writer = out.clone();
-    // `within` runs the open on its own thread: the capturing subscriber is set there.
-    let r = within(LIMIT, move || {
-        let sub = tracing_subscriber::fmt()
-            .with_writer(writer)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
-        tracing::subscriber::with_default(sub, || {
-            let (_m, r) = open_hostile(
-                NvmeConfig::default(),
-                Hostile {
-                    silent_after: Some(1),
-                    ..Hostile::default()
-                },
-            );
-            r.map(|_| ())
-        })
+    let (out, (_m, r)) = open_hostile_logging_warnings(Hostile {
+        silent_after: Some(1),
+        ..Hostile::default()
     });
+    let r = r.map(|_| ());
     match r {
         Err(NvmeError::Timeout {
             command: "Set Features",
