@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An embedder that depends on the `ubdirect` facade with only the `nvme` feature compiles no
-# CLI, terminal, CUDA or io_uring crate (issue 10, "crates by job"): checks the dependency tree
+# CLI, terminal, CUDA or io_uring crate ("crates by job"): checks the dependency tree
 # of examples/embedder-nvme-only with `cargo tree -e normal`, then builds it (`cargo check`,
 # sharing the workspace's target/). Prints "embedder: ok" or names the crate that leaked in and
 # the path it came by. Exit status 1 on failure. Run by scripts/test.sh (host part).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# scripts/fuzz-shards.sh: the by-hand fuzz run (issue 9): each fuzz target as SHARDS processes of
+# scripts/fuzz-shards.sh: the by-hand fuzz run: each fuzz target as SHARDS processes of
 # CASES cases (default 16 x 62,500 = 1,000,000), one seed per process (UBD_FUZZ_SEED = base +
 # 1000 x target number + shard), the shards of one target in parallel.
 #

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/soak.sh: soak test in the QEMU guest (issue 9). For a set time, verified mixed I/O on
+# scripts/soak.sh: soak test in the QEMU guest. For a set time, verified mixed I/O on
 # both NVMe controllers, NIC loop-back and the NVMe -> BAR pipeline, with faults injected at
 # random; prints I/Os, faults injected and survived, bytes verified, mismatches, hangs, leaks.
 #
@@ -573,7 +573,7 @@ while ! guest_done; do
         done
         if [ "$gone" != yes ]; then
             echo "$(date +%T) unplug NOT survived: the guest did not release nvme2 within 120 s" >>"$hlog"
-            # the guest may be stuck for good (seen once): give it 300 s to finish, then stop QEMU
+            # the guest may be stuck for good: give it 300 s to finish, then stop QEMU
             diagnose "nvme2 not released 120 s after device_del"
             if ! wait_line '^SOAK-SUMMARY' 0 300; then
                 echo "$(date +%T) the guest printed no summary 300 s later: stopping QEMU (a hang)" >>"$hlog"

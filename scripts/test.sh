@@ -13,7 +13,7 @@
 #   5. scripts/vm/suite.sh --kernel K                   the whole guest suite in one QEMU boot per
 #      kernel K: Debian 6.12 (vfio type1, what most users have) and ubd (built from
 #      linux-source-7.3 by scripts/vm/kernel-build.sh: iommufd and the vfio device cdev, chosen
-#      automatically; issue 12)
+#      automatically)
 #      -> "guest-shell[K]: ...", "guest-rust[K]: ...", "hostcheck[K]: ...",
 #         "guest[K]: N passed, N failed, N skipped" (both counted); a skip that
 #         scripts/vm/expected-skips does not allow, or a requested host check that never ran,
@@ -25,7 +25,7 @@
 #   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
 #      (its own boot; its checks: mismatches, hangs, leaks, job failures, faults survived, status),
 #      counted in the totals; a failed check fails test.sh. A guest stuck in the kernel is
-#      bounded: soak.sh stops QEMU and counts it (RELIABILITY.md, "Soak (issue 9)").
+#      bounded: soak.sh stops QEMU and counts it (RELIABILITY.md, "Soak").
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
 #
 # Options (for iterating):
@@ -132,7 +132,7 @@ if ((host == 1)); then
     note "$line" "$rc"
 
     # Instructions per I/O of the NVMe path under callgrind (exact counts: not flaky), against
-    # limits ~15-20 % above today's (issue 11): a slower I/O path fails here.
+    # limits ~15-20 % above today's: a slower I/O path fails here.
     if [[ -z $filter || $filter == *insn* ]]; then
         step "scripts/bench/nvme-insn.sh --check (NVMe instructions per I/O)"
         t=$(date +%s)

@@ -1,4 +1,4 @@
-//! Guest tests (issue 10): the embedding examples run on the test bed's controllers and do what
+//! Guest tests: the embedding examples run on the test bed's controllers and do what
 //! they teach. `scripts/vm/suite.sh` builds the examples and puts them in the guest's PATH, and
 //! binds the devices to vfio-pci.
 

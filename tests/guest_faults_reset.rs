@@ -1,5 +1,5 @@
 //! Guest tests: `ubdirect perf --verify` and `ubdirect pipeline --verify` survive a controller
-//! reset under them (issue 9, "Deadlines and recovery"). The reset is a Function Level Reset
+//! reset under them ("Deadlines and recovery"). The reset is a Function Level Reset
 //! (VFIO_DEVICE_RESET) behind the driver's back, injected mid-run by the tools' test hook
 //! (`UBD_INJECT_RESET_AFTER_MS`, `src/cli/fault_hook.rs`): the controller forgets its queues
 //! (CSTS.RDY=0); the tools' queues (`Recovery::Requeue`) find it once their oldest command is

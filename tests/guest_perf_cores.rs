@@ -1,4 +1,4 @@
-//! Guest test (issue 11): `ubdirect perf -c 0,1` runs one queue pair per core on the test bed's
+//! Guest test: `ubdirect perf -c 0,1` runs one queue pair per core on the test bed's
 //! 2 vCPUs and reports each core apart and the total: one per-core line per core in the table,
 //! and in the JSON two `cores` entries (cores 0 and 1, each on its own I/O queue, each with
 //! I/O done) whose I/Os and IOPS add up to the total's. Read-only, on nvme1 ns2 40M..48M.

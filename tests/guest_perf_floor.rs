@@ -1,4 +1,4 @@
-//! Guest test (issue 11): `ubdirect perf --engine floor`, the bare floor loop the driver is
+//! Guest test: `ubdirect perf --engine floor`, the bare floor loop the driver is
 //! measured against, completes reads at QD1 and QD32 on the test bed's nvme0 and reports them
 //! in `--json` that validates against docs/json.md; the driver's own run in the same form for
 //! comparison. The suite puts the `ubdirect` binary in the guest's PATH and the devices on

@@ -1,7 +1,7 @@
-//! Guest test (issue 11): `ubdirect perf -o` at 4 x MDTS on the test bed's nvme1 (MDTS 16 KiB)
+//! Guest test: `ubdirect perf -o` at 4 x MDTS on the test bed's nvme1 (MDTS 16 KiB)
 //! runs clean with `--verify` at QD1 and QD32: requests that need more command slots than are
-//! free are queued in the queue pair and go out as slots free up (they used to fail with "queue
-//! is full ... needs N commands"). A `-q` above the controller's queue size (MQES) runs at the
+//! free are queued in the queue pair and go out as slots free up (not refused with "queue is
+//! full ... needs N commands"). A `-q` above the controller's queue size (MQES) runs at the
 //! capped depth and says so. The suite puts `ubdirect` in the guest's PATH and the devices on
 //! vfio-pci.
 

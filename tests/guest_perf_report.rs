@@ -1,4 +1,4 @@
-//! Guest test (issue 11): `ubdirect perf -w rw -a 1 -L --json` reports reads and writes apart,
+//! Guest test: `ubdirect perf -w rw -a 1 -L --json` reports reads and writes apart,
 //! both non-zero, and a latency histogram whose counts sum to the I/Os measured; the warm-up
 //! is reported and, with `--progress always`, the once-a-second status line marks it. Runs on
 //! nvme1 ns2 at 32M..40M (used by no other guest test of this guest; nvme0 holds the pattern

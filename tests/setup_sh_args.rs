@@ -126,7 +126,7 @@ fn unknown_target_user() {
     );
 }
 
-/// Issue 12: `UBD_ALLOW_NOIOMMU` takes only `1` (any other value is refused, nothing done).
+/// `UBD_ALLOW_NOIOMMU` takes only `1` (any other value is refused, nothing done).
 #[test]
 fn noiommu_mode_takes_only_1() {
     for v in ["yes", "0", ""] {
@@ -138,8 +138,7 @@ fn noiommu_mode_takes_only_1() {
     }
 }
 
-/// Issue 12: `UBD_ALLOW_NOIOMMU=1` is accepted now (it was refused while no back end could
-/// work without an IOMMU); the read-only `status` runs with it.
+/// `UBD_ALLOW_NOIOMMU=1` is accepted (the no-IOMMU back end uses it); the read-only `status` runs with it.
 #[test]
 fn noiommu_mode_1_is_accepted() {
     let out = run(&["status"], &[("UBD_ALLOW_NOIOMMU", "1")]);
@@ -148,7 +147,7 @@ fn noiommu_mode_1_is_accepted() {
     assert!(!stderr.contains("error"), "{stderr}");
 }
 
-/// Issue 9: HUGEMEM is decimal; a number too large for sh arithmetic is refused, not wrapped.
+/// HUGEMEM is decimal; a number too large for sh arithmetic is refused, not wrapped.
 #[test]
 fn hugemem_too_large() {
     assert_rejected(

@@ -1,4 +1,4 @@
-//! Map + unmap cost of one region in a real DMA domain, per back end (issue 12): 4 KiB
+//! Map + unmap cost of one region in a real DMA domain, per back end: 4 KiB
 //! anonymous, 2 MiB hugepage, and (iommufd only) the ivshmem BAR by dma-buf. Runs in the
 //! test-bed guest only (it opens the test bed's nvme0 so the IOMMU is live); on the host it
 //! says so and measures nothing. The back end is the automatic one, or `UBD_IOMMU_BACKEND`.
@@ -64,7 +64,7 @@ fn bench(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     // No plots: criterion's plotters report after each benchmark did not return within 280 s
-    // in the TCG guest (the "iommufd 2 MiB gave no figure" of issue 12); without it the whole
+    // in the TCG guest (the iommufd 2 MiB case gave no figure); without it the whole
     // run (type1 and iommufd, 5 benchmarks) takes about 3 minutes there.
     config = Criterion::default().without_plots();
     targets = bench

@@ -321,8 +321,8 @@ mod tests {
         m.read32(4096);
     }
 
-    /// Issue 9: an unaligned offset used to be a misaligned volatile access (undefined
-    /// behaviour); it is refused now, before any access.
+    /// An unaligned offset would be a misaligned volatile access (undefined behaviour): it is
+    /// refused before any access.
     #[test]
     #[should_panic(expected = "unaligned")]
     fn unaligned_access_panics_instead_of_ub() {

@@ -1,4 +1,4 @@
-//! Guest test and measurement (issue 12): map + unmap of one region in a real DMA domain on the
+//! Guest test and measurement: map + unmap of one region in a real DMA domain on the
 //! back end this boot gives (`UBD_IOMMU_BACKEND` picks type1 or iommufd on the ubd kernel;
 //! the no-IOMMU boot gives noiommu): 4 KiB anonymous memory (not on noiommu) and one 2 MiB
 //! hugepage. Every map and unmap runs under a deadline, so a stall is a failure that names the

@@ -1,4 +1,4 @@
-//! Guest tests of the no-IOMMU back end's rules (issue 12) on a real kernel: the DMA address
+//! Guest tests of the no-IOMMU back end's rules on a real kernel: the DMA address
 //! of hugepage memory is its physical address (read back from `/proc/self/smaps`,
 //! `/proc/self/pagemap` and cross-checked in `/proc/kpageflags`), ordinary memory is refused,
 //! and a no-IOMMU domain is refused without both opt-ins. Run by scripts/test.sh in the QEMU

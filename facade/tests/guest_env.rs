@@ -1,4 +1,4 @@
-//! Guest test (issue 10): one [`Env`] opens an NVMe controller and two virtio-net NICs of the
+//! Guest test: one [`Env`] opens an NVMe controller and two virtio-net NICs of the
 //! test bed in one DMA domain with one pool; the controller reads and the NICs pass frames
 //! from that pool.
 

@@ -1,5 +1,5 @@
 //! [`Env`]: one entry point checking the hugepages and opening the domain, the NVMe controllers,
-//! the NICs and the pool in the right order (issue 10), against the device models on the host.
+//! the NICs and the pool in the right order, against the device models on the host.
 
 use std::fs;
 use std::path::{Path, PathBuf};

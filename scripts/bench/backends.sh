@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DMA back ends side by side (issue 12): `ubdirect perf` 4 KiB random reads on one null-co NVMe
+# DMA back ends side by side: `ubdirect perf` 4 KiB random reads on one null-co NVMe
 # controller (QEMU's NVMe in front of a null block driver, so the controller is cheap and what
 # differs per I/O shows) at 00:10.0, 1 vCPU, release build, the built `ubd` guest kernel.
 #   boot 1 (intel-iommu): per round and depth, type1 and iommufd (`UBD_IOMMU_BACKEND`), the order

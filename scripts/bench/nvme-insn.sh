@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per I/O of the NVMe driver's own code (issue 11), on the host: the real queue
+# Instructions per I/O of the NVMe driver's own code, on the host: the real queue
 # pair against the NVMe device model (drivers/nvme/examples/insn_per_io.rs) under
 # `valgrind --tool=callgrind`, collecting only inside the example's three steps: submit_batch
 # (submit_read for every free buffer: the driver's submit path and the caller's loop, ~28
@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Limits of --check, driver total insn/IO (submit + complete + doorbells), about 15-20 % above
-# what this tree measured (BENCHMARKS.md, "Issue 11, part 4 (nvme11)"): a slower I/O path fails
+# what this tree measured (BENCHMARKS.md, "Instructions per I/O"): a slower I/O path fails
 # scripts/test.sh; a faster one should lower them.
 declare -A LIMIT=([1]=750 [32]=510)
 
@@ -114,7 +114,7 @@ for q in $DEPTHS; do
 done
 if ((check == 1)); then
     if ((${#over[@]} > 0)); then
-        echo "insn-check: FAILED (driver instructions per I/O over the limit: ${over[*]}; the I/O path got slower: find the cause with callgrind_annotate, see BENCHMARKS.md Issue 11 part 4)"
+        echo "insn-check: FAILED (driver instructions per I/O over the limit: ${over[*]}; the I/O path got slower: find the cause with callgrind_annotate, see BENCHMARKS.md "Instructions per I/O")"
         exit 1
     fi
     echo "insn-check: ok (driver instructions per I/O: ${within[*]})"

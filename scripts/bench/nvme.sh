@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NVMe against the floor and the kernel (issue 11), in ONE guest boot: a null-co NVMe
+# NVMe against the floor and the kernel, in ONE guest boot: a null-co NVMe
 # controller (QEMU's emulated controller in front of a null block driver, so the controller is
 # the limit) at 00:10.0, 1 vCPU, release build. Per round and depth: the floor loop
 # (`perf --engine floor`, shadow doorbells off: "floor"; on: "floor-sh"), ubdirect perf with shadow doorbells auto (the default), on and off, then the kernel's
@@ -8,7 +8,7 @@
 # Prints every run, then medians per engine and depth and the ratios ubdirect / floor and
 # ubdirect / best kernel.
 #
-# With --cmb: I/O submission queues in host memory vs in the Controller Memory Buffer (issue 12)
+# With --cmb: I/O submission queues in host memory vs in the Controller Memory Buffer
 # instead: the same controller with a 1 MiB CMB (QEMU `cmb_size_mb=1`); per round and depth,
 # `ubdirect perf` with the SQ in host memory and with `--sq-in-cmb` (the order alternates
 # between rounds). Prints every run, then medians per placement and depth and the ratio CMB / host.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 14, guest half (loop mode: nvmet and initiator in one guest): NVMe/TCP commands per
+# NVMe/TCP depth, guest half (loop mode: nvmet and initiator in one guest): NVMe/TCP commands per
 # second as the target's backing disk sees them, per engine and depth, in one boot.
 #   scripts/vm/run.sh --smp 1 --mem 2G --devices nvme0 --bin target/release/ubdirect \
 #       -- 'bash scripts/bench/nvmf-depth-guest.sh'

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 14 diagnosis (guest half, loop mode): what the target's backing disk sees per engine.
+# NVMe/TCP depth diagnosis (guest half, loop mode): what the target's backing disk sees per engine.
 # Run from the host:
 #   scripts/vm/run.sh --smp 1 --mem 2G --devices nvme0 --bin target/release/ubdirect \
 #     --bin /usr/bin/ss --bin /usr/bin/strace -- 'bash scripts/bench/nvmf-depth-probe.sh'

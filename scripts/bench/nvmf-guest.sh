@@ -23,9 +23,9 @@ now() { echo "${EPOCHREALTIME/./}"; } # microseconds
 dev=$(/ubd/scripts/vm/nvmet.sh --connect "$TARGET" --nqn "$NQN" --wait 180) || { echo "FAIL 0 kernel-tcp 0 0 connect failed"; exit 1; }
 # nomerge: merges off on the namespace's path device (nvmeXcZnY: the head /dev/nvmeXnY is
 # bio-based, its requests are queued and merged there). With merges on, io_uring's 32 adjacent
-# 4 KiB reads went out as one 128 KiB NVMe/TCP command (issue 14: the "kernel QD32 4 KiB IOPS"
-# were 4 KiB blocks of 128 KiB commands, ~670 commands/s); ubdirect's perf sends one command
-# per read. Off, every kernel read is one command too.
+# 4 KiB reads go out as one 128 KiB NVMe/TCP command (the kernel's "QD32 4 KiB IOPS" would
+# count 4 KiB pieces of 128 KiB commands); ubdirect's perf sends one command per read. Off,
+# every kernel read is one command too.
 nomerge() {
     local fd=${dev#/dev/} p
     p=$(ls /sys/block | grep -E "^${fd%n*}c[0-9]+n${fd##*n}$" | head -1)

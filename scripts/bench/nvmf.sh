@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NVMe-oF over TCP (issue 14): the kernel's NVMe/TCP initiator as the baseline (and, once the
+# NVMe-oF over TCP: the kernel's NVMe/TCP initiator as the baseline (and, once the
 # nvmf helper's code lands, ubdirect's initiator: UBD_NVMF_UBDIRECT=1, see the SLOT in
 # scripts/bench/nvmf-guest.sh), 4 KiB reads at QD 1/32/128 and 1 MiB streaming reads, against the
 # kernel nvmet target exporting the test bed's nvme0 namespace (QEMU NVMe, file-backed).
@@ -16,7 +16,7 @@
 #        UBD_NVMF_SPIN_TOO=1: ubdirect-tcp-spin, the same build with UBD_NVMF_SPIN=1 (no poll(2)
 #        wait when idle), right after each ubdirect-tcp run
 #        UBD_NVMF_NOSPIN_TOO=1: ubdirect-tcp-nospin, the same build with UBD_NVMF_IDLE_SPIN_US=0
-#        (no bounded spin before the poll(2) wait: the wait loop as before it), right after each
+#        (no bounded spin before the poll(2) wait), right after each
 #        ubdirect-tcp run
 #        UBD_NVMF_IDLE_SPIN_US=N: the bounded spin of the ubdirect-tcp runs (default 50)
 # The kernel engine's reads are one NVMe/TCP command each (merges off on the path device; "# D"

@@ -9,7 +9,7 @@ UBD_VM_CACHE=${UBD_VM_CACHE:-$UBD_REPO/.vm-cache}
 # Kernel series for the guest: 6.12 (bookworm-backports, preferred) or 6.1 (bookworm).
 UBD_VM_KERNEL=${UBD_VM_KERNEL:-6.12}
 # Modules the guest loads at boot, with their dependencies (resolved by modprobe on the host).
-# md_mod bridge 8021q: tests/guest/11-setup-issue9.sh; vfat and its code pages:
+# md_mod bridge 8021q: tests/guest/11-setup-in-use.sh; vfat and its code pages:
 # tests/guest/10-setup-sh.sh mounts a filesystem on a namespace.
 UBD_VM_MODULES=${UBD_VM_MODULES:-vfio-pci vfio_iommu_type1 nvme virtio_pci virtio_net md_mod bridge 8021q vfat nls_cp437 nls_iso8859-1 nls_utf8 nls_ascii ahci sd_mod}
 # Modules put in the initramfs (with their dependencies, modprobe-able) but not loaded at boot:

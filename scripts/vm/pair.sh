@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two guests joined by a network link: an NVMe-oF target and an initiator (issue 14's test bed).
+# Two guests joined by a network link: an NVMe-oF target and an initiator (the NVMe/TCP test bed).
 #
 #   scripts/vm/pair.sh [--target-cmd CMD] [--target-kernel K] [run.sh options] -- <initiator command>
 #

@@ -132,7 +132,7 @@ expect "hostcheck: several lines, other lines ignored" "1 hostcheck: 1 passed, 1
     "$(hc 'noise' 'UBD-HOSTCHECK a file-bytes a.img:0 41' 'UBD-HOSTCHECK b file-bytes a.img:0 42')"
 expect "hostcheck: a failure says why" "1" "$(grep -c 'not ok 2 - hostcheck b: a.img at 0 holds 41 not 42' "$tmp/hc.out")"
 
-# Bad input to the test bed's own commands: refused by name, nothing started (issues 12, 14).
+# Bad input to the test bed's own commands: refused by name, nothing started.
 # out_of CMD...: "<exit status> <first line of stderr holding 'error'/'nvmet.sh:'>".
 out_of() {
     "$@" >/dev/null 2>"$tmp/err"

@@ -28,7 +28,7 @@ struct DevicesJson<'a> {
     devices: Vec<DeviceJson<'a>>,
 }
 
-/// One device: its sysfs facts and the DMA back end it will use (issue 12).
+/// One device: its sysfs facts and the DMA back end it will use.
 #[derive(Serialize)]
 struct DeviceJson<'a> {
     #[serde(flatten)]

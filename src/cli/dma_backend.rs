@@ -1,5 +1,5 @@
 //! Which DMA back end (type1, iommufd, noiommu) a device bound to vfio-pci will use and why,
-//! for `devices` and `doctor` (issue 12). The rules are `ubdirect_core::vfio::choose_backend_in`.
+//! for `devices` and `doctor`. The rules are `ubdirect_core::vfio::choose_backend_in`.
 
 use std::path::Path;
 

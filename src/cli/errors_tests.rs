@@ -72,7 +72,7 @@ fn type_name_in(msg: &str) -> Option<String> {
     None
 }
 
-/// The no-IOMMU back end's refusals (issue 12), as the library makes them.
+/// The no-IOMMU back end's refusals, as the library makes them.
 fn noiommu_errors() -> Vec<CoreError> {
     use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
     let smaps = "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \nKernelPageSize:        4 kB\n";

@@ -2,7 +2,7 @@
 //! queue (one connection) at depth -q, -o bytes per I/O, for -t seconds; IOPS, MiB/s, mean
 //! latency, and CPU seconds per GB moved (user + system time of the process, so the kernel's
 //! TCP work on this side is counted).
-//! `UBD_NVMF_SPIN=1` polls without the poll(2) wait (a diagnostic: issue 14 found no difference).
+//! `UBD_NVMF_SPIN=1` polls without the poll(2) wait (a diagnostic: does the wait cost IOPS?).
 
 use std::time::{Duration, Instant};
 
@@ -81,11 +81,11 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
     let target: TcpTarget = p.addr.parse()?;
     let host = super::nvmf::host_identity();
     let digests = std::env::var("UBD_NVMF_DIGESTS").is_ok_and(|v| v == "1");
-    // UBD_NVMF_SPIN=1: poll without ever sleeping in poll(2) (issue 14's diagnosis: does the
-    // 1 ms wait cost IOPS at depth?).
+    // UBD_NVMF_SPIN=1: poll without ever sleeping in poll(2) (a diagnostic: does
+    // the 1 ms wait cost IOPS at depth?).
     let spin = std::env::var("UBD_NVMF_SPIN").is_ok_and(|v| v == "1");
     // UBD_NVMF_IDLE_SPIN_US: how long an empty poll keeps polling before the poll(2) wait (the
-    // block queue's default; 0: wait at once, as before issue 14's bounded spin).
+    // block queue's default; 0: wait at once, no spin).
     let idle_spin = match std::env::var("UBD_NVMF_IDLE_SPIN_US") {
         Ok(v) => Duration::from_micros(v.parse::<u64>().map_err(|_| {
             format!("UBD_NVMF_IDLE_SPIN_US={v}: give the spin before each wait in microseconds (0: none)")

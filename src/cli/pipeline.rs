@@ -116,7 +116,7 @@ enum SourceSpec {
         nsid: Option<u32>,
     },
     File(PathBuf),
-    /// nvmf-tcp://ADDR:PORT/SUBNQN[/NSID] (issue 14).
+    /// nvmf-tcp://ADDR:PORT/SUBNQN[/NSID].
     Tcp(String),
 }
 

@@ -32,7 +32,7 @@ pub struct Testbed {
     pub nvme_mdts0: Option<String>,
     /// The virtio-net NIC with two queue pairs (`mq=on` on a 2-queue tap) and a control queue.
     pub nic_mq: Option<String>,
-    /// The NVMe controller with a 1 MiB Controller Memory Buffer (serial `ubdcmb`, issue 12).
+    /// The NVMe controller with a 1 MiB Controller Memory Buffer (serial `ubdcmb`).
     pub nvme_cmb: Option<String>,
     /// The host's run directory holding the backing files (for messages only).
     pub run_dir: Option<String>,

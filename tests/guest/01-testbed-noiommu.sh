@@ -1,7 +1,7 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
-# Guest test: the IOMMU mode the guest was booted in and the vfio nodes each kernel gives
-# (issue 12). Runs in every boot, with what each boot must show:
+# Guest test: the IOMMU mode the guest was booted in and the vfio nodes each kernel gives.
+# Runs in every boot, with what each boot must show:
 #   Debian kernel (6.12/6.1): intel-iommu on, no /dev/iommu (no IOMMUFD), /dev/vfio/<group> only
 #   ubd kernel:               intel-iommu on, /dev/iommu, /dev/vfio/<group> AND the device cdev
 #                             /dev/vfio/devices/vfio<n>

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Guest test (TAP): ubdirect as an ordinary user after `TARGET_USER=<user> scripts/setup.sh`
-# (issue 9): identify, perf --verify (write, then read back), pipeline NVMe -> ivshmem BAR with
+# Guest test (TAP): ubdirect as an ordinary user after `TARGET_USER=<user> scripts/setup.sh`:
+# identify, perf --verify (write, then read back), pipeline NVMe -> ivshmem BAR with
 # --verify, all as that user; with a memlock limit too low the error names the limit and the fix.
 # The bytes perf writes (nvme1 namespace 2, 56..64 MiB) are saved first and written back at the
 # end, so the image pattern later tests check stays intact.

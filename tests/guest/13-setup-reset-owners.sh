@@ -1,5 +1,5 @@
 #!/bin/sh
-# Guest test (TAP, issue 12): `scripts/setup.sh reset` gives back every node `config
+# Guest test (TAP): `scripts/setup.sh reset` gives back every node `config
 # TARGET_USER=...` handed over: each device's /dev/vfio/<group> and /dev/vfio/devices/vfioN
 # (vfio device cdev kernels) go back before the unbind, and /dev/iommu (IOMMUFD kernels) once no
 # device ubdirect bound is left on vfio-pci; a partial reset (PCI_ALLOWED) keeps /dev/iommu

@@ -1,6 +1,6 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
-# Guest test: the NVMe-oF test bed in one guest (issue 14). scripts/vm/nvmet.sh exports nvme0's
+# Guest test: the NVMe-oF test bed in one guest. scripts/vm/nvmet.sh exports nvme0's
 # namespace (on the kernel nvme driver, backed by the host's nvme0.img) as
 # nqn.2026-11.io.ubdirect:test on TCP 127.0.0.1:4420; the kernel's NVMe/TCP initiator connects
 # over loopback, reads the image pattern, writes a marker the host then finds in nvme0.img; the

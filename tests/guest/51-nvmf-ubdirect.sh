@@ -1,6 +1,6 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
-# Guest test: ubdirect's own NVMe/TCP initiator (issue 14) against the kernel's nvmet over
+# Guest test: ubdirect's own NVMe/TCP initiator against the kernel's nvmet over
 # loopback in one guest. nvmet.sh exports nvme0's namespace (kernel nvme driver, backed by the
 # host's nvme0.img) as nqn.2026-11.io.ubdirect:test on 127.0.0.1:4420; `ubdirect discover`,
 # `identify nvmf-tcp://...`, `perf -w write --verify` then `-w read --verify` (with and without

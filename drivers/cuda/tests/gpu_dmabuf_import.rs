@@ -1,4 +1,4 @@
-//! GPU memory exported as a dma-buf (CUDA) offered to `UbRegistry::register_dmabuf` (issue 12).
+//! GPU memory exported as a dma-buf (CUDA) offered to `UbRegistry::register_dmabuf`.
 //! A GPU machine without vfio/iommufd (the H200 machine) can run this only up to the import:
 //! the export must work, and the import must be refused with the requirement named and nothing
 //! registered.

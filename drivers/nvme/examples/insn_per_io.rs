@@ -1,4 +1,4 @@
-//! Instructions per I/O of the driver's own code (issue 11), for `valgrind --tool=callgrind`:
+//! Instructions per I/O of the driver's own code, for `valgrind --tool=callgrind`:
 //! the real queue pair against the NVMe device model on the host, keeping `DEPTH` 4 KiB reads
 //! in flight as `ubdirect perf` does (submit every free buffer, one `ring`, then `poll`). The
 //! three steps are functions of their own ([`submit_batch`], [`ring`], [`reap`]) so that

@@ -47,8 +47,8 @@ pub(crate) fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
 /// Whether the controller's event index is past `new` (within half the u16 index space): it
 /// asked to hear of this doorbell only later than this update. An event index equal to `new`
 /// is not: a controller that sets it to the value it has just read (QEMU's) has read the
-/// shadow slot between the driver's store and its look at the index, a timing accident (seen
-/// once in a CI guest: 1 of 79 probe updates).
+/// shadow slot between the driver's store and its look at the index, a timing accident
+/// (rare: about 1 of 79 probe updates under QEMU).
 #[inline]
 pub(crate) fn event_idx_ahead(event_idx: u16, new: u16) -> bool {
     event_idx.wrapping_sub(new).wrapping_sub(1) < 0x7fff
@@ -117,8 +117,8 @@ impl Doorbell {
 
     /// Write `value`, the value last published, to the register again (and to the shadow slot):
     /// for a command that has waited long with the controller ready, in case the controller
-    /// lost the first write (seen once under QEMU's TCG while another controller was
-    /// hot-plugged: RELIABILITY.md row S9-3). The same tail announces no new entry, so a
+    /// lost the first write (QEMU's TCG can, while another controller is hot-plugged:
+    /// RELIABILITY.md row S9-3). The same tail announces no new entry, so a
     /// controller that did see the first write does nothing. Cold.
     #[cold]
     pub(crate) fn kick(&mut self, value: u16) {

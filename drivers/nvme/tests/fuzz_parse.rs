@@ -1,4 +1,4 @@
-//! Fuzz targets, one per structure the NVMe driver parses from device input (issue 9):
+//! Fuzz targets, one per structure the NVMe driver parses from device input:
 //! Identify Controller and Identify Namespace pages, completion entries and their status, and
 //! the CAP / CSTS / VS registers. Each runs `UBD_FUZZ_CASES` cases (10,000 in CI). A decode
 //! must never panic, and what it accepts must hold the invariants the driver relies on.

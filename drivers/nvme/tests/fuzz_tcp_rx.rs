@@ -1,4 +1,4 @@
-//! Fuzz target of the NVMe/TCP receive state machine (issue 14): byte streams built from valid
+//! Fuzz target of the NVMe/TCP receive state machine: byte streams built from valid
 //! PDUs (Response Capsules, C2HData with padding and digests, R2Ts, C2HTermReqs) with random
 //! byte patches and random cuts, fed to `RxMachine` in random-sized pieces. Each runs
 //! `UBD_FUZZ_CASES` cases (10,000 by default). It must never panic, never ask for data outside

@@ -1,4 +1,4 @@
-//! Guest tests on the built kernel (iommufd, vfio cdev, vfio-pci dma-buf export; issue 12):
+//! Guest tests on the built kernel (iommufd, vfio cdev, vfio-pci dma-buf export):
 //! the ivshmem BAR (the GPU-BAR stand-in) is exported by vfio-pci as a dma-buf and imported
 //! into the NVMe's IOAS by file; an NVMe read lands in it peer to peer and the host checks
 //! the BAR's backing file byte for byte. On a kernel without iommufd (the Debian one) each

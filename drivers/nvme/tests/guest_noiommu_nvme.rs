@@ -1,4 +1,4 @@
-//! Guest tests of NVMe I/O on the no-IOMMU back end (issue 12): in a guest booted without an
+//! Guest tests of NVMe I/O on the no-IOMMU back end: in a guest booted without an
 //! IOMMU (`scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu`, where the bind step
 //! ran `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`), nvme0 opens through its vfio no-IOMMU
 //! group, pool buffers reach it at their physical addresses, and real data is written and read

@@ -1,4 +1,4 @@
-//! Guest tests of the NVMe Controller Memory Buffer (issue 12): the test bed's CMB controller
+//! Guest tests of the NVMe Controller Memory Buffer: the test bed's CMB controller
 //! (`UBD_NVME_CMB`, scripts/vm/run.sh's device block nvmecmb: QEMU `cmb_size_mb=1`, serial
 //! ubdcmb, a zero-filled 64 MiB namespace). Its CMB is registered as a UB region, nvme0 reads
 //! into it peer to peer and the CPU checks the bytes through the BAR mapping; I/O submission

@@ -1,4 +1,4 @@
-//! Guest tests of the per-command deadlines and the recovery (issue 9): a command the device
+//! Guest tests of the per-command deadlines and the recovery: a command the device
 //! "loses" (the `lose_next_command` hook takes it as submitted but never writes it to the SQ)
 //! while other reads keep completing on the same queue, under each [`Recovery`] choice; the
 //! admin queue after a timeout (an Asynchronous Event Request, which QEMU answers only on an
@@ -278,7 +278,7 @@ fn a_lost_command_fails_back_with_its_buffer_after_a_controller_reset() {
     );
     // Every busy read in flight at the reset came back too, with its buffer, and was resubmitted.
     // How many were in flight depends on timing: none when the device had completed all of them
-    // in the poll that reset (seen once in a loaded CI run), so only the accounting is checked.
+    // in the poll that reset (possible on a loaded host), so only the accounting is checked.
     assert_eq!(s.failed_back, busy.failed_back + 1, "{s:?}");
     assert!(busy.failed_back <= BUSY, "{s:?}");
     let before = busy.completed;

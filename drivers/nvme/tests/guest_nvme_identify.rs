@@ -31,7 +31,7 @@ fn nvme0_identify_matches_qemu_command_line() {
     assert_eq!(bed.ctrl.version().major(), 1);
     assert!(bed.ctrl.cap().max_queue_entries() >= 64);
     assert!(bed.ctrl.io_queues_granted() >= 2);
-    // Shadow doorbells `auto` (issue 11): offered (OACS bit 8) and probed at open; on only
+    // Shadow doorbells `auto`: offered (OACS bit 8) and probed at open; on only
     // when EventIdx saved MMIO writes (never on QEMU's controller).
     let d = bed.ctrl.shadow_decision();
     assert_eq!(bed.ctrl.shadow_doorbells(), d.on, "{d:?}");

@@ -227,7 +227,7 @@ fn mdts_splitting_on_nvme1_and_page_crossing_offsets() {
         64,
         "1 MiB / 16 KiB MDTS = 64 commands"
     );
-    // A request needing more commands than the queue holds is queued (issue 11): its commands
+    // A request needing more commands than the queue holds is queued: its commands
     // go out as slots free up, and it completes with the right data.
     let mut small = bed.qp(8, 1);
     let before = small.stats();
@@ -578,8 +578,8 @@ fn shadow_doorbells_on_and_off() {
     println!("auto: {d:?}");
     assert!(d.probe_updates > 0, "{d:?}");
     // Ring indices wrap at the queue size, not at 2^16: an EventIdx just before the wrap can
-    // look "past" a value just after it, so QEMU shows a few (1-2 of 79 seen in CI boots of
-    // stop 18); the decision needs 1 in 8 and stays off.
+    // look "past" a value just after it, so QEMU shows a few (1 or 2 of 79 probe
+    // updates); the decision needs 1 in 8 and stays off.
     assert!(
         d.probe_saved_ahead * 8 < d.probe_updates,
         "QEMU asked to hear of updates later: {d:?}"

@@ -1,4 +1,4 @@
-//! Guest tests of the NVMe/TCP initiator (issue 14) against the kernel's own target (nvmet)
+//! Guest tests of the NVMe/TCP initiator against the kernel's own target (nvmet)
 //! over loopback in the test-bed guest: write-then-read byte checks at in-capsule, R2T and
 //! multi-H2CData sizes, with and without digests, data landing in UB pool buffers; the fault
 //! cases (port removed mid-flight, wrong NQN, refused connection, keep-alive expiry, a data

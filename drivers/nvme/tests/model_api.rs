@@ -1,4 +1,4 @@
-//! The embedder's I/O API (issue 10) against the NVMe model on the host: a namespace handle
+//! The embedder's I/O API against the NVMe model on the host: a namespace handle
 //! with its limits, requests in LBAs with buffer windows, checked against the namespace before
 //! anything reaches the device; the completion hands back the window that was submitted.
 
@@ -183,7 +183,7 @@ fn a_completion_hands_back_the_window_that_was_submitted() {
         medium[..] == w.as_slice()[..],
         "the window's bytes were written"
     );
-    // The blocking helper returns the window typed, no unpacking.
+    // The blocking call returns the window typed, no unpacking.
     let r = qp
         .read_blocking(
             &ns,

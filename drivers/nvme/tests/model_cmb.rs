@@ -1,4 +1,4 @@
-//! Issue 12, the NVMe Controller Memory Buffer at bring-up, on the device model: the driver
+//! The NVMe Controller Memory Buffer at bring-up, on the device model: the driver
 //! enables the CMB registers (CMBMSC.CRE) before reading CMBLOC / CMBSZ, a controller without a
 //! CMB is named, and every hostile CMBLOC / CMBSZ value is a typed error within a bound, with
 //! the controller left disabled. (Mapping the CMB needs real device memory: the guest tests in

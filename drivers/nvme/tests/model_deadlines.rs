@@ -1,5 +1,5 @@
 //! Per-command deadlines, recovery and malformed completions on the host, against the NVMe
-//! device model (issue 9): a model that swallows exactly one command while it completes every
+//! device model: a model that swallows exactly one command while it completes every
 //! other one, or that rewrites one completion's command id. No VFIO, no QEMU.
 
 mod model_support;
@@ -399,7 +399,7 @@ impl Tamper for LoseOneSqDoorbell {
 
 #[test]
 fn a_lost_sq_doorbell_write_is_written_again_and_the_reads_complete_without_a_timeout() {
-    // Issue 9 soak (RELIABILITY S9-3): a controller that lost the doorbell write announcing
+    // RELIABILITY.md S9-3: a controller that lost the doorbell write announcing
     // commands would leave them to time out, be aborted and the controller reset. The queue
     // writes the same tail again once a command has waited io_timeout / 4 with the controller
     // ready, and the reads complete. Fails on a driver that never writes the tail again (the

@@ -1,4 +1,4 @@
-//! The floor loop (`ubdirect_nvme::perf::floor`, issue 11) against the NVMe model on the host:
+//! The floor loop (`ubdirect_nvme::perf::floor`) against the NVMe model on the host:
 //! it keeps the asked depth in flight, completes reads without errors, writes at most one SQ
 //! and one CQ doorbell per read (one each per batch), and deletes its queue pair again.
 

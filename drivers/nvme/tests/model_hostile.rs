@@ -1,7 +1,7 @@
-//! Issue 9, "device input that panics or runs away": one regression test per NVMe register or
-//! identify field a hostile controller can set, on the device model. Each ran into a panic, a
-//! hang or an unbounded allocation before the fix; the driver now answers a typed error (or
-//! leaves the bad namespace out) within a bound.
+//! Device input that could panic or run away: one test per NVMe register or identify field a
+//! hostile controller can set, on the device model. Unchecked, each would be a panic, a hang or
+//! an unbounded allocation; the driver answers a typed error (or leaves the bad namespace out)
+//! within a bound.
 
 mod model_support;
 
@@ -121,8 +121,8 @@ impl Tamper for EndlessList {
 
 #[test]
 fn endless_active_namespace_list_is_bounded() {
-    // NN = 2^32 - 1 and a list that always has 1024 more: before the fix the driver sent
-    // ~4 million Identify commands and collected a multi-GB Vec.
+    // NN = 2^32 - 1 and a list that always has 1024 more: a driver without a bound would
+    // send ~4 million Identify commands and collect a multi-GB Vec.
     let (m, r) = within(LIMIT, || {
         let reg = model_support::registry();
         let cfg = NvmeConfig {
@@ -276,7 +276,7 @@ fn open_hostile_logging_warnings(
 
 #[test]
 fn a_lost_admin_doorbell_write_is_written_again_and_the_open_succeeds() {
-    // Issue 9 soak (RELIABILITY S9-3): "Set Features (command 1, queue 0) did not complete
+    // RELIABILITY.md S9-3: "Set Features (command 1, queue 0) did not complete
     // within 10 s" with nothing posted and the controller ready. Here the model loses the SQ
     // tail doorbell write that announces Set Features (the second admin doorbell write, after
     // Identify Controller's): the driver writes the same tail again after admin_timeout / 8
@@ -306,8 +306,8 @@ fn a_lost_admin_doorbell_write_is_written_again_and_the_open_succeeds() {
 
 #[test]
 fn an_admin_timeout_logs_the_completion_queue_as_the_driver_saw_it() {
-    // Issue 9 soak: an open failed with "Set Features (command 1, queue 0) did not complete
-    // within 10 s" after Identify Controller (command 0) had completed. The error alone cannot
+    // An open that fails with "Set Features (command 1, queue 0) did not complete within 10 s"
+    // after Identify Controller (command 0) completed: the error alone cannot
     // tell a completion the controller never posted from one posted where the driver does not
     // look; the warning logged with it shows the admin ring. Here the model swallows command 1:
     // slot 0 holds Identify's completion (cid 0, SQ head 1, phase 1), slot 1 nothing, and the

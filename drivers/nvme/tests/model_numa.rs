@@ -1,4 +1,4 @@
-//! NUMA placement (issue 11): an I/O queue pair's rings and PRP list pages are allocated on the
+//! NUMA placement: an I/O queue pair's rings and PRP list pages are allocated on the
 //! controller's NUMA node (`PciDevice::numa_node`), asked for explicitly rather than guessed
 //! from sysfs (which a modelled device, or a domain of devices on several nodes, does not
 //! give). The real driver against the NVMe model on the host.

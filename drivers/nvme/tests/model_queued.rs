@@ -1,4 +1,4 @@
-//! Queued requests (issue 11): requests that need more command slots than are free (above
+//! Queued requests: requests that need more command slots than are free (above
 //! MDTS, or more commands than the whole queue holds) wait in the queue pair's pending list and
 //! go out as completions free slots, instead of failing with QueueFull / RequestTooLarge.
 //! The real driver against the well-behaved NVMe model on the host.

@@ -1,5 +1,5 @@
-//! A controller reset with [`Recovery::FailBack`] while queued requests wait in the pending list
-//! (issue 11): the model swallows every I/O command, so one request has commands in flight and
+//! A controller reset with [`Recovery::FailBack`] while queued requests wait in the pending list:
+//! the model swallows every I/O command, so one request has commands in flight and
 //! commands not sent yet, and a second request has sent nothing. After the timeout the queue
 //! resets the controller; each request completes exactly once with `FailedByReset` and its
 //! buffer, none of the unsent commands ever reaches the device, every slot is free again and

@@ -1,4 +1,4 @@
-//! Shadow doorbells `Auto` (issue 11): the probe at open keeps them on a controller where
+//! Shadow doorbells `Auto`: the probe at open keeps them on a controller where
 //! EventIdx saves MMIO doorbell writes and turns them off (controller reset without Doorbell
 //! Buffer Config) where it saves none, as on QEMU; `On` / `Off` force it. The real driver
 //! against the NVMe model on the host.

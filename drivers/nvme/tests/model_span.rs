@@ -1,5 +1,5 @@
 //! Every event of a controller's slow paths names the device: the driver enters an
-//! `nvme{addr=...}` span (issue 10). A capturing subscriber records what a warn-level filter
+//! `nvme{addr=...}` span. A capturing subscriber records what a warn-level filter
 //! lets through while a controller with an empty namespace comes up.
 
 mod model_support;

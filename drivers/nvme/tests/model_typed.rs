@@ -1,4 +1,4 @@
-//! Completions typed by what was submitted (issue 10): a queue pair's payload type `P` comes
+//! Completions typed by what was submitted: a queue pair's payload type `P` comes
 //! back in its completion as it went in, so an embedder neither matches nor unwraps.
 //! `IoQueuePair::<IoBuf>` hands back the window itself, `IoQueuePair::<(IoBuf, T)>` the window
 //! and the caller's own context; the default (`IoBufs`) keeps every request kind.

@@ -1,5 +1,5 @@
 //! Device-configuration parsing: short windows, impossible values, the control-queue index
-//! overflow (issue 9), and the `fuzz_net_config` target.
+//! overflow, and the `fuzz_net_config` target.
 
 use proptest::prelude::*;
 

@@ -4,11 +4,11 @@
 //! The pair's state (its rings, their DMA memory, the buffers posted to the device) stays inside
 //! the `VirtioNet` that set it up: the handle borrows the device and exposes only methods, never
 //! a `&mut` to the state. So safe code cannot `mem::swap` (or `mem::replace`) the queue pairs of
-//! two devices, which used to let dropping one device reset it and then free ring memory and RX
+//! two devices, which would let dropping one device reset it and then free ring memory and RX
 //! buffers that the other NIC was still writing into. Swapping two handles only swaps the
 //! borrows: each still drives its own device's rings.
 //!
-//! What no longer compiles (issue 9):
+//! What does not compile:
 //! ```compile_fail
 //! fn swap(a: &mut ubdirect_virtio_net::VirtioNet, b: &mut ubdirect_virtio_net::VirtioNet) {
 //!     std::mem::swap(a.pair(0).unwrap(), b.pair(0).unwrap());

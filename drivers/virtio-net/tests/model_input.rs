@@ -1,7 +1,7 @@
-//! Issue 9 regressions on the device model: device input that used to panic, run away or
-//! corrupt state (short device configuration, `2 x max_virtqueue_pairs` overflow, unaligned
-//! or out-of-BAR capabilities, malformed used rings) and the control queue after a timeout.
-//! Each is now a typed error.
+//! Device input on the device model that, unchecked, would panic, run away or corrupt state
+//! (short device configuration, `2 x max_virtqueue_pairs` overflow, unaligned or out-of-BAR
+//! capabilities, malformed used rings) and the control queue after a timeout. Each is a typed
+//! error.
 
 mod model_support;
 
@@ -37,7 +37,7 @@ fn layout(f: impl FnOnce(&mut Layout)) -> Hostile {
 
 #[test]
 fn short_device_config_window_is_a_typed_error() {
-    // 4 bytes: the MAC (6 bytes) used to be read past the window (a panic in Mmio).
+    // 4 bytes: reading the MAC (6 bytes) would go past the window (a panic in Mmio).
     let e = open_err(
         NetModelConfig::default(),
         layout(|l| l.device.length = 4),

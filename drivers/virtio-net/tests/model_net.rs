@@ -175,7 +175,7 @@ fn queues_that_appear_with_mq_are_used() {
     assert_eq!(out.len(), 1, "echoed onto pair 1");
 }
 
-/// Issue 9, item 1: swapping the handles of two devices swaps only the borrows; each handle
+/// Swapping the handles of two devices swaps only the borrows; each handle
 /// still drives its own device, and dropping one device leaves the other's rings intact.
 #[test]
 fn swapped_pair_handles_still_drive_their_own_device() {

@@ -1,4 +1,4 @@
-//! NUMA placement (issue 11): the virtio-net rings and the control queue's memory are allocated
+//! NUMA placement: the virtio-net rings and the control queue's memory are allocated
 //! on the device's NUMA node (`PciDevice::numa_node`), asked for explicitly. The real driver
 //! against the virtio-net model on the host.
 

@@ -1,5 +1,5 @@
-//! The driver's events name the NIC: bring-up runs inside a `virtio_net{addr=...}` span
-//! (issue 10). A capturing subscriber records the bring-up of a model NIC.
+//! The driver's events name the NIC: bring-up runs inside a `virtio_net{addr=...}` span.
+//! A capturing subscriber records the bring-up of a model NIC.
 
 mod model_support;
 

@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# Shared helpers of the setup.sh guest tests (10-setup-sh.sh, 11-setup-issue9.sh; sourced after
+# Shared helpers of the setup.sh guest tests (10-setup-sh.sh, 11-setup-in-use.sh; sourced after
 # lib/tap.sh, never run). The caller sets SETUP (the command to run), OUT, ERR and UBD_STATE_DIR.
 
 # skip WHY: one TAP "# SKIP" line, counted in $skipped (the suite counts it as skipped).

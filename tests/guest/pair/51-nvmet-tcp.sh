@@ -1,6 +1,6 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
-# Two-guest NVMe-oF test (issue 14), run on the INITIATOR guest by scripts/vm/pair.sh:
+# Two-guest NVMe-oF test, run on the INITIATOR guest by scripts/vm/pair.sh:
 #   scripts/vm/pair.sh -- 'sh tests/guest/pair/51-nvmet-tcp.sh'
 # The target guest (10.77.0.1) exports its nvme0 namespace (its own nvme0.img, the image pattern)
 # as nqn.2026-11.io.ubdirect:test on TCP 4420. Here (10.77.0.2) the kernel's NVMe/TCP initiator

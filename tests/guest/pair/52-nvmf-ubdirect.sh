@@ -1,6 +1,6 @@
 #!/bin/sh
 # shellcheck disable=SC2034 # variables read through eval in t()
-# Two-guest NVMe/TCP test of ubdirect's own initiator (issue 14), run on the INITIATOR guest:
+# Two-guest NVMe/TCP test of ubdirect's own initiator, run on the INITIATOR guest:
 #   scripts/vm/pair.sh --bin target/debug/ubdirect -- 'sh tests/guest/pair/52-nvmf-ubdirect.sh'
 # The target guest (10.77.0.1) exports its nvme0 namespace as nqn.2026-11.io.ubdirect:test on
 # TCP 4420. Here (10.77.0.2): discover, identify, perf --verify write then read across the QEMU

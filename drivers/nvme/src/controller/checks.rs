@@ -1,4 +1,4 @@
-//! Checks of what the controller reports, before the driver uses it (issue 9: device input
+//! Checks of what the controller reports, before the driver uses it: device input
 //! must never reach a panic, a loop without bound or an allocation without bound).
 
 use ubdirect_core::Mmio;

@@ -1,4 +1,4 @@
-//! Shadow doorbells only where they pay (issue 11). With [`ShadowDoorbells::Auto`] (the
+//! Shadow doorbells only where they pay. With [`ShadowDoorbells::Auto`] (the
 //! default) a controller that offers Doorbell Buffer Config gets it, then a short probe at open
 //! (reads of the first block of the first namespace, [`PROBE_READS`] of them, up to
 //! [`PROBE_DEPTH`] in flight, submitted and reaped in batches as `perf` does, through a queue

@@ -1,4 +1,4 @@
-//! The floor loop: the least a host can do per NVMe read (issue 11). One I/O queue pair of its
+//! The floor loop: the least a host can do per NVMe read. One I/O queue pair of its
 //! own, one pre-registered 4 KiB buffer per command slot, and per batch only what the hardware
 //! requires: write the SQ entries, one SQ tail doorbell write, spin on the CQ phase bit, one CQ
 //! head doorbell write per reaped batch. No request bookkeeping, no PRP lists, no recovery, no

@@ -13,7 +13,7 @@ use ubdirect_testbed as testbed;
 use ubdirect_virtio_net::pattern::{self, Check};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, FRAME_OFFSET};
 
-/// How long a helper waits for frames before failing the test.
+/// How long the test functions here wait for frames before failing the test.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The devices and the DMA domain they share.

@@ -32,8 +32,8 @@ pub struct TcpBlockQueue {
 pub const DEFAULT_IDLE_WAIT: Duration = Duration::from_millis(1);
 
 /// How long an empty poll with commands in flight keeps polling before it waits in poll(2), by
-/// default: an answer arriving within it is taken without the sleep and wake-up (issue 14:
-/// across two guests the wake-up of an idle vCPU per arriving segment held the depth back).
+/// default: an answer arriving within it is taken without the sleep and wake-up (across
+/// two guests, the wake-up of an idle vCPU per arriving segment holds the depth back).
 pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
 
 fn kind_of(e: &TcpError) -> BlockErrorKind {

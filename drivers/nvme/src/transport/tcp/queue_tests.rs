@@ -350,7 +350,7 @@ fn first_error(q: &mut TcpQueue<Vec<u8>>) -> TcpError {
     }
 }
 
-/// Issue 14: at depth every command goes on the wire without waiting for an earlier answer.
+/// At depth every command goes on the wire without waiting for an earlier answer.
 /// The target reads all 128 capsules before it answers any (a queue that held commands back
 /// would leave `read_exact` short: it times out after 5 s), then answers them all; the 128
 /// reads submitted again from the completion callback, as `perf` does, go out from one

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Guest test (TAP): scripts/setup.sh never takes a device the system uses, and leaves nothing
-# behind (issue 9). In-use detection beyond the basics of 10-setup-sh.sh: a mount whose
+# behind. In-use detection beyond the basics of 10-setup-sh.sh: a mount whose
 # major:minor is anonymous but whose source names the namespace (btrfs, bcachefs, ZFS), a mount
 # in another mount namespace, a ZFS label, an md holder, a NIC enslaved to a bridge or under a
 # VLAN that has an address, a SATA disk behind an AHCI controller named in PCI_ALLOWED. Then
@@ -11,11 +11,11 @@
 
 cd /ubd || exit 1
 SETUP="sh ${UBD_SETUP:-scripts/setup.sh}"
-export UBD_STATE_DIR=/tmp/ubd-setup-issue9
+export UBD_STATE_DIR=/tmp/ubd-setup-in-use
 rm -rf "$UBD_STATE_DIR"
 
-OUT=/tmp/setup9.out
-ERR=/tmp/setup9.err
+OUT=/tmp/setup-in-use.out
+ERR=/tmp/setup-in-use.err
 # shellcheck source=tests/guest/lib/tap.sh
 . tests/guest/lib/tap.sh
 
@@ -264,7 +264,7 @@ check "a later run still hands over the group of a device an earlier run bound" 
 chown root /dev/hugepages /dev/hugepages1G
 run_setup reset
 
-# ---- UBD_ALLOW_NOIOMMU takes only 1 (issue 12) ------------------------------------------------
+# ---- UBD_ALLOW_NOIOMMU takes only 1 -------------------------------------------------------
 before=$(snapshot)
 run_setup config HUGEMEM=0 UBD_ALLOW_NOIOMMU=yes
 check "UBD_ALLOW_NOIOMMU=yes is refused (exit 2, names =1) and nothing changes" \
@@ -275,5 +275,5 @@ check "the test leaves every device on its kernel driver" \
     eval 'is_drv "$NVME0" nvme && is_drv "$NVME1" nvme && is_drv "$NIC0" virtio-pci && is_drv "$NIC1" virtio-pci'
 
 echo "1..$n"
-echo "setup-issue9: $((n - failed - skipped)) passed, $failed failed, $skipped skipped"
+echo "setup-in-use: $((n - failed - skipped)) passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
