@@ -123,6 +123,10 @@ pub fn run(args: &Args) -> CliResult {
         small_bar: args.small_bar_mib.saturating_mul(1 << 20),
     });
     findings.extend(super::dma_backend::findings(root.root(), &selected));
+    for f in &mut findings {
+        f.seen = super::errors::scrub(&f.seen);
+        f.action = super::errors::scrub(&f.action);
+    }
     let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
     let (ok, warnings, errors) = (
         count(Severity::Ok),

@@ -14,6 +14,7 @@ use ubdirect::pipeline::PipelineError;
 use ubdirect_core::seams::{BlockError, SinkError};
 use ubdirect_core::CoreError;
 use ubdirect_cuda::CudaError;
+use ubdirect_diag::topology::TopologyError;
 use ubdirect_nvme::NvmeError;
 use ubdirect_virtio_net::VirtioNetError;
 
@@ -25,7 +26,51 @@ const RERUN_CONTROLLER: &str = "run the command again (opening the controller re
 /// Embedder phrases (left) that can reach the user inside formatted text, and what the user
 /// reads instead (right). Longest first where one contains another.
 const PHRASES: &[(&str, &str)] = &[
-    ("--qd must be at least 1", "--queue-depth must be at least 1"),
+    // Library options named in the library's errors, and the flags that set them.
+    ("PipelineConfig::block_size", "--block-size"),
+    ("PipelineConfig::qd", "--queue-depth"),
+    ("PipelineConfig::verify", "--verify"),
+    ("Limit::Bytes", "--bytes"),
+    ("Limit::Duration", "--seconds"),
+    ("(use Mode::Direct)", "(use --mode direct)"),
+    (
+        "or use a sink that needs no GPU",
+        "or use --sink null / bar:<pci>/<bar>",
+    ),
+    (
+        "or run without GPU-side verification",
+        "or run without --verify",
+    ),
+    (
+        "raise the cap given to FileWindowRegistry::new, or use smaller windows",
+        "raise --map-cap or use smaller windows",
+    ),
+    (
+        "open it without ControllerOptions::cmb, or use a controller with one",
+        "drop --sq-in-cmb, or use a controller with one",
+    ),
+    ("drop QueueOptions::sq_in_cmb", "drop --sq-in-cmb"),
+    (
+        "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true",
+        "--sq-in-cmb needs the controller's Controller Memory Buffer turned on: this is a bug in ubdirect: please report it",
+    ),
+    (
+        "use a smaller queue depth, fewer queue pairs",
+        "use a smaller queue depth (-q), fewer queue pairs",
+    ),
+    ("(PreflightInput::gpu)", "(pass --gpu BDF)"),
+    (
+        "read the file into the pool instead (the io_uring source, DirectMode::Off or DirectMode::Require)",
+        "use --io buffered or --io direct",
+    ),
+    (
+        "(or check a smaller PreflightInput::pool_bytes)",
+        "(or pass --pool-mib to check a smaller pool)",
+    ),
+    (
+        "the program with DomainOptions::allow_noiommu",
+        "the command with --allow-noiommu (e.g. `ubdirect perf --allow-noiommu`)",
+    ),
     (
         "is already in use (by another process, or by another DMA domain of this process)",
         "is already in use by another program (another ubdirect, QEMU, DPDK or SPDK): stop it and run again",
@@ -166,7 +211,21 @@ fn known(e: &(dyn Error + 'static)) -> Option<String> {
     if let Some(e) = e.downcast_ref::<SinkError>() {
         return Some(e.message.clone());
     }
+    if let Some(e) = e.downcast_ref::<TopologyError>() {
+        return Some(topology_message(e));
+    }
     None
+}
+
+/// PCI topology errors: the library states the fact, the CLI adds where to look.
+fn topology_message(e: &TopologyError) -> String {
+    match e {
+        TopologyError::BadAddress(_) => format!("{e} (see `ubdirect devices --all`)"),
+        TopologyError::NoSuchDevice(_) => {
+            format!("{e}: list the devices with `ubdirect devices --all`")
+        }
+        other => scrub(&other.to_string()),
+    }
 }
 
 /// VFIO, PCI and pool errors.

@@ -2,13 +2,13 @@
 //! no `Arc<`, no Debug dumps of library structs.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ubdirect::pipeline::PipelineError;
 use ubdirect_core::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
 use ubdirect_core::{CoreError, PciAddress};
-use ubdirect_cuda::CudaError;
+use ubdirect_cuda::{CudaError, WindowError};
 use ubdirect_diag::topology::TopologyError;
 use ubdirect_hugepages::{HugeError, PageSize};
 use ubdirect_nvme::prp::PrpError;
@@ -359,6 +359,18 @@ fn nvme_errors() -> Vec<NvmeError> {
             reason: "unknown command id",
         },
         NvmeError::NoQueuesLeft { granted: 2 },
+        NvmeError::NoCmb {
+            addr: "0000:00:04.0".into(),
+        },
+        NvmeError::CmbNoSqs {
+            addr: "0000:00:04.0".into(),
+        },
+        NvmeError::CmbTooSmall {
+            addr: "0000:00:04.0".into(),
+            need: 8192,
+            free: 4096,
+            size: 16 << 20,
+        },
         NvmeError::DeviceInput {
             field: "CAP.DSTRD",
             value: 0xf,
@@ -550,7 +562,6 @@ fn uring_errors() -> Vec<UringError> {
 
 fn pipeline_errors() -> Vec<PipelineError> {
     let mut v = vec![
-        PipelineError::Config("--qd must be at least 1".into()),
         PipelineError::Pool("exhausted".into()),
         PipelineError::Stalled {
             secs: 30,
@@ -569,6 +580,7 @@ fn pipeline_errors() -> Vec<PipelineError> {
         },
         PipelineError::Sink(SinkError::new(SinkErrorKind::Device, "BAR write failed")),
     ];
+    v.extend(config_errors().into_iter().map(PipelineError::Config));
     // A source error carries the driver's message as text: every NVMe and io_uring error.
     for e in nvme_errors() {
         v.push(PipelineError::Source(BlockError::new(
@@ -583,6 +595,41 @@ fn pipeline_errors() -> Vec<PipelineError> {
         )));
     }
     v
+}
+
+/// What `PipelineConfig::validate` says about each kind of bad setting.
+fn config_errors() -> Vec<String> {
+    use ubdirect::pipeline::{Limit, PipelineConfig};
+    let d = PipelineConfig::default;
+    let bad = [
+        PipelineConfig {
+            block_size: 1000,
+            ..d()
+        },
+        PipelineConfig { qd: 0, ..d() },
+        PipelineConfig {
+            limit: Limit::Bytes(0),
+            ..d()
+        },
+        PipelineConfig {
+            limit: Limit::Duration(Duration::ZERO),
+            ..d()
+        },
+        PipelineConfig {
+            verify: true,
+            limit: Limit::Bytes(2 << 30),
+            ..d()
+        },
+        PipelineConfig {
+            verify: true,
+            limit: Limit::Duration(Duration::from_secs(1)),
+            ..d()
+        },
+        PipelineConfig { start: 7, ..d() },
+    ];
+    bad.iter()
+        .map(|c| c.validate(1 << 30, 512).unwrap_err())
+        .collect()
 }
 
 fn cuda_errors() -> Vec<CudaError> {
@@ -621,13 +668,49 @@ fn topology_errors() -> Vec<TopologyError> {
     ]
 }
 
-/// Every error as `main` would print it: the message and its `caused by` lines.
-fn all_printed() -> Vec<(String, String)> {
+fn window_errors() -> Vec<WindowError> {
+    vec![
+        WindowError::Io {
+            what: "mmap",
+            source: ioe(),
+        },
+        WindowError::OutOfRange {
+            offset: 0,
+            end: 8192,
+            size: 4096,
+        },
+        WindowError::TooLarge {
+            len: 1 << 30,
+            cap: 1 << 20,
+        },
+        WindowError::FileChanged {
+            old_size: 4096,
+            new_size: 8192,
+            mtime_changed: true,
+            dropped: 1,
+        },
+        WindowError::Pin("refused".into()),
+        WindowError::Ub(CoreError::NoDevice),
+    ]
+}
+
+/// Every library error of the lists above, as the library makes it.
+fn library_errors() -> Vec<Box<dyn Error + Send + Sync>> {
     let mut errs: Vec<Box<dyn Error + Send + Sync>> = Vec::new();
     errs.extend(core_errors().into_iter().map(|e| e.into()));
     errs.extend(huge_errors().into_iter().map(|e| e.into()));
     errs.extend(nvme_errors().into_iter().map(|e| e.into()));
     errs.extend(net_errors().into_iter().map(|e| e.into()));
+    errs.extend(uring_errors().into_iter().map(|e| e.into()));
+    errs.extend(pipeline_errors().into_iter().map(|e| e.into()));
+    errs.extend(cuda_errors().into_iter().map(|e| e.into()));
+    errs.extend(topology_errors().into_iter().map(|e| e.into()));
+    errs
+}
+
+/// Every error as `main` would print it: the message and its `caused by` lines.
+fn all_printed() -> Vec<(String, String)> {
+    let mut errs = library_errors();
     errs.extend(
         net_errors()
             .into_iter()
@@ -640,10 +723,6 @@ fn all_printed() -> Vec<(String, String)> {
     );
     errs.push(LoopbackError::Setup("--batch 0 is out of range (1..=4096)".into()).into());
     errs.push(LoopbackError::Failed("2 of 3 frames came back".into()).into());
-    errs.extend(uring_errors().into_iter().map(|e| e.into()));
-    errs.extend(pipeline_errors().into_iter().map(|e| e.into()));
-    errs.extend(cuda_errors().into_iter().map(|e| e.into()));
-    errs.extend(topology_errors().into_iter().map(|e| e.into()));
     // Not Debug: a CUDA driver error's Debug asks libcuda for its text (absent here).
     errs.into_iter()
         .enumerate()
@@ -751,4 +830,219 @@ fn a_wrong_address_gets_the_cli_s_advice_the_library_leaves_out() {
             "{m}"
         );
     }
+}
+
+/// The first command-line flag of `ubdirect` that `text` names: `--name`, or a one-letter `-q`
+/// standing alone, outside a `backticked` command of another tool (`ulimit -l`).
+fn flag_in(text: &str) -> Option<String> {
+    let text: String = text
+        .split('`')
+        .enumerate()
+        .filter(|(i, part)| i % 2 == 0 || part.starts_with("ubdirect"))
+        .map(|(_, part)| part)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.as_str();
+    let b = text.as_bytes();
+    for i in 0..b.len() {
+        if b[i] != b'-' || (i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'-')) {
+            continue;
+        }
+        let rest = &text[i..];
+        let word: String = rest
+            .chars()
+            .skip_while(|&c| c == '-')
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let dashes = rest.len() - rest.trim_start_matches('-').len();
+        let starts_alpha = word.starts_with(|c: char| c.is_ascii_alphabetic());
+        if (dashes == 2 && starts_alpha) || (dashes == 1 && starts_alpha && word.len() == 1) {
+            return Some(format!("{}{word}", "-".repeat(dashes)));
+        }
+    }
+    None
+}
+
+#[test]
+fn the_flag_checker_catches_flags() {
+    for s in [
+        "raise --map-cap",
+        "--qd must be at least 1",
+        "use a smaller queue depth (-q)",
+        "run with -q 8",
+        "(`ubdirect perf --allow-noiommu`)",
+    ] {
+        assert!(flag_in(s).is_some(), "{s}");
+    }
+    for s in [
+        "QEMU: -device nvme,cmb_size_mb=16",
+        "a read-only namespace",
+        "offset -1",
+        "x - y",
+        "bytes 0..4096",
+        "raise it (`ulimit -l unlimited`)",
+    ] {
+        assert_eq!(flag_in(s), None, "{s}");
+    }
+}
+
+/// Library errors speak the library's terms (options by their field or method name); only
+/// the CLI names its flags.
+#[test]
+fn no_library_error_names_a_cli_flag() {
+    let mut errs = library_errors();
+    errs.extend(window_errors().into_iter().map(|e| e.into()));
+    let mut bad = Vec::new();
+    // A CUDA driver error's Display asks libcuda for its text (absent here).
+    errs.retain(|e| !matches!(e.downcast_ref(), Some(CudaError::Driver { .. })));
+    for e in &errs {
+        let mut src: Option<&(dyn Error + 'static)> = Some(e.as_ref());
+        while let Some(s) = src {
+            let text = s.to_string();
+            if let Some(flag) = flag_in(&text) {
+                bad.push(format!("{flag} in {text:?}"));
+            }
+            src = s.source();
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_cli_names_its_flags_for_library_options() {
+    let printed = |e: PipelineError| user_message(&e).0;
+    let config = config_errors();
+    let m = printed(PipelineError::Config(config[0].clone()));
+    assert!(
+        m.starts_with("--block-size 1000 must be a positive multiple"),
+        "{m}"
+    );
+    let m = printed(PipelineError::Config(config[1].clone()));
+    assert_eq!(m, "--queue-depth must be at least 1");
+    let m = printed(PipelineError::Config(config[4].clone()));
+    assert!(
+        m.starts_with("--verify checks one pass over the source: --bytes 2147483648"),
+        "{m}"
+    );
+    let m = printed(PipelineError::Config(config[5].clone()));
+    assert_eq!(
+        m,
+        "--verify needs --bytes (one pass over the source), not --seconds"
+    );
+    let (m, _) = user_message(&NvmeError::NoCmb {
+        addr: "0000:00:04.0".into(),
+    });
+    assert!(m.contains("drop --sq-in-cmb"), "{m}");
+    let (m, _) = user_message(&CudaError::NoDriver);
+    assert!(m.contains("--sink null"), "{m}");
+    let too_large = WindowError::TooLarge {
+        len: 1 << 30,
+        cap: 1 << 20,
+    };
+    let m = printed(PipelineError::Sink(SinkError::new(
+        SinkErrorKind::Device,
+        too_large.to_string(),
+    )));
+    assert!(m.contains("raise --map-cap"), "{m}");
+    let (m, _) = user_message(&TopologyError::NoSuchDevice("0000:00:09.0".into()));
+    assert!(m.contains("`ubdirect devices --all`"), "{m}");
+    assert!(scrub("no GPU selected (PreflightInput::gpu): x").contains("(pass --gpu BDF)"));
+}
+
+/// The string literals of Rust source `src` (escapes left as written), outside comments and
+/// outside an inline `#[cfg(test)]` module (from its attribute to the end of the file).
+fn string_literals(src: &str) -> Vec<String> {
+    let src = match src.find("#[cfg(test)]\nmod ") {
+        Some(i) => &src[..i],
+        None => src,
+    };
+    let b = src.as_bytes();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                i = src[i..].find('\n').map_or(b.len(), |n| i + n);
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = src[i..].find("*/").map_or(b.len(), |n| i + n + 2);
+            }
+            b'\'' if b.get(i + 2) == Some(&b'\'') || b.get(i + 1) == Some(&b'\\') => {
+                // A char literal ('"', '\'', '\n'): skip to its closing quote.
+                let n = src[i + 2..].find('\'').map_or(b.len(), |n| i + 2 + n);
+                i = n + 1;
+            }
+            b'r' if b.get(i + 1) == Some(&b'#') || b.get(i + 1) == Some(&b'"') => {
+                let hashes = src[i + 1..].bytes().take_while(|&c| c == b'#').count();
+                if b.get(i + 1 + hashes) != Some(&b'"')
+                    || (i > 0 && b[i - 1].is_ascii_alphanumeric())
+                {
+                    i += 1;
+                    continue;
+                }
+                let close = format!("\"{}", "#".repeat(hashes));
+                let start = i + 2 + hashes;
+                let end = src[start..].find(&close).map_or(b.len(), |n| start + n);
+                out.push(src[start..end].to_string());
+                i = end + close.len();
+            }
+            b'"' => {
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    j += if b[j] == b'\\' { 2 } else { 1 };
+                }
+                out.push(src[i + 1..j.min(b.len())].to_string());
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// Every `.rs` file under `dir`, test files (`tests.rs`, `*_tests.rs`, `tests/`) left out.
+fn library_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if p.is_dir() && name != "tests" {
+            library_sources(&p, out);
+        } else if name.ends_with(".rs") && !name.ends_with("tests.rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn the_literal_reader_finds_strings_outside_comments() {
+    let src = "let a = \"one --x\"; // \"two --y\"\n/* \"three\" */ let c = '\"'; let r = r#\"four \"q\" --z\"#;\nlet s = \"a \\\"b\\\" c\";\n#[cfg(test)]\nmod tests { \"five\" }";
+    assert_eq!(
+        string_literals(src),
+        ["one --x", "four \"q\" --z", "a \\\"b\\\" c"]
+    );
+}
+
+/// Every string literal in the library crates' sources (errors built with `format!`, plain
+/// strings handed to `Config(..)` or `InvalidArgument(..)`, `#[error]` texts) is free of CLI
+/// flags: the variant lists above cannot reach every message a function builds.
+#[test]
+fn no_string_in_a_library_crate_names_a_cli_flag() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["core", "hugepages", "diag", "facade", "devmodel", "drivers"] {
+        library_sources(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "{} library sources", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        for lit in string_literals(&src) {
+            if let Some(flag) = flag_in(&lit) {
+                bad.push(format!("{}: {flag} in {lit:?}", f.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -237,7 +237,7 @@ fn noiommu_opt_ins_in(root: &Path, options: &DomainOptions) -> Result<()> {
         return Err(CoreError::Backend {
             backend: "noiommu",
             reason: "refused: without an IOMMU a device can read and write all of memory, and the program did not opt in to the no-IOMMU back end".into(),
-            fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in twice: the operator with `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`, the program with the domain option allow_noiommu (`ubdirect perf --allow-noiommu`)".into(),
+            fix: "turn the IOMMU on (intel_iommu=on / amd_iommu=on), or opt in twice: the operator with `UBD_ALLOW_NOIOMMU=1 scripts/setup.sh config`, the program with DomainOptions::allow_noiommu".into(),
         });
     }
     super::noiommu::operator_opt_in(root)

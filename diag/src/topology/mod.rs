@@ -46,10 +46,10 @@ pub use system::{
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
     /// A malformed PCI address.
-    #[error("malformed PCI address {0:?}: write it as 0000:00:04.0 or 00:04.0 (see `ubdirect devices --all`)")]
+    #[error("malformed PCI address {0:?}: write it as 0000:00:04.0 or 00:04.0")]
     BadAddress(String),
     /// No such device in sysfs.
-    #[error("no PCI device {0}: list the devices with `ubdirect devices --all`")]
+    #[error("no PCI device {0} in /sys/bus/pci/devices")]
     NoSuchDevice(String),
     /// A sysfs file could not be read.
     #[error("cannot read {path}: {source}")]

@@ -310,7 +310,7 @@ fn check_locality(input: &PreflightInput, f: &mut Vec<Finding>) {
         f.push(Finding::ok(
             "locality",
             None,
-            "no GPU selected (pass --gpu BDF): NUMA / root-port locality not checked".into(),
+            "no GPU selected (PreflightInput::gpu): NUMA / root-port locality not checked".into(),
         ));
         return;
     };
@@ -389,7 +389,7 @@ fn check_hugepages(input: &PreflightInput, f: &mut Vec<Finding>) {
             "hugepages",
             None,
             format!("{listing}: the pool needs {}", human_size(need)),
-            format!("reserve them: HUGEMEM={mib} scripts/setup.sh (or pass --pool-mib to check a smaller pool)"),
+            format!("reserve them: HUGEMEM={mib} scripts/setup.sh (or check a smaller PreflightInput::pool_bytes)"),
         ));
         return;
     }

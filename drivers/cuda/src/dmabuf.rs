@@ -95,7 +95,7 @@ impl GpuDmaBuf {
              IOMMU domain needs the iommufd back end (UbRegistry::register_dmabuf, IOMMU_IOAS_MAP_FILE), \
              and Linux 7.3's iommufd imports dma-bufs from vfio-pci only, so GPU memory is refused there too. \
              Today: DMA into GPU memory through a GPU BAR window bound to vfio-pci, or copy from the \
-             host pool with the CUDA sink (what `--sink cuda` does).",
+             host pool with the CUDA sink (CudaSink).",
             self.len
         ))
     }

@@ -6,10 +6,10 @@ use cudarc::driver::DriverError;
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
     /// libcuda.so could not be loaded (no NVIDIA driver on this machine).
-    #[error("libcuda.so not found: no NVIDIA driver is installed here (install the driver, or use --sink null / bar:<pci>/<bar>)")]
+    #[error("libcuda.so not found: no NVIDIA driver is installed here (install the driver, or use a sink that needs no GPU)")]
     NoDriver,
     /// libnvrtc.so could not be loaded (needed to build the verification kernel).
-    #[error("libnvrtc.so not found: the CUDA toolkit's NVRTC is needed for GPU-side verification (add its lib64 directory to LD_LIBRARY_PATH, or run without --verify)")]
+    #[error("libnvrtc.so not found: the CUDA toolkit's NVRTC is needed for GPU-side verification (add its lib64 directory to LD_LIBRARY_PATH, or run without GPU-side verification)")]
     NoNvrtc,
     /// The driver is there but there is no such GPU.
     #[error("GPU {ordinal} not present: the driver sees {count} GPU(s) (pick cuda:<n> with n < {count})")]

@@ -94,7 +94,7 @@ pub enum WindowError {
         size: u64,
     },
     /// The window alone exceeds the registry's cap.
-    #[error("a {len}-byte window exceeds the {cap}-byte cap on registered file mappings (raise --map-cap or use smaller windows)")]
+    #[error("a {len}-byte window exceeds the {cap}-byte cap on registered file mappings (raise the cap given to FileWindowRegistry::new, or use smaller windows)")]
     TooLarge {
         /// Window length.
         len: u64,

@@ -70,7 +70,7 @@ impl CudaHostPinner {
             .map_err(drv("cuDeviceGetAttribute"))?;
         if ro == 0 {
             return Err(CudaError::Unsupported(format!(
-                "{} cannot register read-only host memory, so file mappings cannot be read in place: use --io buffered or --io direct",
+                "{} cannot register read-only host memory, so file mappings cannot be read in place: read the file into the pool instead (the io_uring source, DirectMode::Off or DirectMode::Require)",
                 gpu.name()
             )));
         }

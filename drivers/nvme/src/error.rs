@@ -237,19 +237,19 @@ pub enum NvmeError {
         reason: &'static str,
     },
     /// [`crate::ControllerOptions::cmb`] on a controller without a Controller Memory Buffer.
-    #[error("NVMe controller {addr} has no Controller Memory Buffer (CMBSZ reads 0 with CMBMSC.CRE set): open it without ControllerOptions::cmb (perf: drop --sq-in-cmb), or use a controller with one (QEMU: -device nvme,...,cmb_size_mb=16)")]
+    #[error("NVMe controller {addr} has no Controller Memory Buffer (CMBSZ reads 0 with CMBMSC.CRE set): open it without ControllerOptions::cmb, or use a controller with one (QEMU: -device nvme,...,cmb_size_mb=16)")]
     NoCmb {
         /// The controller's PCI address.
         addr: String,
     },
     /// [`crate::QueueOptions::sq_in_cmb`] on a CMB that cannot hold submission queues.
-    #[error("the Controller Memory Buffer of NVMe controller {addr} cannot hold submission queues (CMBSZ.SQS=0): leave the queues in host memory (drop QueueOptions::sq_in_cmb / --sq-in-cmb)")]
+    #[error("the Controller Memory Buffer of NVMe controller {addr} cannot hold submission queues (CMBSZ.SQS=0): leave the queues in host memory (drop QueueOptions::sq_in_cmb)")]
     CmbNoSqs {
         /// The controller's PCI address.
         addr: String,
     },
     /// The CMB has no free run large enough for a submission queue.
-    #[error("a submission queue needs {need} bytes of the Controller Memory Buffer of NVMe controller {addr}, but its largest free run is {free} of {size} bytes: use a smaller queue depth (-q), fewer queue pairs, or a larger CMB")]
+    #[error("a submission queue needs {need} bytes of the Controller Memory Buffer of NVMe controller {addr}, but its largest free run is {free} of {size} bytes: use a smaller queue depth, fewer queue pairs, or a larger CMB")]
     CmbTooSmall {
         /// The controller's PCI address.
         addr: String,

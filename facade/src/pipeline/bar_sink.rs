@@ -144,6 +144,6 @@ impl PipelineSink for BarSink {
         self.hostcheck_lines_at(name, dest_file, 0, src_file, 0)
     }
     fn copy_classic(&mut self, _data: &[u8], _offset: u64) -> Result<(), String> {
-        Err("the BAR sink has no classic copy path: data reaches the BAR by DMA only (use --mode direct)".into())
+        Err("the BAR sink has no classic copy path: data reaches the BAR by DMA only (use Mode::Direct)".into())
     }
 }

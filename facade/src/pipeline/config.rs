@@ -62,12 +62,12 @@ impl PipelineConfig {
     pub fn validate(&self, capacity: u64, lbs: u32) -> Result<(), String> {
         if self.block_size == 0 || self.block_size % lbs.max(1) as usize != 0 {
             return Err(format!(
-                "--block-size {} must be a positive multiple of the source's {lbs}-byte logical block",
+                "PipelineConfig::block_size {} must be a positive multiple of the source's {lbs}-byte logical block",
                 self.block_size
             ));
         }
         if self.qd == 0 {
-            return Err("--qd must be at least 1".into());
+            return Err("PipelineConfig::qd must be at least 1".into());
         }
         if capacity == 0 {
             return Err("the source is empty (0 bytes): nothing to stream".into());
@@ -80,8 +80,8 @@ impl PipelineConfig {
         }
         let capacity = capacity - self.start;
         match self.limit {
-            Limit::Bytes(0) => return Err("--bytes must be > 0".into()),
-            Limit::Duration(d) if d.is_zero() => return Err("--seconds must be > 0".into()),
+            Limit::Bytes(0) => return Err("Limit::Bytes must be > 0".into()),
+            Limit::Duration(d) if d.is_zero() => return Err("Limit::Duration must be > 0".into()),
             _ => {}
         }
         if self.verify {
@@ -89,10 +89,10 @@ impl PipelineConfig {
                 Limit::Bytes(b) if b <= capacity => {}
                 Limit::Bytes(b) => {
                     return Err(format!(
-                        "--verify checks one pass over the source: --bytes {b} exceeds its {capacity} bytes"
+                        "PipelineConfig::verify checks one pass over the source: Limit::Bytes {b} exceeds its {capacity} bytes"
                     ))
                 }
-                Limit::Duration(_) => return Err("--verify needs --bytes (one pass over the source), not --seconds".into()),
+                Limit::Duration(_) => return Err("PipelineConfig::verify needs Limit::Bytes (one pass over the source), not Limit::Duration".into()),
             }
         }
         Ok(())
@@ -111,7 +111,10 @@ mod tests {
             block_size: 1000,
             ..ok.clone()
         };
-        assert!(c.validate(1 << 30, 512).unwrap_err().contains("block-size"));
+        assert!(c
+            .validate(1 << 30, 512)
+            .unwrap_err()
+            .contains("PipelineConfig::block_size"));
         let c = PipelineConfig {
             qd: 0,
             ..ok.clone()

@@ -81,14 +81,14 @@ where
         .map_err(PipelineError::Config)?;
     if pool.block_size() < cfg.block_size {
         return Err(PipelineError::Config(format!(
-            "pool blocks of {} bytes are smaller than --block-size {}",
+            "pool blocks of {} bytes are smaller than PipelineConfig::block_size {}",
             pool.block_size(),
             cfg.block_size
         )));
     }
     if cfg.block_size > src.max_transfer() {
         return Err(PipelineError::Config(format!(
-            "--block-size {} exceeds what the source accepts per request ({} bytes)",
+            "PipelineConfig::block_size {} exceeds what the source accepts per request ({} bytes)",
             cfg.block_size,
             src.max_transfer()
         )));

@@ -324,7 +324,11 @@ fn refuses_a_block_size_the_pool_cannot_hold() {
         ..cfg(2, 0, 4 * BS as u64)
     };
     let e = run_direct(&mut q, &mut sink, &pool, &c, "t", "mem").unwrap_err();
-    assert!(e.to_string().contains("smaller than --block-size"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("smaller than PipelineConfig::block_size"),
+        "{e}"
+    );
 }
 
 #[test]

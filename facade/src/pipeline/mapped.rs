@@ -120,7 +120,7 @@ pub fn run_mapped(
     cfg.validate(cap, 1).map_err(PipelineError::Config)?;
     if cfg.verify && cfg.block_size % 8 != 0 {
         return Err(PipelineError::Config(format!(
-            "--verify needs a block size that is a multiple of 8 bytes, not {}",
+            "PipelineConfig::verify needs a block size that is a multiple of 8 bytes, not {}",
             cfg.block_size
         )));
     }

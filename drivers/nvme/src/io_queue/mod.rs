@@ -377,7 +377,7 @@ impl transport::IoQueueTransport for PcieIoQueue<'_> {
         let numa = ctrl.device().numa_node();
         let sq = if self.sq_in_cmb {
             let cmb = ctrl.cmb().ok_or(NvmeError::InvalidArgument(
-                "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true (perf: --sq-in-cmb)",
+                "QueueOptions::sq_in_cmb needs a controller opened with ControllerOptions::cmb = true",
             ))?;
             SqRing::in_cmb(cmb.alloc_sq(entries as usize * 64)?, entries)
         } else {
