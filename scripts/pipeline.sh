@@ -18,8 +18,9 @@
 #     kernel: the kernel nvme driver, io_uring with O_DIRECT   --source file:/dev/nvme0n1
 #   in 3 alternating rounds of UBD_SECONDS (default 3) seconds each (the median is shown, with the
 #   range), then verifies one pass of the namespace through
-#   each, and streams it into the BAR (peer to peer) verified in the guest and, after the guest
-#   exits, on the host against the BAR's backing file.
+#   each, and streams 32 MiB of it into the BAR (peer to peer), verified in the guest and, after
+#   the guest exits, on the host against the BAR's backing file: a check of the path, not timed
+#   (its line shows no rate).
 # Exit status: 0 when everything ran and every check held.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -71,6 +72,7 @@ if [[ ${UBD_PIPELINE_GUEST:-0} != 1 ]] && nvme=$(vfio_nvme); then
 fi
 
 secs=${UBD_SECONDS:-3}
+bar_mib=32 # the BAR run is a verification pass of this many MiB, not timed
 say "no NVMe bound to vfio-pci here: running in the QEMU guest test bed (one boot, ${secs} s per path)"
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/ubd-pipeline.XXXXXX")
 extra="$*"
@@ -115,7 +117,7 @@ grep -q O_DIRECT /tmp/kernel1.json || echo "UBD-FAILED kernel: not O_DIRECT"
 run kernel-verify --source file:$dev --sink null $opts --verify && result kernel-verify /tmp/kernel-verify.json
 bind-vfio $nv >/dev/null || exit 1
 run direct-verify --source nvme:$nv --sink null $opts --verify && result direct-verify /tmp/direct-verify.json
-run bar --source nvme:$nv --sink bar:$UBD_IVSHMEM/2 --block-size 1M -q 4 --blocks 8 --bytes 32M --verify \
+run bar --source nvme:$nv --sink bar:$UBD_IVSHMEM/2 --block-size 1M -q 4 --blocks 8 --bytes '"$bar_mib"'M --verify \
     --hostcheck pipeline-nvme0-bar,nvme0.img,gpubar && result bar /tmp/bar.json
 true'
 say "booting the guest; its log goes to $run_dir/pipeline.log"
@@ -153,8 +155,8 @@ printf '  %-55s %12s  (%s)  verify %s\n' "direct: ubdirect, vfio-pci, polled, ze
 printf '  %-55s %12s  (%s)  verify %s\n' "kernel: nvme driver, io_uring O_DIRECT (${kdev:-?})" "$(gbs "$k")" "$(spread kernel)" "${kv:-not run}"
 ratio=$(awk -v d="$d" -v k="$k" 'BEGIN { if (d > 0 && k > 0) printf "%.2fx", d / k; else print "-" }')
 echo "  direct / kernel: $ratio"
-printf '  %-55s %12s   verify %s, host check %s\n' "NVMe -> GPU-BAR stand-in (peer to peer, zero copy)" \
-    "$(gbs "$(field bar 3)")" "${bv:-not run}" "$([[ $hc == 0 ]] && echo OK || echo FAILED)"
+printf '  %-55s %12s  (one pass, not timed)  verify %s, host check %s\n' "NVMe -> GPU-BAR stand-in (peer to peer, zero copy)" \
+    "${bar_mib} MiB" "${bv:-not run}" "$([[ $hc == 0 ]] && echo OK || echo FAILED)"
 if ((rc == 0 && hc == 0)) && [[ $dv == OK && $kv == OK && $bv == OK && $ratio != - ]] &&
     ! grep -q UBD-FAILED "$run_dir/pipeline.log"; then
     say "OK (log: $run_dir/pipeline.log)"
