@@ -13,7 +13,7 @@
 #
 # Usage: scripts/h200-bench.sh [BIN_DIR] [OUT_DIR]
 #   BIN_DIR holds `ubdirect` (and optionally `cuda_sink`, the ubdirect-cuda test binary), built
-#   on the build host with `cargo build --release -p ubdirect-cli` (see BENCHMARKS.md "## H200").
+#   on the build host with `cargo build --release -p ubdirect-cli` (see BENCHMARKS.md, "File -> GPU (H200)").
 # Env: SHM_GIB (16), DISK_GIB (8), SECS (3), QD (64), BS (4M), CORE (auto: a CPU near the GPU),
 #      RUN_TIMEOUT (120 s per run),
 #      SECTIONS ("tests shm torch gpu2 disk": which parts to run; add "cufile" for cuFile).

@@ -114,7 +114,7 @@ for q in $DEPTHS; do
 done
 if ((check == 1)); then
     if ((${#over[@]} > 0)); then
-        echo "insn-check: FAILED (driver instructions per I/O over the limit: ${over[*]}; the I/O path got slower: find the cause with callgrind_annotate, see BENCHMARKS.md "Instructions per I/O")"
+        echo "insn-check: FAILED (driver instructions per I/O over the limit: ${over[*]}; the I/O path got slower: find the cause with callgrind_annotate, see BENCHMARKS.md, Instructions per I/O)"
         exit 1
     fi
     echo "insn-check: ok (driver instructions per I/O: ${within[*]})"

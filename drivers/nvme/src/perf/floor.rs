@@ -252,8 +252,8 @@ impl FloorQueue {
                     });
                 }
                 // No PAUSE (`spin_loop`) here: the driver's poll loop spins without one, and
-                // under QEMU's TCG each PAUSE leaves the translated-code loop, which made this
-                // loop slower than the driver at QD1 (BENCHMARKS "NVMe at the device's limit on a quiet host").
+                // under QEMU's TCG each PAUSE leaves the translated-code loop, which would make
+                // this loop slower at QD1 than the driver it is the floor for.
                 continue;
             }
             last = rdtsc();
