@@ -5,7 +5,7 @@
 //! or, cited alone, a function defined somewhere in the tree. A renamed or moved test fails here.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The repository's files outside `target/` and hidden directories, by path relative to the
 /// root, with their text (Rust and shell sources; empty for the others).
