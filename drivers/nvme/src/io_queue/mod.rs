@@ -155,6 +155,8 @@ pub struct IoQueuePair<P: IoPayload = IoBufs> {
     /// Set once the controller cannot complete anything: every later call fails at once.
     dead: Option<(Dead, Instant)>,
     stats: QueueStats,
+    /// The controller's DMA domain: a buffer of another domain is refused at submit.
+    pub(crate) domain: ubdirect_core::DomainId,
     // Last: the doorbells' BAR mapping must go before the controller (and its device) can.
     ctrl: Arc<Controller>,
 }
@@ -219,6 +221,7 @@ impl<P: IoPayload> IoQueuePair<P> {
         let mut reqs = Vec::with_capacity(depth);
         reqs.resize_with(depth, ReqSlot::default);
         Ok(IoQueuePair {
+            domain: ctrl.registry().domain().id(),
             ctrl: ctrl.clone(),
             qid,
             sq: ManuallyDrop::new(sq),
