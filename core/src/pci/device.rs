@@ -147,7 +147,7 @@ impl PciDevice {
     /// A device whose config space, BARs, reset and removal requests are `model`'s, at the
     /// made-up address `addr`, with DMA in `domain` (normally [`DmaDomain::host_only`]: the
     /// model reads and writes driver memory through the domain's IOVAs). Drivers run on it
-    /// unchanged: [`PciDevice::map_bar`] returns model-backed [`Mmio`] windows.
+    /// unchanged: [`DeviceAccess::map_bar`] returns model-backed [`Mmio`] windows.
     pub fn from_model(
         domain: &Arc<DmaDomain>,
         addr: PciAddress,
