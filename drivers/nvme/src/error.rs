@@ -221,6 +221,17 @@ pub enum NvmeError {
         /// Queue depth.
         depth: usize,
     },
+    /// A transfer larger than one command carries on a transport that does not split requests.
+    #[error("a {len}-byte transfer is larger than the {max} bytes one NVMe/TCP command carries (the controller's MDTS, at most 2 MiB): split it into several commands")]
+    TransferTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// Bytes one command carries.
+        max: u64,
+    },
+    /// The NVMe/TCP transport failed (connection, protocol, or the target's answer).
+    #[error(transparent)]
+    Tcp(Box<crate::transport::tcp::TcpError>),
     /// An argument outside what the device reports it supports.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
@@ -282,5 +293,11 @@ impl NvmeError {
                 | NvmeError::RequestTooLarge { .. }
                 | NvmeError::InvalidArgument(_)
         )
+    }
+}
+
+impl From<crate::transport::tcp::TcpError> for NvmeError {
+    fn from(e: crate::transport::tcp::TcpError) -> NvmeError {
+        NvmeError::Tcp(Box::new(e))
     }
 }

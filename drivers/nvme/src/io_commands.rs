@@ -30,7 +30,7 @@ pub(crate) fn check_range(ns: &NsLimits, slba: u64, len: usize) -> Result<u64, N
 }
 
 #[inline]
-fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
+pub(crate) fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
     match slba.checked_add(nlb) {
         Some(end) if end <= ns.nsze && nlb > 0 => Ok(()),
         _ => Err(NvmeError::LbaOutOfRange {

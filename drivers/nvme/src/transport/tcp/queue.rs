@@ -570,6 +570,15 @@ impl<B: DataBuf> TcpQueue<B> {
         }
     }
 
+    /// Send what is queued now, as far as the socket takes it (the rest goes in the next
+    /// poll). Nothing is received.
+    pub fn send_queued(&mut self) -> Result<(), TcpError> {
+        if let Some(during) = self.dead {
+            return Err(TcpError::Closed { during });
+        }
+        self.flush()
+    }
+
     /// Send what is queued: up to [`TX_BATCH`] PDUs per `sendmsg` (one system call and, with
     /// TCP_NODELAY, as few segments as the bytes need, rather than one per command).
     fn flush(&mut self) -> Result<(), TcpError> {
