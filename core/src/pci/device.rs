@@ -113,7 +113,17 @@ impl PciDevice {
             claim: ClaimState::default(),
         };
         d.read_ids()?;
-        Ok(Arc::new(d))
+        Ok(Arc::new(d).with_removal_notice())
+    }
+
+    /// Register the device's removal notice (every opened device answers the kernel's request
+    /// to release it, see [`PciDevice::removal_requested`]); a device whose VFIO driver offers
+    /// no request channel is opened without one.
+    fn with_removal_notice(self: Arc<Self>) -> Arc<Self> {
+        if let Err(e) = self.enable_removal_notice() {
+            tracing::debug!(addr = %self.addr, "no removal notice for this device: {e}");
+        }
+        self
     }
 
     /// The rest of [`PciDevice::open`] for a device opened through its no-IOMMU group.
@@ -141,7 +151,7 @@ impl PciDevice {
             claim: ClaimState::default(),
         };
         d.read_ids()?;
-        Ok(Arc::new(d))
+        Ok(Arc::new(d).with_removal_notice())
     }
 
     /// A device whose config space, BARs, reset and removal requests are `model`'s, at the

@@ -221,6 +221,13 @@ pub enum NvmeError {
         /// Queue depth.
         depth: usize,
     },
+    /// The kernel asked for the device back (unbind, hot-unplug, sysfs `remove`): the queue
+    /// stopped; dropping the controller releases the device and lets the removal finish.
+    #[error("the kernel asked for {addr} back (unbind, hot-unplug or sysfs remove): I/O on it stopped; close the controller (drop it) so the removal can finish")]
+    RemovalRequested {
+        /// The device.
+        addr: String,
+    },
     /// A transfer larger than one command carries on a transport that does not split requests.
     #[error("a {len}-byte transfer is larger than the {max} bytes one NVMe/TCP command carries (the controller's MDTS, at most 2 MiB): split it into several commands")]
     TransferTooLarge {

@@ -95,6 +95,8 @@ pub(crate) enum Dead {
     Wedged,
     /// The controller was reset under a queue that reports instead of recovering.
     ResetUnder,
+    /// The kernel asked for the device back (unbind, hot-unplug, sysfs remove).
+    Removed,
 }
 
 /// The data of a request being built: where its bytes are.
