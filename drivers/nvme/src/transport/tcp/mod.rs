@@ -24,6 +24,7 @@ mod queue_tests;
 pub mod rx;
 #[cfg(test)]
 mod rx_tests;
+mod send;
 pub mod sock;
 #[cfg(test)]
 mod test_pdus;
