@@ -25,6 +25,8 @@ pub mod rx;
 #[cfg(test)]
 mod rx_tests;
 mod send;
+#[cfg(test)]
+mod send_tests;
 pub mod sock;
 #[cfg(test)]
 mod test_pdus;

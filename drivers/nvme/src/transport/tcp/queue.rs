@@ -384,17 +384,7 @@ impl<B: DataBuf> TcpQueue<B> {
                 buf,
             ));
         }
-        let dir = match write {
-            None => Dir::None,
-            Some(false) => Dir::Read,
-            Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
-            Some(true) => Dir::Write,
-        };
-        match dir {
-            Dir::None => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, 0),
-            Dir::WriteInCapsule => fabrics::set_sgl(&mut sqe, SGL_INCAPSULE, 0, len),
-            _ => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, len),
-        }
+        let dir = self.data_dir(&mut sqe, write, len);
         let seq = self.next_seq;
         let req = Req {
             buf,
@@ -430,6 +420,23 @@ impl<B: DataBuf> TcpQueue<B> {
         self.next_seq += 1;
         self.tx.push_back(TxItem::Cmd { cid, seq });
         Ok(())
+    }
+
+    /// How command data of `len` bytes moves (`write`: None for no data), with `sqe`'s SGL
+    /// set to match.
+    fn data_dir(&self, sqe: &mut Sqe, write: Option<bool>, len: u32) -> Dir {
+        let dir = match write {
+            None => Dir::None,
+            Some(false) => Dir::Read,
+            Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
+            Some(true) => Dir::Write,
+        };
+        match dir {
+            Dir::None => fabrics::set_sgl(sqe, SGL_TRANSPORT, 0, 0),
+            Dir::WriteInCapsule => fabrics::set_sgl(sqe, SGL_INCAPSULE, 0, len),
+            _ => fabrics::set_sgl(sqe, SGL_TRANSPORT, 0, len),
+        }
+        dir
     }
 
     /// Send what can be sent, receive what arrived, hand each finished command to `done`.
