@@ -10,6 +10,12 @@
 //! After setup the queue allocates nothing: slots, the send ring, the receive buffer and the
 //! receive machine are sized at creation. It makes `sendmsg` / `recv` syscalls (a socket
 //! transport cannot avoid them).
+//!
+//! Every byte sent or received is checked against the live command it belongs to: an H2CData
+//! PDU only for a write the target asks data of, inside its data; a C2HData payload only into a
+//! read's buffer, inside its data. Sends queued for a command go when it ends (queued sends
+//! carry the command's sequence number, so none matches a later command under the same ID).
+//! The fuzz target `fuzz_tcp_queue` drives the queue against a scripted, partly hostile target.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
