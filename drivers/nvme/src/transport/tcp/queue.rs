@@ -541,8 +541,8 @@ impl<B: DataBuf> TcpQueue<B> {
         off: usize,
         len: usize,
     ) -> Result<*const u8, TcpError> {
-        const GONE: TcpError = TcpError::Request {
-            reason: "a queued send names a command no longer in flight or bytes outside its data (host bug); the connection was closed",
+        const GONE: TcpError = TcpError::Internal {
+            reason: "a queued send names a command no longer in flight or bytes outside its data",
         };
         let r = self.reqs.get_mut(cid as u64).ok_or(GONE)?;
         let end = off.checked_add(len).ok_or(GONE)?;

@@ -117,8 +117,10 @@ pub(super) fn h2c_chunk(
         });
     }
     if maxh2cdata == 0 {
-        return Err(TcpError::Request {
-            reason: "MAXH2CDATA is 0: no H2CData PDU can carry data",
+        return Err(TcpError::Negotiation {
+            field: "MAXH2CDATA",
+            value: 0,
+            reason: "zero: no H2CData PDU can carry data (the spec's minimum is 4096)",
         });
     }
     Ok(len.min(maxh2cdata).min(MAX_CHUNK))
@@ -188,7 +190,10 @@ mod tests {
     fn h2c_chunk_refuses_maxh2cdata_zero() {
         assert!(matches!(
             h2c_chunk(W, 0, 512, 0),
-            Err(TcpError::Request { .. })
+            Err(TcpError::Negotiation {
+                field: "MAXH2CDATA",
+                ..
+            })
         ));
     }
 }
