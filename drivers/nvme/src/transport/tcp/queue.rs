@@ -697,7 +697,7 @@ impl<B: DataBuf> TcpQueue<B> {
         }
         let mut p = TxPdu::new(cid, seq);
         let hlen = match item {
-            TxItem::Cmd { .. } => self.capsule_header(&mut p),
+            TxItem::Cmd { .. } => self.capsule_header(r, &mut p),
             TxItem::H2c { ttag, off, len, .. } => self.h2c_header(&mut p, ttag, off, len)?,
         };
         let hd = self.hd();
@@ -716,12 +716,9 @@ impl<B: DataBuf> TcpQueue<B> {
         Ok(Some(p))
     }
 
-    /// The Command Capsule header of `p`'s command (in flight: checked by the caller) into
-    /// `p`, with its in-capsule data range; returns the header length.
-    fn capsule_header(&self, p: &mut TxPdu) -> usize {
-        let Some(r) = self.reqs.get(p.cid as u64) else {
-            return 0;
-        };
+    /// The Command Capsule header of command `r` into `p`, with its in-capsule data range;
+    /// returns the header length.
+    fn capsule_header(&self, r: &Req<B>, p: &mut TxPdu) -> usize {
         let hd = self.hd();
         let dd = if self.neg.ddgst { DIGEST_LEN } else { 0 };
         let hf = if self.neg.hdgst { flags::HDGSTF } else { 0 };
