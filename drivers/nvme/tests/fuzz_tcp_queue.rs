@@ -160,8 +160,6 @@ struct TCmd {
     done: u32,
     /// Write: H2CData bytes received for it.
     got: u32,
-    /// Read: all its data went out without SUCCESS (a response is due).
-    resp_due: bool,
 }
 
 /// How the target said a command ends.
@@ -336,9 +334,7 @@ impl Target {
                     0
                 };
                 self.send(self.c2h(cid, c.tag, c.done, n, fl));
-                let m = self.latest.get_mut(&cid).unwrap();
-                m.done += n;
-                m.resp_due = last && !success_flag;
+                self.latest.get_mut(&cid).unwrap().done += n;
                 if last && success_flag {
                     self.end(cid, End::Ok);
                 }
@@ -451,7 +447,6 @@ impl Target {
             len,
             done: 0,
             got: 0,
-            resp_due: false,
         };
         self.latest.insert(cid, c);
         Ok(())
