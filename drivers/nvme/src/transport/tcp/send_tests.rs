@@ -35,6 +35,11 @@ fn set_buf(fd: i32, opt: i32, v: i32) {
 
 /// A queue (depth 8) over loopback with small socket buffers, and the target's end.
 fn tight_loopback() -> (TcpQueue<Vec<u8>>, TcpStream) {
+    tight_loopback_timeout(Duration::from_secs(30))
+}
+
+/// [`tight_loopback`] whose commands time out after `timeout`.
+fn tight_loopback_timeout(timeout: Duration) -> (TcpQueue<Vec<u8>>, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     set_buf(l.as_raw_fd(), libc::SO_RCVBUF, 4096);
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -42,7 +47,7 @@ fn tight_loopback() -> (TcpQueue<Vec<u8>>, TcpStream) {
     c.set_nonblocking(true).unwrap();
     let (t, _) = l.accept().unwrap();
     t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    (TcpQueue::new(c, NEG, 1, 8, 0, Duration::from_secs(30)), t)
+    (TcpQueue::new(c, NEG, 1, 8, 0, timeout), t)
 }
 
 /// Submit a read (`write` false) or a write of `len` bytes tagged `tag`, send it, and return
@@ -257,4 +262,25 @@ fn a_write_failed_while_its_data_waits_to_be_sent_drops_that_data_and_keeps_the_
             .unwrap();
     }
     assert!(ok, "the big write did not complete");
+}
+
+/// A write whose data waits to be sent (the target stopped reading) times out: it comes back
+/// with its buffer, the connection is closed, and none of its data goes out afterwards.
+#[test]
+fn a_write_timed_out_while_its_data_waits_comes_back_and_nothing_more_is_sent() {
+    let (mut q, mut t) = tight_loopback_timeout(Duration::from_millis(300));
+    let cid = submit_one(&mut q, &mut t, true, 2 << 20, 1);
+    t.write_all(&r2t(cid, 7, 0, 2 << 20)).unwrap();
+    let t0 = Instant::now();
+    let (e, back) = until_error(&mut q);
+    assert!(matches!(e, TcpError::Timeout { .. }), "{e:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].tag, 1);
+    assert_eq!(back[0].buf.as_ref().map(Vec::len), Some(2 << 20));
+    // What the host's socket held before the timeout, then the end of the stream: less than
+    // the write's data.
+    let rest = rest_of_stream(&mut t);
+    assert!(rest.len() < 2 << 20, "{} bytes", rest.len());
+    assert!(q.poll(&mut |_| panic!("nothing is left")).is_err());
 }
