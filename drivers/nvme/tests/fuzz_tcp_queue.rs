@@ -631,9 +631,8 @@ fn set_buf(fd: i32, opt: i32, v: i32) {
     assert_eq!(r, 0);
 }
 
-fn run_case(case: Case) -> Result<(), TestCaseError> {
-    fuzz_support::tick("fuzz_tcp_queue");
-    TALLY.cases.fetch_add(1, Ordering::Relaxed);
+/// The host's queue and the target over a fresh loopback connection.
+fn connect(case: &Case) -> (Host, Target) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     if case.tight {
         set_buf(l.as_raw_fd(), libc::SO_RCVBUF, 4096);
@@ -655,14 +654,14 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
         case.incapsule,
         Duration::from_secs(60),
     );
-    let mut host = Host {
+    let host = Host {
         q,
         taken: HashMap::new(),
         back: Vec::new(),
         error: None,
         next_tag: 1,
     };
-    let mut t = Target {
+    let t = Target {
         sock,
         neg: case.neg,
         inbuf: Vec::new(),
@@ -673,6 +672,11 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
         unsure: false,
         paused: 0,
     };
+    (host, t)
+}
+
+/// Play the case's operations, the host and the target taking turns after each.
+fn play(case: &Case, host: &mut Host, t: &mut Target) -> Result<(), TestCaseError> {
     for op in &case.ops {
         match *op {
             Op::Submit { kind, blocks } => host.submit(kind, blocks),
@@ -706,34 +710,49 @@ fn run_case(case: Case) -> Result<(), TestCaseError> {
     t.paused = 0;
     // A patch the ops left pending would apply to the finishing PDUs: drop it.
     t.patch = None;
+    Ok(())
+}
+
+/// A target that kept to the protocol finishes what it holds; the host must not have refused
+/// any of it.
+fn finish_clean(host: &mut Host, t: &mut Target) -> Result<(), TestCaseError> {
+    // Finish what the target holds, by the protocol.
+    for i in 0..64u8 {
+        if t.live.is_empty() {
+            break;
+        }
+        t.step(i, 4096, false, false, i % 2 == 0);
+        for _ in 0..2 {
+            host.poll();
+            t.drain()?;
+        }
+    }
+    // The one refusal a target keeping to the model may see: it failed a write while
+    // the host was part-way through sending one of its PDUs (the target cannot tell).
+    let still_sending = matches!(
+        host.error,
+        Some(TcpError::Protocol {
+            reason: "completes a command whose PDU the host is still sending",
+            ..
+        })
+    );
+    if let Some(e) = host.error.as_ref().filter(|_| !still_sending) {
+        return Err(fail(format!(
+            "the host refused a target that kept to the protocol: {e}"
+        )));
+    }
+    TALLY.clean.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn run_case(case: Case) -> Result<(), TestCaseError> {
+    fuzz_support::tick("fuzz_tcp_queue");
+    TALLY.cases.fetch_add(1, Ordering::Relaxed);
+    let (mut host, mut t) = connect(&case);
+    play(&case, &mut host, &mut t)?;
     let clean = !t.unsure;
     if clean {
-        // Finish what the target holds, by the protocol.
-        for i in 0..64u8 {
-            if t.live.is_empty() {
-                break;
-            }
-            t.step(i, 4096, false, false, i % 2 == 0);
-            for _ in 0..2 {
-                host.poll();
-                t.drain()?;
-            }
-        }
-        // The one refusal a target keeping to the model may see: it failed a write while
-        // the host was part-way through sending one of its PDUs (the target cannot tell).
-        let still_sending = matches!(
-            host.error,
-            Some(TcpError::Protocol {
-                reason: "completes a command whose PDU the host is still sending",
-                ..
-            })
-        );
-        if let Some(e) = host.error.as_ref().filter(|_| !still_sending) {
-            return Err(fail(format!(
-                "the host refused a target that kept to the protocol: {e}"
-            )));
-        }
-        TALLY.clean.fetch_add(1, Ordering::Relaxed);
+        finish_clean(&mut host, &mut t)?;
     }
     if matches!(
         host.error,
