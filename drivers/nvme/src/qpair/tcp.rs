@@ -26,7 +26,7 @@ const MAX_NLB: u64 = 1 << 16;
 #[derive(Debug)]
 enum TcpPayload {
     Caller(IoBufs),
-    Range([u8; 16], IoBufs),
+    Range(Box<[u8; 16]>, IoBufs),
 }
 
 impl TcpPayload {
@@ -37,7 +37,11 @@ impl TcpPayload {
     }
 }
 
-impl DataBuf for TcpPayload {
+// SAFETY: the window of an `IoBufs::One` is `len` bytes of its pool block, which the payload
+// owns while it is in the queue (reads into a read-only block are refused before submit); a
+// range lives in its own heap allocation, so its address survives moves of the payload; no
+// other variant has data (length 0).
+unsafe impl DataBuf for TcpPayload {
     fn data_ptr(&mut self) -> *mut u8 {
         match self {
             TcpPayload::Caller(IoBufs::One(b)) => b.buf().as_ptr().wrapping_add(b.offset()),
@@ -122,6 +126,11 @@ impl TcpQueuePair {
         match cmd.op {
             IoOp::Read | IoOp::Write => {
                 let len = match &cmd.payload {
+                    IoBufs::One(b) if cmd.op == IoOp::Read && b.buf().region().is_read_only() => {
+                        return Err(NvmeError::InvalidArgument(
+                            "a read needs a writable buffer: this one is in a read-only UB region (a registered file)",
+                        ))
+                    }
                     IoBufs::One(b) => b.len(),
                     IoBufs::None => {
                         return Err(NvmeError::InvalidArgument("a data transfer needs a buffer"))
@@ -226,7 +235,7 @@ impl QueuePair for TcpQueuePair {
         }
         let payload = match cmd.op {
             IoOp::Deallocate { blocks } => {
-                TcpPayload::Range(dsm_range(cmd.lba.0, blocks), cmd.payload)
+                TcpPayload::Range(Box::new(dsm_range(cmd.lba.0, blocks)), cmd.payload)
             }
             _ => TcpPayload::Caller(cmd.payload),
         };
