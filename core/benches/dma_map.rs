@@ -46,7 +46,11 @@ fn bench(c: &mut Criterion) {
     if kind == BackendKind::Iommufd {
         if let Some(iv) = &tb.ivshmem {
             let dev = PciDevice::open(&d, iv.parse().unwrap()).expect("open ivshmem");
-            let fd = dev.export_bar_dmabuf(2).expect("export BAR2");
+            let fd = dev
+                .access()
+                .expect("no driver holds the device")
+                .export_bar_dmabuf(2)
+                .expect("export BAR2");
             g.bench_function("map_file_unmap_64m_bar_dmabuf", |b| {
                 b.iter(|| {
                     let m = d

@@ -256,6 +256,57 @@ pub enum CoreError {
         /// What owns it.
         owner: crate::ub::RegionOwner,
     },
+    /// Another driver already drives the device.
+    #[error("PCI device {addr} is already driven by the {driver} driver in this process: one driver per device; drop it (its controller / NIC handle) before opening the device again")]
+    DeviceClaimed {
+        /// The device.
+        addr: PciAddress,
+        /// The driver holding it.
+        driver: &'static str,
+    },
+    /// A driver cannot take a device whose BAR is mapped outside any driver.
+    #[error("PCI device {addr} has {mappings} BAR mapping(s) made outside a driver (a BAR registered as a UB region, or a raw mapping): a driver cannot own a device that others can program; drop them before opening a driver on it")]
+    DeviceMappedOutsideDriver {
+        /// The device.
+        addr: PciAddress,
+        /// Live mappings.
+        mappings: usize,
+    },
+    /// A BAR range is registered once.
+    #[error("bytes [{offset:#x}, +{len:#x}) of BAR{bar} of {addr} overlap [{held_offset:#x}, +{held_len:#x}), already registered as a UB region: a BAR range is registered once (reuse that region, or unregister it first)")]
+    BarRangeRegistered {
+        /// The device.
+        addr: PciAddress,
+        /// The BAR.
+        bar: u8,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+        /// Offset of the registered range.
+        held_offset: u64,
+        /// Length of the registered range.
+        held_len: u64,
+    },
+    /// A BAR that holds registers cannot be registered as memory.
+    #[error("BAR{bar} of {addr} is not prefetchable memory: it holds the device's registers, which must never be pooled or DMA'd into; register a memory BAR (a GPU or ivshmem BAR is prefetchable)")]
+    RegisterBar {
+        /// The device.
+        addr: PciAddress,
+        /// The BAR.
+        bar: u8,
+    },
+    /// A buffer's region is mapped in another DMA domain than the device's: its IOVA means
+    /// nothing (or another buffer) to that device.
+    #[error("UB region {region} is mapped in {region_domain}, not in the device's {device_domain}: its IOVAs mean nothing to this device (or name another buffer); take buffers from a pool of the registry the device was opened with")]
+    ForeignDomain {
+        /// The buffer's region.
+        region: u32,
+        /// The region's domain.
+        region_domain: crate::vfio::DomainId,
+        /// The device's domain.
+        device_domain: crate::vfio::DomainId,
+    },
     /// Hugepage allocation failed.
     #[error(transparent)]
     HugePages(#[from] ubdirect_hugepages::HugeError),

@@ -35,4 +35,4 @@ pub use ub::{
     UbRegistry,
 };
 pub use ubdirect_hugepages::PageSize;
-pub use vfio::DmaDomain;
+pub use vfio::{DmaDomain, DomainId};

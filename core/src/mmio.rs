@@ -18,6 +18,8 @@ pub struct Mmio {
     /// Set for a window onto a device model: every access goes to the model (one
     /// well-predicted branch on the real path).
     model: Option<ModelWindow>,
+    /// For a BAR mapped outside a driver: keeps the device from being claimed while it lives.
+    _lease: Option<crate::pci::BarLease>,
 }
 
 /// Where a model-backed window's accesses go.
@@ -112,6 +114,7 @@ impl Mmio {
             len,
             owned: true,
             model: None,
+            _lease: None,
         }
     }
 
@@ -125,12 +128,13 @@ impl Mmio {
             len,
             owned: false,
             model: None,
+            _lease: None,
         }
     }
 
     /// A window of `len` bytes onto BAR `bar` of a device model: every access calls
     /// [`DeviceModel::mmio_read`] / [`DeviceModel::mmio_write`]. What
-    /// [`crate::PciDevice::map_bar`] returns for a device made with
+    /// [`crate::pci::DeviceAccess::map_bar`] returns for a device made with
     /// [`crate::PciDevice::from_model`].
     pub fn from_model(dev: Arc<dyn DeviceModel>, bar: u8, len: usize) -> Mmio {
         Mmio {
@@ -139,7 +143,14 @@ impl Mmio {
             len,
             owned: false,
             model: Some(ModelWindow { dev, bar, base: 0 }),
+            _lease: None,
         }
+    }
+
+    /// This window, counted as a BAR mapping made outside a driver for as long as it lives.
+    pub(crate) fn with_lease(mut self, lease: crate::pci::BarLease) -> Mmio {
+        self._lease = Some(lease);
+        self
     }
 
     /// Zeroed anonymous memory behaving as an MMIO window: for driver unit tests and
@@ -195,6 +206,7 @@ impl Mmio {
                 bar: m.bar,
                 base: m.base + off as u64,
             }),
+            _lease: None,
         })
     }
 

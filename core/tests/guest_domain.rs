@@ -99,10 +99,10 @@ fn domain_learns_the_iommu_and_reads_the_device() {
     let caps = dev.capabilities().unwrap();
     assert!(caps.iter().any(|c| c.id == 0x11), "MSI-X in {caps:?}");
     assert!(caps.iter().any(|c| c.id == 0x10), "PCIe in {caps:?}");
-    dev.enable_bus_master().unwrap();
+    dev.access().unwrap().enable_bus_master().unwrap();
     assert_ne!(dev.config_read_u16(4).unwrap() & 0x6, 0);
     // BAR0 through VFIO: NVMe CAP and VS as the test bed documents them.
-    let bar = dev.map_bar(0).unwrap();
+    let bar = dev.access().unwrap().map_bar(0).unwrap();
     assert_eq!(bar.len() as u64, dev.bar_len(0).unwrap());
     assert_eq!(bar.read64(0) & 0xffff, 0x07ff, "CAP.MQES");
     assert_eq!(bar.read32_checked(8).unwrap(), 0x0001_0400, "VS 1.4");
@@ -112,10 +112,13 @@ fn domain_learns_the_iommu_and_reads_the_device() {
         Err(CoreError::ConfigAccess { .. })
     ));
     if dev.can_reset() {
-        dev.reset().unwrap();
+        dev.access().unwrap().reset().unwrap();
         assert_eq!(dev.config_read_u16(0).unwrap(), 0x1b36, "alive after reset");
     } else {
-        assert!(matches!(dev.reset(), Err(CoreError::Unsupported { .. })));
+        assert!(matches!(
+            dev.access().unwrap().reset(),
+            Err(CoreError::Unsupported { .. })
+        ));
     }
 }
 

@@ -53,3 +53,70 @@ fn cpu_writes_into_bar_pool_buffers_reach_the_backing_file() {
     reg.unregister(region.id).unwrap();
     assert_eq!(d.mapping_count(), 0);
 }
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn a_bar_range_is_registered_once_and_a_registered_bar_keeps_drivers_off_the_device() {
+    use ubdirect_core::CoreError;
+    let tb = testbed::require();
+    let addr: PciAddress = tb.ivshmem.expect("ivshmem").parse().unwrap();
+    let d = DmaDomain::new().unwrap();
+    let dev = PciDevice::open(&d, addr).unwrap();
+    let reg = UbRegistry::new(d.clone());
+    let region = reg.register_bar(&dev, 2).unwrap();
+    let maps = d.mapping_count();
+    // The same BAR again (in this registry or another one of the domain) would alias it.
+    let e = reg
+        .register_bar(&dev, 2)
+        .expect_err("BAR2 registered twice");
+    assert!(
+        matches!(e, CoreError::BarRangeRegistered { bar: 2, .. }),
+        "{e}"
+    );
+    let other = UbRegistry::new(d.clone());
+    let e = other
+        .register_bar(&dev, 2)
+        .expect_err("BAR2 registered twice");
+    assert!(
+        matches!(e, CoreError::BarRangeRegistered { bar: 2, .. }),
+        "{e}"
+    );
+    assert_eq!(d.mapping_count(), maps, "a refusal maps nothing");
+    // While the BAR is a UB region, no driver can take the device.
+    let e = dev
+        .claim("test")
+        .expect_err("claimed while its BAR is pooled memory");
+    assert!(
+        matches!(e, CoreError::DeviceMappedOutsideDriver { .. }),
+        "{e}"
+    );
+    reg.unregister(region.id).unwrap();
+    drop(region);
+    let region = reg
+        .register_bar(&dev, 2)
+        .expect("registered again once the first is gone");
+    reg.unregister(region.id).unwrap();
+    drop(region);
+    let claim = dev.claim("test").expect("no BAR mapping left");
+    assert_eq!(dev.claimed_by(), Some("test"));
+    drop(claim);
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn an_nvme_register_bar_is_never_registered_as_memory() {
+    use ubdirect_core::CoreError;
+    let tb = testbed::require();
+    let addr: PciAddress = tb.nvme.first().expect("nvme0").parse().unwrap();
+    let d = DmaDomain::new().unwrap();
+    let dev = PciDevice::open(&d, addr).unwrap();
+    let reg = UbRegistry::new(d.clone());
+    let e = reg
+        .register_bar(&dev, 0)
+        .expect_err("NVMe BAR0 (registers) registered as memory");
+    assert!(matches!(e, CoreError::RegisterBar { bar: 0, .. }), "{e}");
+    assert!(e.to_string().contains("not prefetchable memory"), "{e}");
+    assert_eq!(d.mapping_count(), 0);
+    // Nothing was left mapped: a driver can still take the device.
+    drop(dev.claim("nvme").expect("claim after the refusal"));
+}

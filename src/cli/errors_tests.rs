@@ -546,6 +546,10 @@ fn uring_errors() -> Vec<UringError> {
             len: 8192,
             buf_len: 4096,
         },
+        UringError::TooLarge {
+            len: 4 << 30,
+            max: 1 << 30,
+        },
         UringError::ZeroLength,
         UringError::QueueFull { depth: 32 },
         UringError::ReadOnly,

@@ -1034,6 +1034,7 @@ fn worker(
         let p0 = rdtsc();
         // Read the counter once per batch of completions, at the first one.
         let mut now = 0u64;
+        let mut succeeded = 0u64;
         let n = qp
             .poll(depth, |c| {
                 if now == 0 {
@@ -1042,13 +1043,18 @@ fn worker(
                 let slot = c.tag as usize;
                 let s = slots[slot];
                 let lat = now.saturating_sub(s.submitted);
-                ios += 1;
-                if s.write {
-                    writes += 1;
-                    hist_w.record(lat);
-                } else {
-                    reads += 1;
-                    hist_r.record(lat);
+                // Only I/O that succeeded counts as throughput and latency; a failed command
+                // is an error, whatever it cost.
+                if c.result.is_ok() {
+                    ios += 1;
+                    succeeded += 1;
+                    if s.write {
+                        writes += 1;
+                        hist_w.record(lat);
+                    } else {
+                        reads += 1;
+                        hist_r.record(lat);
+                    }
                 }
                 // Every request here moves one buffer window, which comes back.
                 let IoBufs::One(buf) = c.bufs else {
@@ -1077,7 +1083,7 @@ fn worker(
         let p1 = rdtsc();
         if n > 0 {
             complete_cycles += p1 - p0;
-            done += n as u64;
+            done += succeeded;
             job.done[index].0.store(done, Ordering::Relaxed);
         }
         if warming && p1 >= measure_from {

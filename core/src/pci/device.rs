@@ -13,6 +13,7 @@ use vfio_bindings::bindings::vfio::{
 use vfio_ioctls::VfioDevice;
 
 use super::capability::{walk, PciCapability};
+use super::claim::{ClaimState, DeviceAccess, DeviceClaim};
 use super::model::DeviceModel;
 use super::removal::RemovalNotice;
 use super::PciAddress;
@@ -49,6 +50,8 @@ pub struct PciDevice {
     removal: Mutex<Option<RemovalNotice>>,
     /// Times this handle revoked the device's exported dma-bufs ([`PciDevice::dmabuf_revocations`]).
     dmabuf_revocations: AtomicU64,
+    /// The driver holding the device, and BAR mappings made outside one.
+    claim: ClaimState,
 }
 
 /// What config space, BARs and reset go to.
@@ -107,9 +110,20 @@ impl PciDevice {
             domain: domain.clone(),
             removal: Mutex::new(None),
             dmabuf_revocations: AtomicU64::new(0),
+            claim: ClaimState::default(),
         };
         d.read_ids()?;
-        Ok(Arc::new(d))
+        Ok(Arc::new(d).with_removal_notice())
+    }
+
+    /// Register the device's removal notice (every opened device answers the kernel's request
+    /// to release it, see [`PciDevice::removal_requested`]); a device whose VFIO driver offers
+    /// no request channel is opened without one.
+    fn with_removal_notice(self: Arc<Self>) -> Arc<Self> {
+        if let Err(e) = self.enable_removal_notice() {
+            tracing::debug!(addr = %self.addr, "no removal notice for this device: {e}");
+        }
+        self
     }
 
     /// The rest of [`PciDevice::open`] for a device opened through its no-IOMMU group.
@@ -134,15 +148,16 @@ impl PciDevice {
             domain: domain.clone(),
             removal: Mutex::new(None),
             dmabuf_revocations: AtomicU64::new(0),
+            claim: ClaimState::default(),
         };
         d.read_ids()?;
-        Ok(Arc::new(d))
+        Ok(Arc::new(d).with_removal_notice())
     }
 
     /// A device whose config space, BARs, reset and removal requests are `model`'s, at the
     /// made-up address `addr`, with DMA in `domain` (normally [`DmaDomain::host_only`]: the
     /// model reads and writes driver memory through the domain's IOVAs). Drivers run on it
-    /// unchanged: [`PciDevice::map_bar`] returns model-backed [`Mmio`] windows.
+    /// unchanged: [`DeviceAccess::map_bar`] returns model-backed [`Mmio`] windows.
     pub fn from_model(
         domain: &Arc<DmaDomain>,
         addr: PciAddress,
@@ -165,6 +180,7 @@ impl PciDevice {
             domain: domain.clone(),
             removal: Mutex::new(None),
             dmabuf_revocations: AtomicU64::new(0),
+            claim: ClaimState::default(),
         };
         d.read_ids()?;
         Ok(Arc::new(d))
@@ -302,22 +318,9 @@ impl PciDevice {
         Ok(u32::from_le_bytes(b))
     }
 
-    /// Write a config-space byte (checked).
-    pub fn config_write_u8(&self, off: u16, v: u8) -> Result<()> {
-        let mut b = [v];
-        self.config_rw("write", off, b.as_mut_ptr(), 1)
-    }
-
-    /// Write a little-endian config-space u16 (checked).
-    pub fn config_write_u16(&self, off: u16, v: u16) -> Result<()> {
-        let mut b = v.to_le_bytes();
-        self.config_rw("write", off, b.as_mut_ptr(), 2)
-    }
-
-    /// Write a little-endian config-space u32 (checked).
-    pub fn config_write_u32(&self, off: u16, v: u32) -> Result<()> {
-        let mut b = v.to_le_bytes();
-        self.config_rw("write", off, b.as_mut_ptr(), 4)
+    /// Write `bytes` (1, 2 or 4, little-endian) at config-space offset `off` (checked).
+    pub(super) fn config_write(&self, off: u16, bytes: &mut [u8]) -> Result<()> {
+        self.config_rw("write", off, bytes.as_mut_ptr(), bytes.len())
     }
 
     /// The standard capability list.
@@ -373,7 +376,7 @@ impl PciDevice {
     /// Export BAR `bar` as a dma-buf (vfio-pci's `VFIO_DEVICE_FEATURE_DMA_BUF`), for an iommufd
     /// domain to map by file. The dma-buf is revoked when the device is reset or its memory
     /// decoding turns off.
-    pub fn export_bar_dmabuf(&self, bar: u8) -> Result<std::os::fd::OwnedFd> {
+    pub(super) fn export_bar_dmabuf_raw(&self, bar: u8) -> Result<std::os::fd::OwnedFd> {
         let len = self.check_bar(bar)?;
         match &self.access {
             Access::Vfio(dev) => crate::vfio::dmabuf::export_bar(dev, self.addr, bar, len),
@@ -389,7 +392,7 @@ impl PciDevice {
     }
 
     /// mmap the whole BAR through VFIO.
-    pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
+    pub(super) fn map_bar_raw(&self, bar: u8) -> Result<Mmio> {
         let len = self.check_bar(bar)?;
         let (flags, off, fd) = match &self.access {
             Access::Vfio(dev) => (
@@ -457,9 +460,12 @@ impl PciDevice {
 
     /// Set memory-space decoding and bus mastering in the command register (needed before the
     /// device may DMA).
-    pub fn enable_bus_master(&self) -> Result<()> {
+    pub(super) fn enable_bus_master_raw(&self) -> Result<()> {
         let cmd = self.config_read_u16(COMMAND)?;
-        self.config_write_u16(COMMAND, cmd | CMD_MEMORY | CMD_BUS_MASTER)?;
+        self.config_write(
+            COMMAND,
+            &mut (cmd | CMD_MEMORY | CMD_BUS_MASTER).to_le_bytes(),
+        )?;
         let back = self.config_read_u16(COMMAND)?;
         if back & CMD_BUS_MASTER == 0 {
             return Err(CoreError::ConfigAccess {
@@ -475,7 +481,7 @@ impl PciDevice {
 
     /// Reset the function (VFIO_DEVICE_RESET: FLR or another method the kernel picks). Fails
     /// with [`CoreError::Unsupported`] when VFIO reports no reset method.
-    pub fn reset(&self) -> Result<()> {
+    pub(super) fn reset_raw(&self) -> Result<()> {
         if self.flags & VFIO_DEVICE_FLAGS_RESET == 0 {
             return Err(CoreError::Unsupported {
                 addr: self.addr,
@@ -501,6 +507,72 @@ impl PciDevice {
             )));
         }
         Ok(())
+    }
+
+    /// Claim the device for `driver` (a short name, e.g. "nvme"): from now on only the returned
+    /// [`DeviceClaim`] reaches the operations that program it, until it is dropped. Refused
+    /// with [`CoreError::DeviceClaimed`] while another driver holds it, and with
+    /// [`CoreError::DeviceMappedOutsideDriver`] while a BAR mapping made through
+    /// [`PciDevice::access`] (e.g. a BAR registered as a UB region) lives.
+    pub fn claim(self: &Arc<Self>, driver: &'static str) -> Result<DeviceClaim> {
+        self.claim.take(self, driver)?;
+        Ok(DeviceClaim::new(self.clone()))
+    }
+
+    /// The driver holding the device, if any.
+    pub fn claimed_by(&self) -> Option<&'static str> {
+        self.claim.holder()
+    }
+
+    /// The operations that program the device (config writes, BAR mappings, bus mastering,
+    /// reset) for a device no driver holds; [`CoreError::DeviceClaimed`] while a driver does
+    /// (use the driver's API, or drop it first).
+    pub fn access(&self) -> Result<DeviceAccess<'_>> {
+        match self.claim.holder() {
+            Some(driver) => Err(CoreError::DeviceClaimed {
+                addr: self.addr,
+                driver,
+            }),
+            None => Ok(DeviceAccess::new(self, true)),
+        }
+    }
+
+    /// The operations that program the device, whoever holds it: for fault injection and
+    /// tests that act behind a driver's back.
+    ///
+    /// # Safety
+    /// A driver holding the device trusts that nothing else programs it. The caller must
+    /// ensure that whatever it does leaves no device DMA aimed at memory the driver no longer
+    /// owns (e.g. a reset or a memory-decoding change the driver is built to survive), and
+    /// that BARs it maps are not used to re-program DMA addresses.
+    pub unsafe fn access_unclaimed(&self) -> DeviceAccess<'_> {
+        DeviceAccess::new(self, false)
+    }
+
+    /// Put bytes `[range)` of BAR `bar` on record as registered, for as long as the record
+    /// lives; [`CoreError::BarRangeRegistered`] when they overlap a registered range.
+    pub(crate) fn record_bar_range(
+        &self,
+        bar: u8,
+        range: std::ops::Range<u64>,
+    ) -> Result<super::BarRangeRecord> {
+        super::BarRangeRecord::take(&self.claim.bar_ranges, self, bar, range)
+    }
+
+    /// True when BAR `bar` is prefetchable memory (its config-space BAR register says so):
+    /// memory, not registers.
+    pub fn bar_is_prefetchable(&self, bar: u8) -> Result<bool> {
+        self.check_bar(bar)?;
+        let reg = self.config_read_u32(0x10 + 4 * u16::from(bar))?;
+        Ok(reg & 1 == 0 && reg & (1 << 3) != 0)
+    }
+
+    pub(super) fn release_claim(&self) {
+        self.claim.release();
+    }
+
+    pub(super) fn loose_maps(&self) -> &Arc<std::sync::atomic::AtomicUsize> {
+        &self.claim.loose_maps
     }
 
     /// True for a device made with [`PciDevice::from_model`].
@@ -627,21 +699,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dev.dmabuf_revocations(), 0);
+        let dev = dev.access().unwrap();
         // Memory decoding stays on: no revocation (bus master off, other registers).
         dev.config_write_u16(COMMAND, 0x02).unwrap();
         dev.config_write_u8(5, 0).unwrap();
         dev.config_write_u32(0x10, 0).unwrap();
-        assert_eq!(dev.dmabuf_revocations(), 0);
+        assert_eq!(dev.device().dmabuf_revocations(), 0);
         // Off, through a u16, a u8 and a u32 write covering the COMMAND register.
         dev.config_write_u16(COMMAND, 0x04).unwrap();
-        assert_eq!(dev.dmabuf_revocations(), 1);
+        assert_eq!(dev.device().dmabuf_revocations(), 1);
         dev.config_write_u8(4, 0).unwrap();
         dev.config_write_u32(4, 0x0010_0000).unwrap();
-        assert_eq!(dev.dmabuf_revocations(), 3);
+        assert_eq!(dev.device().dmabuf_revocations(), 3);
         // Turning it back on does not undo a revocation; a reset is one more.
         dev.config_write_u16(COMMAND, 0x06).unwrap();
-        assert_eq!(dev.dmabuf_revocations(), 3);
+        assert_eq!(dev.device().dmabuf_revocations(), 3);
         dev.reset().unwrap();
-        assert_eq!(dev.dmabuf_revocations(), 4);
+        assert_eq!(dev.device().dmabuf_revocations(), 4);
     }
 }

@@ -3,6 +3,7 @@
 
 mod address;
 mod capability;
+mod claim;
 mod device;
 mod model;
 mod numa;
@@ -10,6 +11,8 @@ mod removal;
 
 pub use address::PciAddress;
 pub use capability::PciCapability;
+pub(crate) use claim::{BarLease, BarRangeRecord};
+pub use claim::{DeviceAccess, DeviceClaim};
 pub use device::PciDevice;
 pub use model::DeviceModel;
 pub use numa::{numa_node, numa_node_below};

@@ -7,8 +7,8 @@ use ubdirect_hugepages::HugeMem;
 
 use crate::error::{CoreError, Result};
 use crate::mmio::Mmio;
-use crate::pci::{PciAddress, PciDevice};
-use crate::vfio::{DmaMapping, DmaSegment};
+use crate::pci::{BarRangeRecord, PciAddress, PciDevice};
+use crate::vfio::{DmaMapping, DmaSegment, DomainId};
 
 /// A region's id in its registry.
 pub type RegionId = u32;
@@ -99,7 +99,11 @@ impl RegionOwner {
 /// What keeps a region's memory mapped in this process.
 pub(crate) enum Backing {
     Huge(#[allow(dead_code)] HugeMem),
-    Bar(#[allow(dead_code)] Mmio, #[allow(dead_code)] Arc<PciDevice>),
+    Bar(
+        #[allow(dead_code)] Mmio,
+        #[allow(dead_code)] Arc<PciDevice>,
+        #[allow(dead_code)] BarRangeRecord,
+    ),
     Anonymous(#[allow(dead_code)] Mmio),
     External,
     File(super::file_region::FileMap),
@@ -108,6 +112,7 @@ pub(crate) enum Backing {
         #[allow(dead_code)] Mmio,
         Arc<PciDevice>,
         #[allow(dead_code)] std::os::fd::OwnedFd,
+        #[allow(dead_code)] BarRangeRecord,
     ),
     /// An imported dma-buf (kept open while registered).
     DmaBuf(#[allow(dead_code)] std::os::fd::OwnedFd),
@@ -132,6 +137,8 @@ pub struct UbRegion {
     pub segments: Arc<[DmaSegment]>,
     /// NUMA node of the memory, when known.
     pub numa: Option<u32>,
+    /// The DMA domain the region is mapped in: its IOVAs mean something only there.
+    domain: DomainId,
     users: AtomicUsize,
     /// [`RegionOwner`] code, or OWNER_NONE.
     owner: AtomicU8,
@@ -159,6 +166,7 @@ impl std::fmt::Debug for UbRegion {
             .field("len", &self.len)
             .field("kind", &self.kind)
             .field("numa", &self.numa)
+            .field("domain", &self.domain)
             .field("users", &self.users())
             .field("owner", &self.owner())
             .finish()
@@ -178,13 +186,14 @@ impl UbRegion {
         backing: Backing,
     ) -> UbRegion {
         let revocation_mark = match &backing {
-            Backing::BarDmaBuf(_, dev, _) => dev.dmabuf_revocations(),
+            Backing::BarDmaBuf(_, dev, _, _) => dev.dmabuf_revocations(),
             _ => 0,
         };
         UbRegion {
             revocation_mark,
             id,
             vaddr,
+            domain: mapping.domain().id(),
             iova: mapping.iova(),
             segments: mapping.segments().clone(),
             len,
@@ -271,15 +280,32 @@ impl UbRegion {
         self.mapping().revoke()
     }
 
-    /// Whether devices can still reach the region, checked before I/O is queued into it:
-    /// [`CoreError::DmaBufRevoked`] for a BAR imported as a dma-buf after ubdirect revoked it
-    /// (the exporter's memory decoding turned off or the device reset through its
-    /// [`PciDevice`]); the kernel tells userspace nothing of a revocation, and iommufd never
-    /// maps the dma-buf again. No syscall, no allocation: a few loads.
+    /// The DMA domain the region is mapped in.
     #[inline]
-    pub fn check_dma(&self) -> Result<()> {
+    pub fn domain(&self) -> DomainId {
+        self.domain
+    }
+
+    /// Whether a device of `device_domain` can reach the region, checked before I/O is queued
+    /// into it: [`CoreError::ForeignDomain`] for a region mapped in another domain (its IOVAs
+    /// mean nothing to the device, or name another buffer); [`CoreError::DmaBufRevoked`] for a
+    /// BAR imported as a dma-buf after ubdirect revoked it (the exporter's memory decoding
+    /// turned off or the device reset through its [`PciDevice`]); the kernel tells userspace
+    /// nothing of a revocation, and iommufd never maps the dma-buf again. No syscall, no
+    /// allocation: a few loads.
+    #[inline]
+    pub fn check_dma(&self, device_domain: DomainId) -> Result<()> {
+        if self.domain != device_domain {
+            return Err(CoreError::ForeignDomain {
+                region: self.id,
+                region_domain: self.domain,
+                device_domain,
+            });
+        }
         match &self._backing {
-            Backing::BarDmaBuf(_, dev, _) if dev.dmabuf_revocations() != self.revocation_mark => {
+            Backing::BarDmaBuf(_, dev, _, _)
+                if dev.dmabuf_revocations() != self.revocation_mark =>
+            {
                 let bar = match self.kind {
                     RegionKind::DeviceBar { bar, .. } | RegionKind::BarWindow { bar, .. } => bar,
                     _ => 0,

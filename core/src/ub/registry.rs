@@ -17,6 +17,14 @@ use crate::vfio::DmaDomain;
 
 const MIB2: usize = 2 << 20;
 
+/// Which bytes of which BAR a region registers, and as what.
+struct BarSpan {
+    bar: u8,
+    offset: u64,
+    len: usize,
+    kind: RegionKind,
+}
+
 /// The registry of DMA-able regions of one domain. Each region is mapped once at
 /// registration; lookups are O(log n) in the number of regions.
 pub struct UbRegistry {
@@ -161,39 +169,61 @@ impl UbRegistry {
     /// mmap BAR `bar` of `dev` through VFIO and map it into this domain (peer-to-peer: other
     /// devices in the domain can DMA into the BAR).
     ///
+    /// Only prefetchable memory BARs of a device no driver holds are registered, and each BAR
+    /// range once: a register BAR ([`CoreError::RegisterBar`]), a device a driver holds
+    /// ([`CoreError::DeviceClaimed`]) or a range already registered
+    /// ([`CoreError::BarRangeRegistered`]) is refused. While the region lives the device
+    /// cannot be claimed by a driver.
+    ///
     /// On the iommufd back end the BAR travels as a dma-buf: vfio-pci exports it
     /// (`VFIO_DEVICE_FEATURE_DMA_BUF`) and the IOAS maps it by file (`IOMMU_IOAS_MAP_FILE`);
     /// the CPU still uses the BAR's mmap. On type1 the BAR's mmap is mapped directly.
     pub fn register_bar(&self, dev: &Arc<PciDevice>, bar: u8) -> Result<Arc<UbRegion>> {
         self.refuse_bar_without_iommu(dev, bar)?;
-        let m = dev.map_bar(bar)?;
+        let access = dev.access()?;
+        let m = access.map_bar(bar)?;
         if m.is_model() {
             return Err(CoreError::Unsupported {
                 addr: dev.address(),
                 what: "registering a BAR of a device model (no memory behind it)",
             });
         }
+        if !dev.bar_is_prefetchable(bar)? {
+            return Err(CoreError::RegisterBar {
+                addr: dev.address(),
+                bar,
+            });
+        }
         let len = m.len();
-        let kind = RegionKind::DeviceBar {
-            device: dev.address(),
+        let span = BarSpan {
             bar,
+            offset: 0,
+            len,
+            kind: RegionKind::DeviceBar {
+                device: dev.address(),
+                bar,
+            },
         };
-        self.register_bar_range(dev, bar, m, 0, len, kind)
+        self.register_bar_range(dev, access, m, span)
     }
 
-    /// Map bytes `[offset, offset+len)` of BAR `bar` of `dev` (`m`: the whole BAR's mmap; the
-    /// range is checked to lie inside it) and register them as `kind`: on iommufd the BAR
-    /// travels as a dma-buf exported by vfio-pci and mapped by file (`IOMMU_IOAS_MAP_FILE`),
-    /// the CPU using the mmap; on type1 the mmap itself is mapped.
+    /// Map `span` of the BAR (`m`: the whole BAR's mmap; the range is checked to lie inside
+    /// it) and register it: on iommufd the BAR travels as a dma-buf exported by vfio-pci and
+    /// mapped by file (`IOMMU_IOAS_MAP_FILE`), the CPU using the mmap; on type1 the mmap itself
+    /// is mapped. The range goes on record in the device first (registered once).
     fn register_bar_range(
         &self,
         dev: &Arc<PciDevice>,
-        bar: u8,
+        access: crate::pci::DeviceAccess<'_>,
         m: Mmio,
-        offset: u64,
-        len: usize,
-        kind: RegionKind,
+        span: BarSpan,
     ) -> Result<Arc<UbRegion>> {
+        let BarSpan {
+            bar,
+            offset,
+            len,
+            kind,
+        } = span;
         // Callers check the range; a mistake here must not reach the IOMMU.
         if offset
             .checked_add(len as u64)
@@ -205,6 +235,7 @@ impl UbRegistry {
                 dev.address()
             )));
         }
+        let record = dev.record_bar_range(bar, offset..offset + len as u64)?;
         let ptr = m.as_ptr().wrapping_add(offset as usize);
         let align = if len >= MIB2 && len % MIB2 == 0 && offset % MIB2 as u64 == 0 {
             MIB2
@@ -212,7 +243,7 @@ impl UbRegistry {
             4096
         };
         if self.domain.backend_kind() == Some(crate::vfio::BackendKind::Iommufd) {
-            let fd = dev.export_bar_dmabuf(bar)?;
+            let fd = access.export_bar_dmabuf(bar)?;
             let mapping =
                 self.domain
                     .map_file_at(fd.as_fd(), offset, len, align, true, Some(ptr))?;
@@ -222,7 +253,7 @@ impl UbRegistry {
                 kind,
                 dev.numa_node(),
                 mapping,
-                Backing::BarDmaBuf(m, dev.clone(), fd),
+                Backing::BarDmaBuf(m, dev.clone(), fd, record),
             ));
         }
         // SAFETY: the BAR mapping (and the device) move into the region; the range lies in it.
@@ -233,7 +264,7 @@ impl UbRegistry {
                 align,
                 kind,
                 dev.numa_node(),
-                Backing::Bar(m, dev.clone()),
+                Backing::Bar(m, dev.clone(), record),
             )
         }
     }
@@ -277,17 +308,19 @@ impl UbRegistry {
         ))
     }
 
-    /// mmap BAR `bar` of `dev` through VFIO and register only `[offset, offset+len)` of it
-    /// (both 4 KiB multiples, inside the BAR) as a [`RegionKind::BarWindow`]: device memory such
-    /// as an NVMe Controller Memory Buffer, a DMA target for the other devices of the domain.
-    /// Bad arguments change nothing.
+    /// mmap BAR `bar` of the device `claim` holds and register only `[offset, offset+len)` of
+    /// it (both 4 KiB multiples, inside the BAR, not overlapping a registered range) as a
+    /// [`RegionKind::BarWindow`]: device memory such as an NVMe Controller Memory Buffer, a DMA
+    /// target for the other devices of the domain. For the driver holding the device. Bad
+    /// arguments change nothing.
     pub fn register_bar_window(
         &self,
-        dev: &Arc<PciDevice>,
+        claim: &crate::pci::DeviceClaim,
         bar: u8,
         offset: u64,
         len: u64,
     ) -> Result<Arc<UbRegion>> {
+        let dev = claim.device();
         self.refuse_bar_without_iommu(dev, bar)?;
         let bar_len = dev.bar_len(bar)?;
         let end = offset.checked_add(len);
@@ -297,19 +330,25 @@ impl UbRegistry {
                 dev.address()
             )));
         }
-        let m = dev.map_bar(bar)?;
+        let access = claim.access();
+        let m = access.map_bar(bar)?;
         if m.is_model() {
             return Err(CoreError::Unsupported {
                 addr: dev.address(),
                 what: "registering a BAR window of a device model (no memory behind it)",
             });
         }
-        let kind = RegionKind::BarWindow {
-            device: dev.address(),
+        let span = BarSpan {
             bar,
             offset,
+            len: len as usize,
+            kind: RegionKind::BarWindow {
+                device: dev.address(),
+                bar,
+                offset,
+            },
         };
-        self.register_bar_range(dev, bar, m, offset, len as usize, kind)
+        self.register_bar_range(dev, access, m, span)
     }
 
     /// Map and register memory the caller allocated.

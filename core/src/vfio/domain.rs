@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use vfio_ioctls::{VfioContainer, VfioError};
 
 use super::backend::{Backend, OpenedDevice};
+use super::domain_id::DomainId;
 use super::iommu_info::IommuInfo;
 use super::mapping::DmaMapping;
 use super::preflight::{group_members_in, DeviceSysfs};
@@ -41,6 +42,7 @@ const IOVA_FLOOR: u64 = 1 << 20;
 /// later device must use the same one. An iommufd IOAS outlives its devices: its mappings stay
 /// while no device is open (nothing is replayed); new mappings still wait for a device.
 pub struct DmaDomain {
+    id: DomainId,
     backend: OnceLock<Backend>,
     options: DomainOptions,
     state: Mutex<State>,
@@ -163,6 +165,7 @@ impl std::fmt::Debug for DmaDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.lock();
         f.debug_struct("DmaDomain")
+            .field("id", &self.id)
             .field("host_only", &self.is_host_only())
             .field("info", &s.info)
             .field("mappings", &s.maps.len())
@@ -305,10 +308,16 @@ impl DmaDomain {
             let _ = cell.set(b);
         }
         DmaDomain {
+            id: DomainId::next(),
             backend: cell,
             options,
             state: Mutex::new(st),
         }
+    }
+
+    /// The domain's identity, carried by every region mapped in it.
+    pub fn id(&self) -> DomainId {
+        self.id
     }
 
     /// The back end, once chosen.

@@ -4,6 +4,7 @@
 mod backend;
 pub(crate) mod dmabuf;
 mod domain;
+mod domain_id;
 mod iommu_info;
 mod iommufd;
 mod mapping;
@@ -16,6 +17,7 @@ mod select;
 
 pub(crate) use backend::OpenedDevice;
 pub use domain::DmaDomain;
+pub use domain_id::DomainId;
 pub use iommu_info::IommuInfo;
 pub use mapping::DmaMapping;
 pub use segments::DmaSegment;

@@ -180,6 +180,8 @@ pub struct NvmeModel {
     /// The CMB's BAR and its length.
     cmb_bar: Option<(u8, u64)>,
     numa_node: Option<u32>,
+    /// Set once the model wants the device back (a modelled unbind or hot-unplug request).
+    removal: std::sync::atomic::AtomicBool,
     st: Mutex<State>,
 }
 
@@ -197,6 +199,7 @@ impl NvmeModel {
             bar0_len: cfg.bar0_len,
             cmb_bar: cfg.cmb.map(|c| (c.bir, c.bar_len)),
             numa_node: cfg.numa_node,
+            removal: std::sync::atomic::AtomicBool::new(false),
             st: Mutex::new(State {
                 cfg,
                 regs: [0; 0x40],
@@ -267,6 +270,12 @@ impl NvmeModel {
         self.lock().cmbmsc
     }
 
+    /// Ask for the device back, as the kernel does on unbind or hot-unplug.
+    pub fn request_removal(&self) {
+        self.removal
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Replace the tamper (None: well-behaved from now on).
     pub fn set_tamper(&self, tamper: Option<Box<dyn Tamper>>) {
         self.lock().tamper = tamper;
@@ -276,6 +285,9 @@ impl NvmeModel {
 impl DeviceModel for NvmeModel {
     fn numa_node(&self) -> Option<u32> {
         self.numa_node
+    }
+    fn removal_requested(&self) -> bool {
+        self.removal.load(std::sync::atomic::Ordering::Acquire)
     }
     fn config_read(&self, off: u16, buf: &mut [u8]) {
         self.config.read(off, buf)

@@ -41,6 +41,8 @@ struct InFlight {
 pub struct CudaSink {
     gpu: Arc<CudaGpu>,
     _regs: Vec<HostRegistration>,
+    /// The DMA domain of the registered regions: buffers of another domain are refused.
+    domain: Option<ubdirect_core::DomainId>,
     streams: Vec<sys::CUstream>,
     events: Vec<sys::CUevent>,
     fifo: Vec<VecDeque<u32>>,
@@ -72,13 +74,24 @@ impl std::fmt::Debug for CudaSink {
 }
 
 impl CudaSink {
-    /// Open the GPU, register `regions` (the pool's host memory) once, create the streams,
-    /// events and the device ring. `regions` may be empty (copies then go through CUDA's staging).
+    /// Open the GPU, register `regions` (the pool's host memory, all of one DMA domain) once,
+    /// create the streams, events and the device ring. `regions` may be empty (copies then go
+    /// through CUDA's staging); otherwise a buffer of another domain is refused at submit.
     pub fn new(cfg: &CudaSinkConfig, regions: &[Arc<UbRegion>]) -> Result<CudaSink, CudaError> {
         if cfg.depth == 0 || cfg.block_size == 0 || cfg.streams == 0 {
             return Err(CudaError::Invalid(format!(
                 "CUDA sink needs depth, block size and streams > 0 (got {}, {}, {})",
                 cfg.depth, cfg.block_size, cfg.streams
+            )));
+        }
+        let domain = regions.first().map(|r| r.domain());
+        if let Some(r) = regions.iter().find(|r| Some(r.domain()) != domain) {
+            return Err(CudaError::Invalid(format!(
+                "CUDA sink regions must share one DMA domain: region {} is mapped in {}, region {} in {}",
+                regions[0].id,
+                regions[0].domain(),
+                r.id,
+                r.domain()
             )));
         }
         let gpu = CudaGpu::open(cfg.ordinal)?;
@@ -106,6 +119,7 @@ impl CudaSink {
         let mut sink = CudaSink {
             gpu,
             _regs: regs,
+            domain,
             streams: Vec::new(),
             events: Vec::new(),
             fifo: Vec::new(),
@@ -388,6 +402,14 @@ impl CudaSink {
 
 impl Sink for CudaSink {
     fn submit(&mut self, buf: UbBuf, len: usize, tag: u64) -> Result<(), (UbBuf, SinkError)> {
+        if let Some(domain) = self.domain {
+            if let Err(e) = buf.region().check_dma(domain) {
+                return Err((
+                    buf,
+                    SinkError::new(SinkErrorKind::InvalidRequest, e.to_string()),
+                ));
+            }
+        }
         match self.submit_inner(buf.as_ptr(), buf.len(), len, tag) {
             Ok(slot) => {
                 self.slots[slot as usize] = Some(InFlight {

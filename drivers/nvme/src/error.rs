@@ -221,6 +221,24 @@ pub enum NvmeError {
         /// Queue depth.
         depth: usize,
     },
+    /// The kernel asked for the device back (unbind, hot-unplug, sysfs `remove`): the queue
+    /// stopped; dropping the controller releases the device and lets the removal finish.
+    #[error("the kernel asked for {addr} back (unbind, hot-unplug or sysfs remove): I/O on it stopped; close the controller (drop it) so the removal can finish")]
+    RemovalRequested {
+        /// The device.
+        addr: String,
+    },
+    /// A transfer larger than one command carries on a transport that does not split requests.
+    #[error("a {len}-byte transfer is larger than the {max} bytes one NVMe/TCP command carries (the controller's MDTS, at most 2 MiB): split it into several commands")]
+    TransferTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// Bytes one command carries.
+        max: u64,
+    },
+    /// The NVMe/TCP transport failed (connection, protocol, or the target's answer).
+    #[error(transparent)]
+    Tcp(Box<crate::transport::tcp::TcpError>),
     /// An argument outside what the device reports it supports.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
@@ -282,5 +300,11 @@ impl NvmeError {
                 | NvmeError::RequestTooLarge { .. }
                 | NvmeError::InvalidArgument(_)
         )
+    }
+}
+
+impl From<crate::transport::tcp::TcpError> for NvmeError {
+    fn from(e: crate::transport::tcp::TcpError) -> NvmeError {
+        NvmeError::Tcp(Box::new(e))
     }
 }

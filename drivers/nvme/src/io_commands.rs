@@ -9,6 +9,7 @@ use crate::io_types::{IoBuf, IoData, IoPayload, Rejected, SgList};
 use crate::namespace::{Lba, Namespace};
 use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE};
 use crate::spec::Sqe;
+use ubdirect_core::DomainId;
 
 /// Most blocks in one command's 16-bit zero-based NLB field.
 const MAX_NLB: u64 = 1 << 16;
@@ -29,7 +30,7 @@ pub(crate) fn check_range(ns: &NsLimits, slba: u64, len: usize) -> Result<u64, N
 }
 
 #[inline]
-fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
+pub(crate) fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
     match slba.checked_add(nlb) {
         Some(end) if end <= ns.nsze && nlb > 0 => Ok(()),
         _ => Err(NvmeError::LbaOutOfRange {
@@ -41,10 +42,11 @@ fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeError> {
     }
 }
 
-/// The window's IOVA must be dword aligned (PRP entry rule).
+/// The buffer must be mapped in the device's domain and reachable, and the window's IOVA
+/// dword aligned (PRP entry rule).
 #[inline]
-fn check_one(buf: &IoBuf) -> Result<(), NvmeError> {
-    buf.buf().region().check_dma()?;
+fn check_one(buf: &IoBuf, domain: DomainId) -> Result<(), NvmeError> {
+    buf.buf().region().check_dma(domain)?;
     let iova = buf.iova();
     if iova & 3 != 0 {
         return Err(crate::prp::PrpError::Misaligned { iova }.into());
@@ -52,11 +54,11 @@ fn check_one(buf: &IoBuf) -> Result<(), NvmeError> {
     Ok(())
 }
 
-fn check_sg(sg: &SgList, len: usize) -> Result<(), NvmeError> {
+fn check_sg(sg: &SgList, len: usize, domain: DomainId) -> Result<(), NvmeError> {
     let ps = PAGE_SIZE as u64;
     let n = sg.len();
     for (i, s) in sg.iter().enumerate() {
-        s.buf.region().check_dma()?;
+        s.buf.region().check_dma(domain)?;
         if s.offset.checked_add(s.len).is_none_or(|e| e > s.buf.len()) || s.len == 0 {
             return Err(NvmeError::BufferTooSmall {
                 need: s.offset.saturating_add(s.len),
@@ -110,12 +112,12 @@ impl<P: IoPayload> IoQueuePair<P> {
             let ns = self.ns_limits(ns.nsid())?;
             let len = match bufs.data() {
                 IoData::One(b) => {
-                    check_one(b)?;
+                    check_one(b, self.domain)?;
                     b.len()
                 }
                 IoData::Sg(sg) => {
                     let len = sg.total_len();
-                    check_sg(sg, len)?;
+                    check_sg(sg, len, self.domain)?;
                     len
                 }
                 IoData::None => {

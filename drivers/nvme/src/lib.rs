@@ -61,6 +61,7 @@ pub mod log_pages;
 mod namespace;
 pub mod perf;
 pub mod prp;
+pub mod qpair;
 mod ring;
 pub mod spec;
 pub mod status;

@@ -96,7 +96,11 @@ fn nvme_reads_into_a_bar_imported_as_a_dmabuf() {
 fn an_exported_bar_dmabuf_registers_as_an_external_dmabuf_region() {
     let Some(bed) = iommufd_bed() else { return };
     let dev = open_ivshmem(&bed);
-    let fd = dev.export_bar_dmabuf(2).expect("vfio-pci exports BAR2");
+    let fd = dev
+        .access()
+        .unwrap()
+        .export_bar_dmabuf(2)
+        .expect("vfio-pci exports BAR2");
     let len = 64 << 20;
     let r = bed
         .registry
@@ -122,7 +126,11 @@ fn an_exported_bar_dmabuf_registers_as_an_external_dmabuf_region() {
     assert!(e.to_string().contains("no CPU mapping"), "{e}");
     // Bad input changes nothing: a length beyond the dma-buf is refused by the kernel.
     let count = bed.registry.domain().mapping_count();
-    let fd2 = dev.export_bar_dmabuf(2).expect("export again");
+    let fd2 = dev
+        .access()
+        .unwrap()
+        .export_bar_dmabuf(2)
+        .expect("export again");
     let e = bed
         .registry
         .register_dmabuf(fd2, len * 2, None)
@@ -142,14 +150,16 @@ fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
     // The read before the revocation; its host check ("nvme-dmabuf-revoked") runs after the
     // guest exits: the backing file still holds these bytes (nothing reaches the BAR later).
     let buf = bar.read_and_check(&mut qp, "nvme-dmabuf-revoked", 5, (lba_before, len, 0));
-    assert!(bar.region.check_dma().is_ok());
+    assert!(bar.region.check_dma(bed.registry.domain().id()).is_ok());
     let dev = bar.dev.clone();
     // The exporter revokes: memory decoding of the ivshmem device off (vfio-pci moves its
     // dma-bufs to revoked; iommufd drops the IOAS's translation of them and never restores
     // it, and the kernel tells userspace nothing). The write went through ubdirect's
     // PciDevice, so the library knows: I/O into the region is refused before it is queued.
     let cmd = dev.config_read_u16(0x04).expect("command register");
-    dev.config_write_u16(0x04, cmd & !0x2)
+    dev.access()
+        .unwrap()
+        .config_write_u16(0x04, cmd & !0x2)
         .expect("memory decoding off");
     let revoked = |r: Result<IoBuf, ubdirect_nvme::Rejected>, what: &str| -> IoBuf {
         let rej = match r {
@@ -180,7 +190,9 @@ fn io_into_a_revoked_bar_dmabuf_is_refused_until_it_is_registered_again() {
     );
     // Memory decoding back on: iommufd does not map a revoked dma-buf again, so the region
     // stays refused.
-    dev.config_write_u16(0x04, cmd)
+    dev.access()
+        .unwrap()
+        .config_write_u16(0x04, cmd)
         .expect("memory decoding back on");
     let buf = revoked(
         qp.read_blocking(&ns, Lba(lba_after), buf, T),

@@ -435,3 +435,42 @@ fn a_lost_sq_doorbell_write_is_written_again_and_the_reads_complete_without_a_ti
         assert_eq!(b.model.stats().admin_count(admin_opcode::ABORT), 0);
     });
 }
+
+#[test]
+fn a_queue_answers_the_kernels_request_for_the_device_within_its_deadline_check() {
+    use ubdirect_devmodel::nvme::Hostile;
+    let (reg, m, dev) = model_support::hostile(NvmeConfig::default(), Hostile::default());
+    let ctrl = Controller::open_device(&reg, dev, model_support::fast_opts()).unwrap();
+    let pool = model_support::anon_pool(&reg, 4096, 4);
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = model_support::queue(&ctrl, 4);
+    // The device stops answering: reads stay in flight, so the queue keeps checking.
+    m.set_tamper(Some(
+        Hostile {
+            silent_after: Some(0),
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    let b = IoBuf::prefix(pool.get().unwrap(), 4096).unwrap();
+    q.submit_read(&ns, Lba(0), b, IoFlags::empty(), 1).unwrap();
+    q.ring();
+    m.request_removal();
+    let t0 = std::time::Instant::now();
+    let e = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the removal request went unanswered"
+        );
+        if let Err(e) = q.poll(4, |_| {}) {
+            break e;
+        }
+    };
+    assert!(matches!(e, NvmeError::RemovalRequested { .. }), "{e}");
+    assert!(e.to_string().contains("asked for"), "{e}");
+    // Every later call says the same.
+    assert!(matches!(
+        q.poll(4, |_| {}),
+        Err(NvmeError::RemovalRequested { .. })
+    ));
+}

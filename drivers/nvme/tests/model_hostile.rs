@@ -390,3 +390,64 @@ fn a_controller_that_never_reports_shutdown_complete_is_dropped_within_the_rtd3e
         "{took:?}"
     );
 }
+
+/// DMA allocations (rings, PRP lists, shadow pages) the registry's regions still carry.
+fn dma_users(reg: &std::sync::Arc<ubdirect_core::UbRegistry>) -> usize {
+    reg.regions().iter().map(|r| r.users()).sum()
+}
+
+/// The users left by a controller opened and shut down normally (the DMA slab the registry
+/// keeps for later allocations).
+fn settled_users(
+    reg: &std::sync::Arc<ubdirect_core::UbRegistry>,
+    dev: &std::sync::Arc<ubdirect_core::PciDevice>,
+) -> usize {
+    drop(Controller::open_device(reg, dev.clone(), fast_opts()).unwrap());
+    dma_users(reg)
+}
+
+#[test]
+fn registers_reading_all_ones_with_bus_mastering_on_keep_the_rings_out_of_reuse() {
+    let (reg, m, dev) = hostile(NvmeConfig::default(), Hostile::default());
+    let before = settled_users(&reg, &dev);
+    let ctrl = Controller::open_device(&reg, dev.clone(), fast_opts()).unwrap();
+    assert!(dma_users(&reg) > before);
+    // The registers stop answering (as with memory decoding off) while config space still
+    // answers and bus mastering stays on: the device may still DMA into its rings.
+    m.set_tamper(Some(
+        Hostile {
+            all_ones_after: Some(0),
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    drop(ctrl);
+    assert!(
+        dma_users(&reg) > before,
+        "the rings of a device that may still DMA went back for reuse"
+    );
+}
+
+#[test]
+fn registers_reading_all_ones_with_bus_mastering_off_give_the_rings_back() {
+    let (reg, m, dev) = hostile(NvmeConfig::default(), Hostile::default());
+    let before = settled_users(&reg, &dev);
+    let ctrl = Controller::open_device(&reg, dev.clone(), fast_opts()).unwrap();
+    m.set_tamper(Some(
+        Hostile {
+            all_ones_after: Some(0),
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    // SAFETY: bus mastering off stops the device's DMA, which is what this test is about.
+    let access = unsafe { dev.access_unclaimed() };
+    let cmd = dev.config_read_u16(4).unwrap();
+    access.config_write_u16(4, cmd & !(1 << 2)).unwrap();
+    drop(ctrl);
+    assert_eq!(
+        dma_users(&reg),
+        before,
+        "a device that cannot DMA leaks nothing"
+    );
+}

@@ -69,6 +69,15 @@ pub enum UringError {
         /// Buffer length.
         buf_len: usize,
     },
+    /// A request longer than one io_uring request carries ([`crate::UringQueue`]'s
+    /// `max_transfer`).
+    #[error("request of {len} bytes is longer than the {max}-byte maximum transfer of an io_uring request: split it into requests of at most {max} bytes")]
+    TooLarge {
+        /// Length asked for.
+        len: usize,
+        /// The maximum transfer.
+        max: usize,
+    },
     /// A zero-length request.
     #[error("zero-length request: nothing to do")]
     ZeroLength,
@@ -111,6 +120,7 @@ pub fn to_block_error(e: &UringError) -> ubdirect_core::seams::BlockError {
         UringError::OutOfRange { .. }
         | UringError::Unaligned { .. }
         | UringError::BufferTooSmall { .. }
+        | UringError::TooLarge { .. }
         | UringError::ZeroLength
         | UringError::ReadOnly => K::InvalidRequest,
         UringError::QueueFull { .. } => K::QueueFull,

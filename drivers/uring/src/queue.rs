@@ -22,6 +22,11 @@ const ENTER_EVERY_EMPTY_POLLS: u32 = 32;
 /// How long an empty poll of an O_DIRECT queue waits in the kernel by default.
 const DEFAULT_DIRECT_IDLE_WAIT: Duration = Duration::from_millis(1);
 
+/// The longest request: one SQE carries a u32 length; keep it to 1 GiB (a fixed buffer's
+/// maximum). Longer requests are refused ([`UringError::TooLarge`]), never cut short.
+const MAX_TRANSFER: usize = crate::fixed::MAX_FIXED_LEN;
+const _: () = assert!(MAX_TRANSFER <= u32::MAX as usize);
+
 /// An io_uring block queue over one file or block device.
 pub struct UringQueue {
     ring: IoUring,
@@ -192,6 +197,13 @@ impl UringQueue {
         if len == 0 {
             return Err(UringError::ZeroLength);
         }
+        // One SQE carries a u32 length: a longer request would be cut short silently.
+        if len > MAX_TRANSFER {
+            return Err(UringError::TooLarge {
+                len,
+                max: MAX_TRANSFER,
+            });
+        }
         if len > buf.len() {
             return Err(UringError::BufferTooSmall {
                 len,
@@ -258,6 +270,7 @@ impl UringQueue {
                 ))
             }
         };
+        // len <= MAX_TRANSFER (check), which fits in a u32: nothing is cut off.
         let len32 = len as u32;
         let entry = match (write, fixed) {
             (false, Some(bi)) => opcode::ReadFixed::new(fd, ptr, len32, bi)
@@ -384,8 +397,7 @@ impl BlockQueue for UringQueue {
         self.slots.capacity()
     }
     fn max_transfer(&self) -> usize {
-        // One SQE carries a u32 length; keep it to a 1 GiB (a fixed buffer's maximum).
-        crate::fixed::MAX_FIXED_LEN
+        MAX_TRANSFER
     }
     fn submit_read(
         &mut self,

@@ -208,6 +208,60 @@ fn bad_requests_are_refused_and_change_nothing() {
     assert_eq!(pool.stats().in_use, 0, "every refused buffer came back");
 }
 
+/// A request longer than `max_transfer` is refused before it is submitted, also one of 4 GiB
+/// or more (one SQE carries a u32 length: 4 GiB + 4 KiB would go out as a 4 KiB read and
+/// complete "successfully"). The 8 GiB block and the file are sparse: nothing is touched.
+#[test]
+fn requests_longer_than_max_transfer_are_refused_not_cut_short() {
+    const GIB4: u64 = 4 << 30;
+    let (f, _) = temp_file("huge", 4096);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f.0)
+        .unwrap()
+        .set_len(GIB4 + (1 << 20))
+        .unwrap();
+    let cfg = PoolConfig {
+        block_size: 8 << 30,
+        block_count: 1,
+    };
+    let pool = UbPool::with_anonymous(&UbRegistry::new(DmaDomain::host_only()), cfg, None).unwrap();
+    let opts = UringOptions {
+        direct: DirectMode::Off,
+        writable: true,
+        depth: 4,
+        ..UringOptions::default()
+    };
+    // No fixed buffers: registering would pin the 8 GiB block.
+    let mut q = UringQueue::open(&f.0, &[], &opts).unwrap();
+    let max = q.max_transfer();
+    assert_eq!(max, 1 << 30);
+    let mut b = pool.get().unwrap();
+    for len in [GIB4 as usize + 4096, GIB4 as usize, max + 4096] {
+        let (back, e) = q.submit_read(b, 0, len, 0).unwrap_err();
+        assert_eq!(
+            e.kind,
+            BlockErrorKind::InvalidRequest,
+            "{len}: {}",
+            e.message
+        );
+        assert!(e.message.contains("maximum transfer"), "{}", e.message);
+        let (back, e) = q.submit_write(back, 0, len, 0).unwrap_err();
+        assert_eq!(
+            e.kind,
+            BlockErrorKind::InvalidRequest,
+            "{len}: {}",
+            e.message
+        );
+        b = back;
+    }
+    assert_eq!(q.in_flight(), 0, "refused requests are not in flight");
+    // A request within the limit still goes through.
+    q.submit_read(b, GIB4, 4096, 7).map_err(|(_, e)| e).unwrap();
+    let c = wait_all(&mut q, 1).pop().unwrap();
+    assert_eq!((c.tag, c.result.unwrap()), (7, 4096));
+}
+
 #[test]
 fn queue_full_is_a_typed_error() {
     let (f, _) = temp_file("full", 4 * BS);

@@ -180,8 +180,10 @@ impl VirtioNet {
                 "ctrl_timeout {ct:?} is out of range (1 ms to 60 s; default 2 s): it bounds every control-queue command"
             )));
         }
-        let t = Transport::open(dev.clone())?;
-        dev.enable_bus_master()?;
+        // RX buffers go to the device by IOVA: they must be mapped in its domain.
+        rx_pool.region().check_dma(registry.domain().id())?;
+        let t = Transport::open(dev.claim("virtio-net")?)?;
+        t.access().enable_bus_master()?;
         t.reset(RESET_TIMEOUT)?;
         t.add_status(status::ACKNOWLEDGE)?;
         t.add_status(status::DRIVER)?;
@@ -306,6 +308,7 @@ impl VirtioNet {
                     rx,
                     tx,
                     rx_pool: rx_pool.clone(),
+                    domain: registry.domain().id(),
                     rx_buf_len,
                     max_frame,
                     stats: NetStats::default(),

@@ -110,6 +110,9 @@ impl TxFrame {
     pub fn into_buf(self) -> UbBuf {
         self.buf
     }
+    pub(crate) fn buf(&self) -> &UbBuf {
+        &self.buf
+    }
     pub(crate) fn parts_mut(&mut self) -> (&mut UbBuf, usize) {
         (&mut self.buf, self.len)
     }

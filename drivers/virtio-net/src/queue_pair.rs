@@ -64,6 +64,8 @@ pub(crate) struct PairState {
     pub(crate) rx: Queue,
     pub(crate) tx: Queue,
     pub(crate) rx_pool: Arc<UbPool>,
+    /// The device's DMA domain: TX buffers of another domain are refused.
+    pub(crate) domain: ubdirect_core::DomainId,
     pub(crate) rx_buf_len: u32,
     pub(crate) max_frame: usize,
     pub(crate) stats: NetStats,
@@ -250,8 +252,8 @@ impl PairState {
     /// back to their pools once the device has used them); unsent ones stay, in order, for the
     /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
     ///
-    /// Every frame is checked first; a frame too long or too short fails the whole burst with
-    /// nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
+    /// Every frame is checked first; a frame too long or too short, or in a buffer mapped in
+    /// another DMA domain, fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
     /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
     pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
@@ -261,6 +263,7 @@ impl PairState {
         }
         for (i, f) in frames.iter().enumerate() {
             check_len(i, f.len(), self.max_frame)?;
+            f.buf().region().check_dma(self.domain)?;
         }
         self.reclaim_tx()?;
         let k = frames.len().min(self.tx.ring.free_count());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::mmio::Mmio;
-use ubdirect_core::pci::{PciAddress, PciDevice};
+use ubdirect_core::pci::{DeviceAccess, DeviceClaim, PciAddress, PciDevice};
 
 use crate::common_cfg::{self as cc, status, NO_VECTOR};
 use crate::error::{Result, VirtioNetError};
@@ -56,7 +56,6 @@ impl Doorbell {
 
 /// An opened modern virtio-pci device.
 pub struct Transport {
-    dev: Arc<PciDevice>,
     common: Arc<Window>,
     /// `num_queues` as read at open.
     num_queues_at_open: u16,
@@ -67,6 +66,8 @@ pub struct Transport {
     notify_off_multiplier: u32,
     device_cfg: Option<Window>,
     _isr: Window,
+    /// This driver's claim on the device; released after the BAR windows are unmapped.
+    claim: DeviceClaim,
 }
 
 fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Result<()> {
@@ -90,8 +91,10 @@ fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Resu
 }
 
 impl Transport {
-    /// Walks the device's virtio capabilities and maps the BAR windows they name.
-    pub fn open(dev: Arc<PciDevice>) -> Result<Transport> {
+    /// Walks the device's virtio capabilities and maps the BAR windows they name, through the
+    /// driver's claim on the device (kept for as long as the transport lives).
+    pub fn open(claim: DeviceClaim) -> Result<Transport> {
+        let dev = claim.device().clone();
         let addr = dev.address();
         let caps: Vec<(u8, u16)> = dev
             .capabilities()?
@@ -122,7 +125,7 @@ impl Transport {
         }
         for (what, loc) in &locs {
             if !maps.iter().any(|(b, _)| *b == loc.bar) {
-                maps.push((loc.bar, dev.map_bar(loc.bar)?));
+                maps.push((loc.bar, claim.access().map_bar(loc.bar)?));
             }
             let bar_len = maps
                 .iter()
@@ -177,18 +180,23 @@ impl Transport {
             notify_off_multiplier: layout.notify_off_multiplier,
             device_cfg: layout.device.map(|d| window("device", d)).transpose()?,
             _isr: window("isr", layout.isr)?,
-            dev,
+            claim,
         })
     }
 
-    /// The PCI device.
+    /// The PCI device (held by this driver).
     pub fn device(&self) -> &Arc<PciDevice> {
-        &self.dev
+        self.claim.device()
+    }
+
+    /// The operations that program the device, through this driver's claim.
+    pub(crate) fn access(&self) -> DeviceAccess<'_> {
+        self.claim.access()
     }
 
     /// The device's PCI address.
     pub fn address(&self) -> PciAddress {
-        self.dev.address()
+        self.claim.device().address()
     }
 
     fn c(&self) -> &Mmio {

@@ -10,7 +10,8 @@ pub mod layout;
 
 use std::sync::{Arc, Mutex};
 
-use ubdirect_core::{Mmio, PciDevice, RegionOwner, UbRegion, UbRegistry};
+use ubdirect_core::pci::DeviceClaim;
+use ubdirect_core::{Mmio, RegionOwner, UbRegion, UbRegistry};
 
 use crate::error::{NvmeError, Result};
 use crate::spec::regs::Cap;
@@ -49,11 +50,12 @@ impl Cmb {
     /// CMBMSC.CRE, decode CMBLOC / CMBSZ ([`CmbLayout::decode`]), register the BAR window, then
     /// set CMBMSC.CBA to its IOVA with CMSE. [`NvmeError::NoCmb`] when there is none.
     pub(crate) fn open(
-        dev: &Arc<PciDevice>,
+        claim: &DeviceClaim,
         mmio: &Mmio,
         registry: &Arc<UbRegistry>,
         cap: Cap,
     ) -> Result<Arc<Cmb>> {
+        let dev = claim.device();
         let addr = dev.address().to_string();
         mmio.check_access(REG_CMBSTS, 4)
             .map_err(|_| NvmeError::DeviceInput {
@@ -67,7 +69,7 @@ impl Cmb {
         let (loc, sz) = (mmio.read32(REG_CMBLOC), mmio.read32(REG_CMBSZ));
         let layout = CmbLayout::decode(loc, sz, |b| dev.bar_len(b).ok())?
             .ok_or(NvmeError::NoCmb { addr: addr.clone() })?;
-        let region = registry.register_bar_window(dev, layout.bir, layout.offset, layout.size)?;
+        let region = registry.register_bar_window(claim, layout.bir, layout.offset, layout.size)?;
         let cba = if cap.cmbs() {
             let cba = region.iova;
             mmio.write64(REG_CMBMSC, cba | CMBMSC_CRE | CMBMSC_CMSE);

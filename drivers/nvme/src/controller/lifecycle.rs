@@ -205,8 +205,10 @@ impl Drop for Controller {
         if let Err(e) = self.shutdown() {
             tracing::warn!(error = %e, "NVMe controller shutdown failed");
             // A controller that did not stop may still DMA: keep its rings and shadow pages
-            // mapped rather than hand that memory to someone else. A gone device cannot DMA.
-            leak = !matches!(e, NvmeError::DeviceGone { .. });
+            // mapped rather than hand that memory to someone else. A gone device cannot DMA;
+            // registers reading all-ones also mean memory decoding is off, so config space
+            // decides.
+            leak = !(matches!(e, NvmeError::DeviceGone { .. }) && cannot_dma(self.device()));
         }
         if leak {
             if let Some(s) = self.shadow.take() {
@@ -216,6 +218,20 @@ impl Drop for Controller {
             // SAFETY: dropped exactly once, here; `admin` is not used after this point.
             unsafe { ManuallyDrop::drop(&mut self.admin) };
         }
+    }
+}
+
+/// Whether a function whose registers read all-ones can no longer DMA: its config space is gone
+/// too (all-ones or unreadable: removed, or dead on the link), or bus mastering is off. With
+/// config space answering and bus mastering on, the registers may only have stopped decoding
+/// while the device still masters the bus.
+fn cannot_dma(dev: &ubdirect_core::PciDevice) -> bool {
+    const BUS_MASTER: u16 = 1 << 2;
+    match dev.config_read_u32(0) {
+        Err(_) | Ok(u32::MAX) => true,
+        Ok(_) => dev
+            .config_read_u16(4)
+            .is_ok_and(|cmd| cmd & BUS_MASTER == 0),
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use ubdirect_core::pci::DeviceClaim;
 use ubdirect_core::{DmaMem, Mmio, PciAddress, PciDevice, UbRegistry};
 
 use crate::admin_queue::AdminQueue;
@@ -117,7 +118,9 @@ pub struct Controller {
     // Dropped by hand in Drop, after the controller is disabled (or leaked if it will not stop).
     admin: ManuallyDrop<Mutex<AdminQueue>>,
     registry: Arc<UbRegistry>,
-    dev: Arc<PciDevice>,
+    /// This driver's claim on the device: the only way to program it while the controller
+    /// lives; released last.
+    claim: DeviceClaim,
 }
 
 impl Controller {
@@ -149,7 +152,8 @@ impl Controller {
                 class,
             });
         }
-        let mmio = Arc::new(dev.map_bar(0)?);
+        let claim = dev.claim("nvme")?;
+        let mmio = Arc::new(claim.access().map_bar(0)?);
         // The registers up to ACQ must lie in BAR0 before any of them is read.
         mmio.check_access(checks::REGISTERS_END - 8, 8)?;
         let cap = transport::read_cap(&mut &*mmio)?;
@@ -176,7 +180,7 @@ impl Controller {
             dev.numa_node(),
         )?;
         let mut ctrl = Controller {
-            dev,
+            claim,
             registry: registry.clone(),
             mmio,
             cap,
@@ -199,9 +203,9 @@ impl Controller {
         ctrl.disable()?;
         // Bus mastering only once the controller is disabled: a controller left running by a
         // previous owner gets no chance to DMA with its old queue addresses.
-        ctrl.dev.enable_bus_master()?;
+        ctrl.claim.access().enable_bus_master()?;
         if ctrl.opts.cmb {
-            let cmb = crate::cmb::Cmb::open(&ctrl.dev, &ctrl.mmio, &ctrl.registry, ctrl.cap)?;
+            let cmb = crate::cmb::Cmb::open(&ctrl.claim, &ctrl.mmio, &ctrl.registry, ctrl.cap)?;
             ctrl.cmb = Some(cmb);
         }
         {
@@ -227,7 +231,7 @@ impl Controller {
             ctrl.enable_shadow_doorbells()?;
         }
         tracing::debug!(
-            addr = %ctrl.dev.address(),
+            addr = %ctrl.claim.device().address(),
             mn = %ctrl.info().mn,
             namespaces = ctrl.namespaces.len(),
             io_queues = ctrl.io_queues_granted,
@@ -244,9 +248,10 @@ impl Controller {
         &self.span
     }
 
-    /// The PCI device.
+    /// The PCI device (held by this driver: [`PciDevice::access`] refuses to program it while
+    /// the controller lives).
     pub fn device(&self) -> &Arc<PciDevice> {
-        &self.dev
+        self.claim.device()
     }
     /// The UB registry whose DMA domain the controller lives in.
     pub fn registry(&self) -> &Arc<UbRegistry> {

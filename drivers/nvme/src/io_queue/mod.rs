@@ -95,6 +95,8 @@ pub(crate) enum Dead {
     Wedged,
     /// The controller was reset under a queue that reports instead of recovering.
     ResetUnder,
+    /// The kernel asked for the device back (unbind, hot-unplug, sysfs remove).
+    Removed,
 }
 
 /// The data of a request being built: where its bytes are.
@@ -155,6 +157,8 @@ pub struct IoQueuePair<P: IoPayload = IoBufs> {
     /// Set once the controller cannot complete anything: every later call fails at once.
     dead: Option<(Dead, Instant)>,
     stats: QueueStats,
+    /// The controller's DMA domain: a buffer of another domain is refused at submit.
+    pub(crate) domain: ubdirect_core::DomainId,
     // Last: the doorbells' BAR mapping must go before the controller (and its device) can.
     ctrl: Arc<Controller>,
 }
@@ -219,6 +223,7 @@ impl<P: IoPayload> IoQueuePair<P> {
         let mut reqs = Vec::with_capacity(depth);
         reqs.resize_with(depth, ReqSlot::default);
         Ok(IoQueuePair {
+            domain: ctrl.registry().domain().id(),
             ctrl: ctrl.clone(),
             qid,
             sq: ManuallyDrop::new(sq),

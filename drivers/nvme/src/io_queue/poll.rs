@@ -178,6 +178,9 @@ impl<P: IoPayload> IoQueuePair<P> {
                 qid: self.qid,
                 outstanding: self.in_flight,
             },
+            Dead::Removed => NvmeError::RemovalRequested {
+                addr: self.ctrl.device().address().to_string(),
+            },
         })
     }
 
@@ -190,6 +193,7 @@ impl<P: IoPayload> IoQueuePair<P> {
             NvmeError::ControllerNotReady { csts, .. } => Dead::NotReady(csts),
             NvmeError::ReadyTimeout { csts, .. } => Dead::NotReady(csts),
             NvmeError::ResetUnderQueue { .. } => Dead::ResetUnder,
+            NvmeError::RemovalRequested { .. } => Dead::Removed,
             _ => Dead::Wedged,
         };
         self.dead = Some((why, Instant::now()));
@@ -205,6 +209,12 @@ impl<P: IoPayload> IoQueuePair<P> {
             return Ok(0);
         }
         self.last_check = now;
+        // The kernel waits for the device until this process lets go of it: answer at once
+        // (one eventfd read per check, at most every 50 ms).
+        if self.ctrl.device().removal_requested() {
+            let addr = self.ctrl.device().address().to_string();
+            return Err(self.die(NvmeError::RemovalRequested { addr }));
+        }
         let ages = Ages::scan(
             self.cmds.iter().map(|c| (c.active, c.aborted, c.stamp)),
             now,

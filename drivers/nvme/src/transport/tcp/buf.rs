@@ -5,14 +5,24 @@
 use ubdirect_core::UbBuf;
 
 /// Memory a command's data is read into or written from, owned by the command while in flight.
-pub trait DataBuf: Send {
+///
+/// # Safety
+/// The queue writes received data through [`DataBuf::data_ptr`] and sends bytes read through
+/// it, trusting [`DataBuf::data_len`] as the bound. An implementation must return a pointer to
+/// `data_len()` bytes of memory the value owns exclusively (nothing else reads or writes it
+/// while the buffer is in a queue), valid for reads and writes, and return the same pointer and
+/// length on every call for as long as the value is not mutated outside the queue.
+pub unsafe trait DataBuf: Send {
     /// The CPU address of the first byte.
     fn data_ptr(&mut self) -> *mut u8;
     /// Length in bytes.
     fn data_len(&self) -> usize;
 }
 
-impl DataBuf for UbBuf {
+// SAFETY: a UbBuf is the only handle to its pool block (the pool hands each block to one
+// UbBuf until it is dropped); as_ptr() is the block's mapped CPU address, valid for len()
+// bytes of reads and writes, and neither changes while the UbBuf lives.
+unsafe impl DataBuf for UbBuf {
     fn data_ptr(&mut self) -> *mut u8 {
         self.as_ptr()
     }
@@ -21,7 +31,10 @@ impl DataBuf for UbBuf {
     }
 }
 
-impl DataBuf for Vec<u8> {
+// SAFETY: a Vec owns its heap allocation; as_mut_ptr() is valid for len() bytes of reads and
+// writes (len() bytes are initialized), and neither changes while the queue holds the Vec (it
+// is not resized there).
+unsafe impl DataBuf for Vec<u8> {
     fn data_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
     }

@@ -151,6 +151,13 @@ pub enum TcpError {
         /// Why, with what to do.
         reason: &'static str,
     },
+    /// The host caught itself about to send bytes outside a command's data (a bug in the host,
+    /// not the target): nothing was sent, and the connection is closed.
+    #[error("NVMe/TCP host stopped a send: {reason}; nothing outside the command's data was sent, the connection was closed: this is a bug in ubdirect, please report it; connect again")]
+    Internal {
+        /// What was caught.
+        reason: &'static str,
+    },
     /// The controller reported something out of range.
     #[error("NVMe/TCP controller reported {field} = {value:#x}: {reason}")]
     DeviceInput {

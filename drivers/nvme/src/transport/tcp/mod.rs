@@ -24,6 +24,9 @@ mod queue_tests;
 pub mod rx;
 #[cfg(test)]
 mod rx_tests;
+mod send;
+#[cfg(test)]
+mod send_tests;
 pub mod sock;
 #[cfg(test)]
 mod test_pdus;

@@ -10,6 +10,12 @@
 //! After setup the queue allocates nothing: slots, the send ring, the receive buffer and the
 //! receive machine are sized at creation. It makes `sendmsg` / `recv` syscalls (a socket
 //! transport cannot avoid them).
+//!
+//! Every byte sent or received is checked against the live command it belongs to: an H2CData
+//! PDU only for a write the target asks data of, inside its data; a C2HData payload only into a
+//! read's buffer, inside its data. Sends queued for a command go when it ends (queued sends
+//! carry the command's sequence number, so none matches a later command under the same ID).
+//! The fuzz target `fuzz_tcp_queue` drives the queue against a scripted, partly hostile target.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -29,6 +35,7 @@ use super::pdu::{
     flags, pdu_type, CapsuleCmd, CommonHeader, DataHeader, CMD_HLEN, DIGEST_LEN, SHORT_HLEN,
 };
 use super::rx::{Dir, Event, Negotiated, RxMachine, Want};
+use super::send::{self, LiveCmd, TxItem, TxPdu};
 use super::sock;
 use crate::spec::{Cqe, Sqe};
 use crate::status::NvmeStatus;
@@ -58,33 +65,9 @@ struct Req<B> {
     name: &'static str,
     sqe: Sqe,
     started: Instant,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum TxItem {
-    Cmd {
-        cid: u16,
-    },
-    H2c {
-        cid: u16,
-        ttag: u16,
-        off: u32,
-        len: u32,
-    },
-}
-
-/// The PDU being sent: header bytes, a data range of a command's buffer, a data digest.
-struct TxPdu {
-    hdr: [u8; CMD_HLEN + DIGEST_LEN],
-    hlen: usize,
-    cid: u16,
-    data_off: usize,
-    data_len: usize,
-    ddgst: [u8; DIGEST_LEN],
-    dlen: usize,
-    sent: usize,
-    /// H2C: what is left of the R2T after this PDU (ttag, next offset, bytes left).
-    h2c_rest: Option<(u16, u32, u32)>,
+    /// The command's sequence number: queued sends carry it, so a send of an ended command
+    /// never matches the command that took its ID.
+    seq: u64,
 }
 
 /// PDUs gathered into one `sendmsg`.
@@ -127,16 +110,33 @@ fn keep_alive_expired(e: TcpError, idle: Option<(Duration, Duration)>) -> TcpErr
     }
 }
 
-/// CPU address of byte `off` of read `cid`'s buffer, where its C2HData payload lands. The
-/// receive machine checked that `off` plus the payload's length is within the command's length,
-/// which fits the buffer from the command's offset (checked at submit).
-fn read_dst<B: DataBuf>(reqs: &mut InFlight<Req<B>>, cid: u16, off: u32) -> *mut u8 {
-    let r = reqs
-        .get_mut(cid as u64)
-        .expect("rx names an active command");
-    let b = r.buf.as_mut().expect("a read carries a buffer");
-    // SAFETY: r.off + off lies inside the buffer (see above); the buffer is the command's.
-    unsafe { b.data_ptr().add(r.off + off as usize) }
+/// CPU address of bytes `off..off + len` of read `cid`'s data, where its C2HData payload
+/// lands. The receive machine checked the range against the command it tracks; this checks it
+/// again against the live command (a read, the range inside its data and its buffer), so a
+/// payload never lands outside the buffer whatever the peer sent.
+fn read_dst<B: DataBuf>(
+    reqs: &mut InFlight<Req<B>>,
+    cid: u16,
+    off: u32,
+    len: u32,
+) -> Result<*mut u8, TcpError> {
+    let bad = || TcpError::Protocol {
+        pdu: "C2HData",
+        field: "DATAO/DATAL",
+        value: ((off as u64) << 32) | len as u64,
+        reason: "names no read in flight, or bytes outside its data",
+    };
+    let r = reqs.get_mut(cid as u64).ok_or_else(bad)?;
+    let end = off as u64 + len as u64;
+    if r.dir != Dir::Read || end > r.len as u64 {
+        return Err(bad());
+    }
+    let b = r.buf.as_mut().ok_or_else(bad)?;
+    if r.off as u64 + end > b.data_len() as u64 {
+        return Err(bad());
+    }
+    // SAFETY: r.off + off + len <= data_len() (checked above): inside the command's buffer.
+    Ok(unsafe { b.data_ptr().add(r.off + off as usize) })
 }
 
 /// One NVMe/TCP queue pair over its own connection.
@@ -148,6 +148,8 @@ pub struct TcpQueue<B: DataBuf> {
     /// Commands in flight, indexed by command ID (the bookkeeping the io_uring queue shares).
     reqs: InFlight<Req<B>>,
     tx: VecDeque<TxItem>,
+    /// The sequence number of the next command submitted.
+    next_seq: u64,
     /// PDUs being sent, in order, in one `sendmsg` (only the first may be partly sent).
     batch: Vec<TxPdu>,
     incapsule: u32,
@@ -195,6 +197,7 @@ impl<B: DataBuf> TcpQueue<B> {
             neg,
             reqs: InFlight::new(depth as usize),
             tx: VecDeque::with_capacity(2 * depth as usize),
+            next_seq: 0,
             batch: Vec::with_capacity(TX_BATCH),
             incapsule,
             timeout,
@@ -387,17 +390,8 @@ impl<B: DataBuf> TcpQueue<B> {
                 buf,
             ));
         }
-        let dir = match write {
-            None => Dir::None,
-            Some(false) => Dir::Read,
-            Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
-            Some(true) => Dir::Write,
-        };
-        match dir {
-            Dir::None => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, 0),
-            Dir::WriteInCapsule => fabrics::set_sgl(&mut sqe, SGL_INCAPSULE, 0, len),
-            _ => fabrics::set_sgl(&mut sqe, SGL_TRANSPORT, 0, len),
-        }
+        let dir = self.data_dir(&mut sqe, write, len);
+        let seq = self.next_seq;
         let req = Req {
             buf,
             own,
@@ -408,6 +402,7 @@ impl<B: DataBuf> TcpQueue<B> {
             name,
             sqe,
             started: Instant::now(),
+            seq,
         };
         let cid = match self.reqs.insert(req) {
             // The table has at most `depth` (a u16) entries.
@@ -428,8 +423,26 @@ impl<B: DataBuf> TcpQueue<B> {
             .rx
             .begin(cid, dir, if dir == Dir::None { 0 } else { len });
         debug_assert!(ok);
-        self.tx.push_back(TxItem::Cmd { cid });
+        self.next_seq += 1;
+        self.tx.push_back(TxItem::Cmd { cid, seq });
         Ok(())
+    }
+
+    /// How command data of `len` bytes moves (`write`: None for no data), with `sqe`'s SGL
+    /// set to match.
+    fn data_dir(&self, sqe: &mut Sqe, write: Option<bool>, len: u32) -> Dir {
+        let dir = match write {
+            None => Dir::None,
+            Some(false) => Dir::Read,
+            Some(true) if len <= self.incapsule => Dir::WriteInCapsule,
+            Some(true) => Dir::Write,
+        };
+        match dir {
+            Dir::None => fabrics::set_sgl(sqe, SGL_TRANSPORT, 0, 0),
+            Dir::WriteInCapsule => fabrics::set_sgl(sqe, SGL_INCAPSULE, 0, len),
+            _ => fabrics::set_sgl(sqe, SGL_TRANSPORT, 0, len),
+        }
+        dir
     }
 
     /// Send what can be sent, receive what arrived, hand each finished command to `done`.
@@ -518,19 +531,37 @@ impl<B: DataBuf> TcpQueue<B> {
         }
     }
 
-    /// CPU address of byte `off` of command `cid`'s data.
-    fn data_at(&mut self, cid: u16, off: usize) -> *mut u8 {
-        let r = self.reqs.get_mut(cid as u64).expect("an active command");
-        if r.own {
-            // SAFETY: off is inside ctl (checked in run_with_bytes).
-            return unsafe { self.ctl.as_mut_ptr().add(off) };
+    /// CPU address of bytes `off..off + len` of the data of command `cid`, sequence number
+    /// `seq`: refused unless that command is still in flight under `cid` and the range lies
+    /// inside its data and its buffer.
+    fn data_range(
+        &mut self,
+        cid: u16,
+        seq: u64,
+        off: usize,
+        len: usize,
+    ) -> Result<*const u8, TcpError> {
+        const GONE: TcpError = TcpError::Internal {
+            reason: "a queued send names a command no longer in flight or bytes outside its data",
+        };
+        let r = self.reqs.get_mut(cid as u64).ok_or(GONE)?;
+        let end = off.checked_add(len).ok_or(GONE)?;
+        if r.seq != seq || end > r.len as usize {
+            return Err(GONE);
         }
-        let b = r
-            .buf
-            .as_mut()
-            .expect("a command with data carries a buffer");
-        // SAFETY: r.off + off lies inside the buffer (checked at submit).
-        unsafe { b.data_ptr().add(r.off + off) }
+        if r.own {
+            if end > self.ctl.len() {
+                return Err(GONE);
+            }
+            // SAFETY: off + len <= ctl.len() (checked above).
+            return Ok(unsafe { self.ctl.as_ptr().add(off) });
+        }
+        let b = r.buf.as_mut().ok_or(GONE)?;
+        if r.off.checked_add(end).is_none_or(|e| e > b.data_len()) {
+            return Err(GONE);
+        }
+        // SAFETY: r.off + off + len <= data_len() (checked above): inside the buffer.
+        Ok(unsafe { b.data_ptr().add(r.off + off).cast_const() })
     }
 
     /// Run one command whose in-capsule data are `data` (at most 1 KiB; control path).
@@ -570,6 +601,15 @@ impl<B: DataBuf> TcpQueue<B> {
         }
     }
 
+    /// Send what is queued now, as far as the socket takes it (the rest goes in the next
+    /// poll). Nothing is received.
+    pub fn send_queued(&mut self) -> Result<(), TcpError> {
+        if let Some(during) = self.dead {
+            return Err(TcpError::Closed { during });
+        }
+        self.flush()
+    }
+
     /// Send what is queued: up to [`TX_BATCH`] PDUs per `sendmsg` (one system call and, with
     /// TCP_NODELAY, as few segments as the bytes need, rather than one per command).
     fn flush(&mut self) -> Result<(), TcpError> {
@@ -578,21 +618,21 @@ impl<B: DataBuf> TcpQueue<B> {
                 let Some(item) = self.tx.pop_front() else {
                     break;
                 };
-                if let Some(p) = self.build(item) {
+                if let Some(p) = self.build(item)? {
                     self.batch.push(p);
                 }
             }
             if self.batch.is_empty() {
                 return Ok(());
             }
-            let mut dptr = [std::ptr::null_mut::<u8>(); TX_BATCH];
+            let mut dptr = [std::ptr::null::<u8>(); TX_BATCH];
             for (i, d) in dptr.iter_mut().enumerate().take(self.batch.len()) {
-                let (cid, off, len) = {
+                let (cid, seq, off, len) = {
                     let p = &self.batch[i];
-                    (p.cid, p.data_off, p.data_len)
+                    (p.cid, p.seq, p.data_off, p.data_len)
                 };
                 if len > 0 {
-                    *d = self.data_at(cid, off);
+                    *d = self.data_range(cid, seq, off, len)?;
                 }
             }
             let mut iov = [IoSlice::new(&[]); 3 * TX_BATCH];
@@ -601,9 +641,9 @@ impl<B: DataBuf> TcpQueue<B> {
                 let data: &[u8] = if p.data_len == 0 {
                     &[]
                 } else {
-                    // SAFETY: data_off..+data_len lies inside the command's data (checked at
-                    // submit and by the receive machine for R2Ts); the command owns it while
-                    // in flight and it is only read here.
+                    // SAFETY: data_off..+data_len lies inside the live command's data and
+                    // buffer (data_range); the command owns it while in flight and it is only
+                    // read here.
                     unsafe { std::slice::from_raw_parts(dptr[i], p.data_len) }
                 };
                 let mut skip = p.sent;
@@ -638,6 +678,7 @@ impl<B: DataBuf> TcpQueue<B> {
                         // The next chunk of this R2T goes out next.
                         self.tx.push_front(TxItem::H2c {
                             cid: p.cid,
+                            seq: p.seq,
                             ttag,
                             off,
                             len: left,
@@ -650,95 +691,116 @@ impl<B: DataBuf> TcpQueue<B> {
         }
     }
 
-    /// The next PDU of `item`; None if its command already ended.
-    fn build(&mut self, item: TxItem) -> Option<TxPdu> {
+    /// The next PDU of `item`; None if its command already ended (its sends are purged when
+    /// it ends; the sequence number catches any left). An H2CData PDU is checked against the
+    /// live command: a write whose data the target asks for, the range inside its data.
+    fn build(&mut self, item: TxItem) -> Result<Option<TxPdu>, TcpError> {
+        let (cid, seq) = match item {
+            TxItem::Cmd { cid, seq } | TxItem::H2c { cid, seq, .. } => (cid, seq),
+        };
+        let Some(r) = self.reqs.get(cid as u64) else {
+            return Ok(None);
+        };
+        if r.seq != seq || !self.rx.is_active(cid) {
+            return Ok(None);
+        }
+        let mut p = TxPdu::new(cid, seq);
+        let hlen = match item {
+            TxItem::Cmd { .. } => self.capsule_header(r, &mut p),
+            TxItem::H2c { ttag, off, len, .. } => self.h2c_header(&mut p, ttag, off, len)?,
+        };
         let hd = self.hd();
-        let dd = if self.neg.ddgst { DIGEST_LEN } else { 0 };
-        let hf = if self.neg.hdgst { flags::HDGSTF } else { 0 };
-        let mut p = TxPdu {
-            hdr: [0; CMD_HLEN + DIGEST_LEN],
-            hlen: 0,
-            cid: 0,
-            data_off: 0,
-            data_len: 0,
-            ddgst: [0; DIGEST_LEN],
-            dlen: 0,
-            sent: 0,
-            h2c_rest: None,
-        };
-        let (cid, hlen) = match item {
-            TxItem::Cmd { cid } => {
-                let r = self.reqs.get(cid as u64)?;
-                let data = if r.dir == Dir::WriteInCapsule {
-                    r.len as usize
-                } else {
-                    0
-                };
-                let pdo = if data > 0 { CMD_HLEN + hd } else { 0 };
-                let c = CapsuleCmd {
-                    hdr: CommonHeader {
-                        pdu_type: pdu_type::CAPSULE_CMD,
-                        flags: hf | if data > 0 && dd > 0 { flags::DDGSTF } else { 0 },
-                        hlen: CMD_HLEN as u8,
-                        pdo: pdo as u8,
-                        plen: (CMD_HLEN + hd + data + if data > 0 { dd } else { 0 }) as u32,
-                    },
-                    sqe: r.sqe,
-                };
-                p.hdr[..CMD_HLEN].copy_from_slice(c.as_bytes());
-                p.data_off = 0;
-                p.data_len = data;
-                (cid, CMD_HLEN)
-            }
-            TxItem::H2c {
-                cid,
-                ttag,
-                off,
-                len,
-            } => {
-                let r = self.reqs.get(cid as u64)?;
-                if !self.rx.is_active(cid) {
-                    return None;
-                }
-                let chunk = len.min(self.neg.maxh2cdata);
-                let last = off + chunk == r.len;
-                let d = DataHeader {
-                    hdr: CommonHeader {
-                        pdu_type: pdu_type::H2C_DATA,
-                        flags: hf
-                            | if dd > 0 { flags::DDGSTF } else { 0 }
-                            | if last { flags::LAST_PDU } else { 0 },
-                        hlen: SHORT_HLEN as u8,
-                        pdo: (SHORT_HLEN + hd) as u8,
-                        plen: (SHORT_HLEN + hd) as u32 + chunk + dd as u32,
-                    },
-                    cccid: cid,
-                    ttag,
-                    datao: off,
-                    datal: chunk,
-                    rsvd: 0,
-                };
-                p.hdr[..SHORT_HLEN].copy_from_slice(d.as_bytes());
-                p.data_off = off as usize;
-                p.data_len = chunk as usize;
-                p.h2c_rest = Some((ttag, off + chunk, len - chunk));
-                (cid, SHORT_HLEN)
-            }
-        };
-        p.cid = cid;
         if hd > 0 {
             let c = digest::crc(&p.hdr[..hlen]);
             p.hdr[hlen..hlen + DIGEST_LEN].copy_from_slice(&c.to_le_bytes());
         }
         p.hlen = hlen + hd;
-        if dd > 0 && p.data_len > 0 {
-            let ptr = self.data_at(cid, p.data_off);
-            // SAFETY: the range lies inside the command's own data (checked at submit).
+        if self.neg.ddgst && p.data_len > 0 {
+            let ptr = self.data_range(cid, seq, p.data_off, p.data_len)?;
+            // SAFETY: the range lies inside the live command's data and buffer (data_range).
             let s = unsafe { std::slice::from_raw_parts(ptr, p.data_len) };
             p.ddgst = digest::crc(s).to_le_bytes();
             p.dlen = DIGEST_LEN;
         }
-        Some(p)
+        Ok(Some(p))
+    }
+
+    /// The Command Capsule header of command `r` into `p`, with its in-capsule data range;
+    /// returns the header length.
+    fn capsule_header(&self, r: &Req<B>, p: &mut TxPdu) -> usize {
+        let hd = self.hd();
+        let dd = if self.neg.ddgst { DIGEST_LEN } else { 0 };
+        let hf = if self.neg.hdgst { flags::HDGSTF } else { 0 };
+        let data = if r.dir == Dir::WriteInCapsule {
+            r.len as usize
+        } else {
+            0
+        };
+        let pdo = if data > 0 { CMD_HLEN + hd } else { 0 };
+        let c = CapsuleCmd {
+            hdr: CommonHeader {
+                pdu_type: pdu_type::CAPSULE_CMD,
+                flags: hf | if data > 0 && dd > 0 { flags::DDGSTF } else { 0 },
+                hlen: CMD_HLEN as u8,
+                pdo: pdo as u8,
+                plen: (CMD_HLEN + hd + data + if data > 0 { dd } else { 0 }) as u32,
+            },
+            sqe: r.sqe,
+        };
+        p.hdr[..CMD_HLEN].copy_from_slice(c.as_bytes());
+        p.data_off = 0;
+        p.data_len = data;
+        CMD_HLEN
+    }
+
+    /// The live command at `cid`, as an R2T and its H2CData PDUs see it.
+    fn live(&self, cid: u16) -> Result<LiveCmd, TcpError> {
+        let r = self.reqs.get(cid as u64).ok_or(TcpError::Protocol {
+            pdu: "R2T",
+            field: "CCCID",
+            value: cid as u64,
+            reason: "names no command in flight",
+        })?;
+        Ok(LiveCmd {
+            cid,
+            seq: r.seq,
+            dir: r.dir,
+            len: r.len,
+        })
+    }
+
+    /// The H2CData header of the next chunk of an R2T (`len` bytes left from `off`) of
+    /// `p`'s command into `p`, with its data range; returns the header length. Refused unless
+    /// the command is a write whose data the target asks for and the range lies inside it.
+    fn h2c_header(&self, p: &mut TxPdu, ttag: u16, off: u32, len: u32) -> Result<usize, TcpError> {
+        let cmd = self.live(p.cid)?;
+        let chunk = send::h2c_chunk(cmd, off, len, self.neg.maxh2cdata)?;
+        let hd = self.hd();
+        let dd = if self.neg.ddgst { DIGEST_LEN } else { 0 };
+        let hf = if self.neg.hdgst { flags::HDGSTF } else { 0 };
+        // off + chunk <= off + len <= cmd.len (h2c_chunk): no overflow.
+        let last = off + chunk == cmd.len;
+        let d = DataHeader {
+            hdr: CommonHeader {
+                pdu_type: pdu_type::H2C_DATA,
+                flags: hf
+                    | if dd > 0 { flags::DDGSTF } else { 0 }
+                    | if last { flags::LAST_PDU } else { 0 },
+                hlen: SHORT_HLEN as u8,
+                pdo: (SHORT_HLEN + hd) as u8,
+                plen: (SHORT_HLEN + hd + dd) as u32 + chunk,
+            },
+            cccid: p.cid,
+            ttag,
+            datao: off,
+            datal: chunk,
+            rsvd: 0,
+        };
+        p.hdr[..SHORT_HLEN].copy_from_slice(d.as_bytes());
+        p.data_off = off as usize;
+        p.data_len = chunk as usize;
+        p.h2c_rest = Some((ttag, off + chunk, len - chunk));
+        Ok(SHORT_HLEN)
     }
 
     fn receive(
@@ -788,8 +850,8 @@ impl<B: DataBuf> TcpQueue<B> {
                 }
                 Want::Data { cid, off, len } => {
                     let k = (len as usize).min(avail.len());
-                    let dst = read_dst(&mut self.reqs, cid, off);
-                    // SAFETY: k <= len bytes from dst are inside the command's buffer (read_dst);
+                    let dst = read_dst(&mut self.reqs, cid, off, k as u32)?;
+                    // SAFETY: k bytes from dst are inside the command's buffer (read_dst);
                     // the source is the receive buffer, which does not overlap it.
                     let landed = unsafe {
                         std::ptr::copy_nonoverlapping(avail.as_ptr(), dst, k);
@@ -806,7 +868,7 @@ impl<B: DataBuf> TcpQueue<B> {
     /// `recv` a large payload straight into command `cid`'s buffer at `off` (at most `len`
     /// bytes); None when nothing arrived.
     fn recv_direct(&mut self, cid: u16, off: u32, len: u32) -> Result<Option<Event>, TcpError> {
-        let dst = read_dst(&mut self.reqs, cid, off);
+        let dst = read_dst(&mut self.reqs, cid, off, len)?;
         self.recv_calls += 1;
         // SAFETY: len bytes from dst are inside the command's buffer (read_dst).
         match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }
@@ -831,19 +893,13 @@ impl<B: DataBuf> TcpQueue<B> {
         match ev {
             Event::None => {}
             Event::Response { cid, cqe } => {
-                if self.batch.iter().any(|p| p.cid == cid) {
-                    return Err(TcpError::Protocol {
-                        pdu: "CapsuleResp",
-                        field: "CCCID",
-                        value: cid as u64,
-                        reason: "completes a command whose PDU the host is still sending",
-                    });
-                }
+                self.end_sends(cid, "CapsuleResp")?;
                 if self.complete(cid, Some(cqe), done) {
                     *n += 1;
                 }
             }
             Event::DataSuccess { cid } => {
+                self.end_sends(cid, "C2HData")?;
                 if self.complete(cid, None, done) {
                     *n += 1;
                 }
@@ -854,14 +910,39 @@ impl<B: DataBuf> TcpQueue<B> {
                 off,
                 len,
             } => {
+                let cmd = self.live(cid)?;
+                send::h2c_chunk(cmd, off, len, self.neg.maxh2cdata)?;
                 self.tx.push_back(TxItem::H2c {
                     cid,
+                    seq: cmd.seq,
                     ttag,
                     off,
                     len,
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Command `cid` is ending (the target answered it, `pdu` says how): drop every send of
+    /// it that has not started (queued H2CData of an R2T, PDUs in the batch not yet on the
+    /// wire), so none is built from its buffer once it is back with the caller or from the
+    /// command that takes its ID next. A PDU of it already partly on the wire cannot be
+    /// taken back: that answer breaks the protocol and fails the connection.
+    fn end_sends(&mut self, cid: u16, pdu: &'static str) -> Result<(), TcpError> {
+        let Some(seq) = self.reqs.get(cid as u64).map(|r| r.seq) else {
+            return Ok(());
+        };
+        if self.batch.iter().any(|p| p.seq == seq && p.sent > 0) {
+            return Err(TcpError::Protocol {
+                pdu,
+                field: "CCCID",
+                value: cid as u64,
+                reason: "completes a command whose PDU the host is still sending",
+            });
+        }
+        self.batch.retain(|p| p.seq != seq);
+        self.tx.retain(|i| i.seq() != seq);
         Ok(())
     }
 

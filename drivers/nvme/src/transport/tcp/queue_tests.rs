@@ -8,7 +8,7 @@ use super::fabrics::KEEP_ALIVE_OPCODE;
 use super::pdu::CMD_HLEN;
 use super::queue::TcpQueue;
 use super::rx::Negotiated;
-use super::test_pdus::{c2h_success, resp};
+use super::test_pdus::{c2h_success, r2t, resp};
 use super::TcpError;
 
 const NEG: Negotiated = Negotiated {
@@ -100,17 +100,6 @@ fn no_keep_alive_unless_asked() {
     }
     let mut b = [0u8; 1];
     assert!(t.read(&mut b).is_err(), "the queue sent something unasked");
-}
-
-/// An R2T PDU for command `cid`: `len` bytes from `off`.
-fn r2t(cid: u16, ttag: u16, off: u32, len: u32) -> Vec<u8> {
-    let mut v = vec![9, 0, 24, 0, 24, 0, 0, 0];
-    v.extend_from_slice(&cid.to_le_bytes());
-    v.extend_from_slice(&ttag.to_le_bytes());
-    v.extend_from_slice(&off.to_le_bytes());
-    v.extend_from_slice(&len.to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    v
 }
 
 #[test]
@@ -388,4 +377,161 @@ fn all_commands_at_depth_are_sent_before_any_answer_and_resubmits_go_out_at_once
     let mut caps = vec![0u8; DEPTH * CMD_HLEN];
     t.read_exact(&mut caps).unwrap();
     assert!(caps.chunks_exact(CMD_HLEN).all(|c| c[0] == 0x04));
+}
+
+/// A write the target asks data of (R2T) and then fails at once (error CapsuleResp right
+/// behind the R2T) while the host's socket is full: the H2CData it queued is dropped when the
+/// write ends, so nothing is sent for it, neither from its buffer nor from the 4 KiB read that
+/// takes its command ID at once (IDs are reused last-in first-out).
+#[test]
+fn a_write_failed_after_its_r2t_sends_no_data_not_even_from_the_command_reusing_its_id() {
+    use std::os::fd::AsRawFd;
+    fn set_buf(fd: i32, opt: i32, v: i32) {
+        // SAFETY: a valid int option on an open socket.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            );
+        }
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    set_buf(l.as_raw_fd(), libc::SO_RCVBUF, 4096);
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    set_buf(c.as_raw_fd(), libc::SO_SNDBUF, 4096);
+    c.set_nonblocking(true).unwrap();
+    let (mut t, _) = l.accept().unwrap();
+    set_buf(t.as_raw_fd(), libc::SO_RCVBUF, 4096);
+    let neg = Negotiated {
+        hdgst: false,
+        ddgst: false,
+        cpda: 0,
+        maxh2cdata: 1 << 20,
+    };
+    let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, neg, 1, 64, 0, Duration::from_secs(60));
+    // A: 64 KiB write (cid 0); B: 2 MiB write (cid 1).
+    q.submit(
+        super::fabrics::rw(true, 1, 0, 128),
+        "Write",
+        Some(true),
+        Some(vec![0xaa; 65536]),
+        0,
+        65536,
+        100,
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+    q.submit(
+        super::fabrics::rw(true, 1, 0, 4096),
+        "Write",
+        Some(true),
+        Some(vec![0xbb; 2 << 20]),
+        0,
+        2 << 20,
+        101,
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+    q.poll(&mut |_| {}).unwrap();
+    let mut caps = [0u8; 2 * CMD_HLEN];
+    t.read_exact(&mut caps).unwrap();
+    let cid_a = u16::from_le_bytes([caps[10], caps[11]]);
+    let cid_b = u16::from_le_bytes([caps[CMD_HLEN + 10], caps[CMD_HLEN + 11]]);
+    // B's data fills the host's socket (the target does not read).
+    t.write_all(&r2t(cid_b, 7, 0, 2 << 20)).unwrap();
+    for _ in 0..100 {
+        q.poll(&mut |_| {}).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // 20 more commands: the batch (16) fills, the rest waits in the send queue.
+    for tag in 0..20u64 {
+        q.submit(
+            super::fabrics::keep_alive(),
+            "Flush",
+            None,
+            None,
+            0,
+            0,
+            200 + tag,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    q.poll(&mut |_| {}).unwrap();
+    // The target asks for A's data, then fails A (status: Invalid Field).
+    let mut fail = resp(cid_a);
+    fail[22..24].copy_from_slice(&(0x02u16 << 1).to_le_bytes());
+    t.write_all(&r2t(cid_a, 9, 0, 65536)).unwrap();
+    t.write_all(&fail).unwrap();
+    let mut a_done = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a_done && Instant::now() < deadline {
+        q.poll(&mut |c| {
+            if c.tag == 100 {
+                assert!(c.result.is_err());
+                a_done = true;
+            }
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(a_done, "A did not complete");
+    // A new 4 KiB read takes A's command ID (its buffer is larger, so the over-read below
+    // stays inside the allocation in this test; with a 4 KiB Vec it reads past it).
+    q.submit(
+        super::fabrics::rw(false, 1, 0, 8),
+        "Read",
+        Some(false),
+        Some(vec![0x55; 128 << 10]),
+        0,
+        4096,
+        300,
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+    // The target now reads everything and records every H2CData header.
+    t.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let mut stream = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // B's data in two H2CData PDUs, the 20 capsules and the read's: then 200 ms more, so
+    // anything else the host sends shows up.
+    let want = 2 * 24 + (2 << 20) + 20 * CMD_HLEN + CMD_HLEN;
+    let mut quiet: Option<Instant> = None;
+    while quiet.is_none_or(|q| q.elapsed() < Duration::from_millis(200))
+        && Instant::now() < deadline
+    {
+        let _ = q.poll(&mut |_| {});
+        let mut b = vec![0u8; 1 << 16];
+        if let Ok(k) = t.read(&mut b) {
+            stream.extend_from_slice(&b[..k]);
+        }
+        if quiet.is_none() && stream.len() >= want {
+            quiet = Some(Instant::now());
+        }
+    }
+    let mut at = 0;
+    let mut stale = Vec::new();
+    while at + 8 <= stream.len() {
+        let plen = u32::from_le_bytes(stream[at + 4..at + 8].try_into().unwrap()) as usize;
+        if stream[at] == 6 && at + 24 <= stream.len() {
+            let cccid = u16::from_le_bytes([stream[at + 8], stream[at + 9]]);
+            let datal = u32::from_le_bytes(stream[at + 16..at + 20].try_into().unwrap());
+            if cccid == cid_a {
+                stale.push(datal);
+            }
+        }
+        at += plen;
+    }
+    assert!(
+        stale.is_empty(),
+        "H2CData sent for command id {cid_a} after it completed (now a 4 KiB READ): DATAL {stale:?}"
+    );
+    assert_eq!(
+        stream.len(),
+        want,
+        "B's data and the 21 capsules, nothing else"
+    );
 }

@@ -28,3 +28,21 @@ pub fn c2h_success(cid: u16, data: &[u8]) -> Vec<u8> {
     v.extend_from_slice(data);
     v
 }
+
+/// An R2T PDU for command `cid`: `len` bytes from `off`.
+pub fn r2t(cid: u16, ttag: u16, off: u32, len: u32) -> Vec<u8> {
+    let mut v = vec![9, 0, 24, 0, 24, 0, 0, 0];
+    v.extend_from_slice(&cid.to_le_bytes());
+    v.extend_from_slice(&ttag.to_le_bytes());
+    v.extend_from_slice(&off.to_le_bytes());
+    v.extend_from_slice(&len.to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v
+}
+
+/// A CapsuleResp PDU failing command `cid` with status `status` (SCT << 8 | SC).
+pub fn resp_failed(cid: u16, status: u16) -> Vec<u8> {
+    let mut v = resp(cid);
+    v[22..24].copy_from_slice(&(status << 1).to_le_bytes());
+    v
+}
