@@ -274,6 +274,11 @@ impl CudaSink {
         self.slots.len() - self.free.len()
     }
 
+    /// Bytes per device ring slot (the largest copy).
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
     /// Device ring slots (the most copies in flight).
     pub fn depth(&self) -> usize {
         self.slots.len()
