@@ -20,6 +20,7 @@ mod host_register;
 mod kernel;
 mod loader;
 mod sink;
+mod slots;
 
 pub use checksum::{checksum_at, mix, KERNEL_SRC};
 pub use dmabuf::GpuDmaBuf;
