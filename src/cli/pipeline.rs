@@ -280,6 +280,12 @@ fn run_pipeline(args: &Args) -> CliResult {
     if args.mode == Mode::Copy && matches!(args.sink, SinkSpec::Bar { .. }) {
         return Err("--mode copy has no BAR variant: a BAR is reached by DMA only".into());
     }
+    if mapped::flags_given(args)
+        && (!matches!(args.source, SourceSpec::File(_))
+            || matches!(args.io.as_str(), "direct" | "buffered"))
+    {
+        return Err("--copy-size, --map-window and --register-threads set up --io mapped (a file: source, --io mapped or auto); this run reads into the UB pool in --block-size blocks".into());
+    }
     if let Some(core) = args.core {
         pin_to_core(core)?;
     }
@@ -358,12 +364,6 @@ fn run_pipeline(args: &Args) -> CliResult {
         start: args.start,
         mapped: mapped::options(args),
     };
-    if mapped::flags_given(args)
-        && (!matches!(args.source, SourceSpec::File(_))
-            || matches!(args.io.as_str(), "direct" | "buffered"))
-    {
-        return Err("--copy-size, --map-window and --register-threads set up --io mapped (a file: source, --io mapped or auto); this run reads into the UB pool in --block-size blocks".into());
-    }
 
     let mut reports = Vec::new();
     match &args.source {
@@ -964,6 +964,103 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("--repeat"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn mapped_settings_are_refused_with_the_flag_that_set_them() {
+        let check = |extra: &[&str], size: u64, want: &[&str]| {
+            let mut v = vec!["--source", "file:/dev/shm/x", "--sink", "cuda"];
+            v.extend_from_slice(extra);
+            let e = mapped::plan(&args(&v), size).unwrap_err().to_string();
+            for w in want {
+                assert!(e.contains(w), "{extra:?}: {e}");
+            }
+        };
+        let zero = <crate::cli::Cli as clap::Parser>::try_parse_from([
+            "ubdirect",
+            "pipeline",
+            "--source",
+            "file:/x",
+            "--copy-size",
+            "0",
+        ])
+        .err()
+        .expect("--copy-size 0 parsed")
+        .to_string();
+        assert!(zero.contains("--copy-size"), "{zero}");
+        check(
+            &["--copy-size", "5000"],
+            1 << 30,
+            &["--copy-size 5000", "multiple of 4K", "use 4096 or 8192"],
+        );
+        check(
+            &["--copy-size", "64M", "--offset", "512K"],
+            1 << 20,
+            &["--copy-size 67108864", "524288 bytes", "--offset 524288"],
+        );
+        check(
+            &["--copy-size", "2M", "--map-window", "3M"],
+            1 << 30,
+            &["--map-window 3145728", "--copy-size"],
+        );
+        check(
+            &["--register-threads", "0"],
+            1 << 30,
+            &["--register-threads 0", "1 to 64"],
+        );
+        check(
+            &[
+                "--copy-size",
+                "1M",
+                "--map-window",
+                "64M",
+                "--map-cap",
+                "32M",
+            ],
+            1 << 30,
+            &["--map-cap", "--map-window"],
+        );
+        check(
+            &["--offset", "1M"],
+            1 << 20,
+            &["--offset", "nothing to stream"],
+        );
+        let p = mapped::plan(
+            &args(&["--source", "file:/x", "--copy-size", "16M"]),
+            1 << 30,
+        );
+        let p = p.unwrap();
+        assert_eq!((p.copy_size, p.window), (16 << 20, 256 << 20));
+        // Default on a small file: one copy of the whole file.
+        let p = mapped::plan(&args(&["--source", "file:/x"]), 3 << 20).unwrap();
+        assert_eq!((p.copy_size, p.window), (3 << 20, 3 << 20));
+    }
+
+    #[test]
+    fn mapped_flags_on_a_run_that_does_not_map_are_refused() {
+        let (p, src) = temp_file("notmapped", 1 << 20);
+        for extra in [
+            &["--io", "buffered", "--copy-size", "16M"][..],
+            &["--io", "direct", "--register-threads", "2"][..],
+        ] {
+            let mut v = vec!["--source", &src, "--sink", "null", "--qd", "2"];
+            v.extend_from_slice(extra);
+            let e = run_pipeline(&args(&v)).unwrap_err().to_string();
+            assert!(
+                e.contains("--copy-size") && e.contains("--io mapped"),
+                "{e}"
+            );
+        }
+        let e = run_pipeline(&args(&[
+            "--source",
+            "nvme:0000:00:04.0",
+            "--map-window",
+            "64M",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--map-window"), "{e}");
         std::fs::remove_file(&p).unwrap();
     }
 
