@@ -92,9 +92,13 @@ pub struct Args {
     /// largest multiple up to 256M).
     #[arg(long, value_parser = parse_size)]
     map_window: Option<u64>,
-    /// --io mapped: threads registering windows ahead of the copies (default 4).
+    /// --io mapped: threads registering windows ahead of the copies (default 2).
     #[arg(long)]
     register_threads: Option<usize>,
+    /// --io mapped: fault each window's page tables in before registering it
+    /// (MADV_POPULATE_READ; default: with two or more registration threads).
+    #[arg(long, hide = true, action = clap::ArgAction::Set)]
+    map_populate: Option<bool>,
     /// Run the measured pass this many times in one process (registered file windows are
     /// reused by the later runs).
     #[arg(long, default_value_t = 1)]

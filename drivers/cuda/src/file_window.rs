@@ -177,6 +177,7 @@ impl FileWindow {
         stamp: FileStamp,
         pinner: &Arc<dyn HostPinner>,
         ub: Option<&Arc<UbRegistry>>,
+        populate: bool,
     ) -> Result<FileWindow, WindowError> {
         let page = cpu_page_size() as u64;
         let base_off = key.offset / page * page;
@@ -188,6 +189,9 @@ impl FileWindow {
         // Dropped (unmapped) on an error below: not pinned, not shared.
         let map = map_readonly(file, base_off, map_len)?;
         let base = map.as_ptr();
+        if populate {
+            populate_read(base, map_len);
+        }
         pinner.pin(base, map_len).map_err(WindowError::Pin)?;
         Ok(FileWindow {
             map_base: base,
@@ -296,6 +300,17 @@ impl Drop for FileWindow {
     }
 }
 
+/// Fault the page tables of `[p, p + len)` in (MADV_POPULATE_READ) before the pinner walks
+/// them; best effort (older kernels refuse it, and the pinner faults them itself).
+fn populate_read(p: *const u8, len: usize) {
+    // SAFETY: `[p, p + len)` is a live read-only mapping owned by the caller; populating reads
+    // only fault pages in.
+    let r = unsafe { libc::madvise(p.cast_mut().cast(), len, libc::MADV_POPULATE_READ) };
+    if r != 0 {
+        tracing::debug!("MADV_POPULATE_READ: {}", std::io::Error::last_os_error());
+    }
+}
+
 fn map_readonly(file: &File, off: u64, len: usize) -> Result<ReadOnlyFileMap, WindowError> {
     ReadOnlyFileMap::new(file, off, len).map_err(|source| WindowError::Io {
         what: "mmap of the file range",
@@ -361,6 +376,7 @@ struct Inner {
 pub struct FileWindowRegistry {
     pinner: Arc<dyn HostPinner>,
     cap: u64,
+    populate: std::sync::atomic::AtomicBool,
     ub: Option<Arc<UbRegistry>>,
     inner: Mutex<Inner>,
 }
@@ -381,6 +397,7 @@ impl FileWindowRegistry {
         FileWindowRegistry {
             pinner,
             cap,
+            populate: std::sync::atomic::AtomicBool::new(false),
             ub: None,
             inner: Mutex::new(Inner::default()),
         }
@@ -398,6 +415,15 @@ impl FileWindowRegistry {
             ub: Some(ub),
             ..FileWindowRegistry::new(pinner, cap)
         }
+    }
+
+    /// Fault each new window's page tables in (MADV_POPULATE_READ) before pinning it, outside
+    /// the pinner (off by default). Worth it when several threads acquire at once and the pinner
+    /// runs one pin at a time (CUDA's registration does): one thread faults while another pins.
+    /// A single thread is faster without it (the pinner faults the pages itself).
+    pub fn set_populate(&self, on: bool) {
+        self.populate
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The UB registry windows are registered in, if any.
@@ -474,7 +500,8 @@ impl FileWindowRegistry {
             g.held += pinned;
         }
         let t = Instant::now();
-        let mapped = FileWindow::map(file, key, stamp, &self.pinner, self.ub.as_ref());
+        let populate = self.populate.load(std::sync::atomic::Ordering::Relaxed);
+        let mapped = FileWindow::map(file, key, stamp, &self.pinner, self.ub.as_ref(), populate);
         let ns = t.elapsed().as_nanos() as u64;
         let mut g = self.lock();
         g.held -= pinned;

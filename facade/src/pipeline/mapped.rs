@@ -4,9 +4,12 @@
 //! host-to-device copies of the copy size straight out of the windows, striped over the GPUs,
 //! and reaps their events. No CPU copy, no read(): the copy engines read the page cache in place.
 //!
-//! Registration overlaps the copies: worker threads register the windows ahead of the stream
-//! (window k+1 while window k is copied), so a cold pass streams while it registers; a copy is
-//! queued only from a window already registered. When every window the run touches fits under
+//! Registration runs beside the copies: worker threads register the windows ahead of the stream
+//! (window k+1 while window k is copied), so a cold pass starts copying as soon as its first
+//! window is registered instead of after the whole file; a copy is queued only from a window
+//! already registered. (The CUDA driver registers one range at a time and holds copy submission
+//! while it does, so on a cold pass registration and copies still share the time; faulting the
+//! next window's page tables in on another thread, outside the driver, is what runs in parallel.) When every window the run touches fits under
 //! the registry's cap they are all kept (and reused by later runs); otherwise a window is let go
 //! of once its copies completed, and only a few are registered ahead. Before each pass the file
 //! is fstat()ed: a change of size or mtime ends the run with an error naming it (see

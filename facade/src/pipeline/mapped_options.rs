@@ -8,8 +8,11 @@
 pub const DEFAULT_COPY_SIZE: usize = 64 << 20;
 /// Default window length target: windows are the largest multiple of the copy size up to this.
 pub const DEFAULT_WINDOW_TARGET: u64 = 256 << 20;
-/// Default number of threads registering windows ahead of the copies.
-pub const DEFAULT_REGISTER_THREADS: usize = 4;
+/// Default number of threads registering windows ahead of the copies. The CUDA driver runs one
+/// registration at a time and holds copy submission meanwhile (measured on an H200,
+/// BENCHMARKS.md): two threads let one fault a window's page tables in while the other
+/// registers; more only queue on the driver.
+pub const DEFAULT_REGISTER_THREADS: usize = 2;
 /// Most registration threads a run may ask for.
 pub const MAX_REGISTER_THREADS: usize = 64;
 /// Copy sizes and windows are multiples of this, so every page of the file belongs to exactly

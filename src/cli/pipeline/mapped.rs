@@ -118,6 +118,9 @@ pub(super) fn run(
     let gpu = ubdirect_cuda::CudaGpu::open(cuda_ordinals(args)?[0])?;
     let pinner = ubdirect_cuda::CudaHostPinner::new(&gpu)?;
     let windows = ubdirect_cuda::FileWindowRegistry::new(Arc::new(pinner), map_cap(args));
+    // Faulting a window's page tables in outside the driver lets one thread do it while another
+    // registers (the driver registers one window at a time).
+    windows.set_populate(args.map_populate.unwrap_or(plan.register_threads > 1));
     let src = MappedFile {
         file: &file,
         name: format!(
