@@ -69,6 +69,9 @@ fn window_err(name: &str, e: WindowError) -> PipelineError {
     ))
 }
 
+/// How long the polling thread sleeps between polls while the next window is registered.
+const REGISTRATION_BACKOFF: Duration = Duration::from_micros(50);
+
 /// How the run uses its windows.
 struct Layout {
     /// Windows the run touches, from window 0.
@@ -300,7 +303,11 @@ impl Stream {
             if finished && in_flight == 0 {
                 break;
             }
-            if reaped == 0 {
+            if reaped == 0 && self.waiting_since.is_some() {
+                // The next window is being registered: the driver serialises that with every
+                // other call, so polling it only slows the registration down.
+                std::thread::sleep(REGISTRATION_BACKOFF);
+            } else if reaped == 0 {
                 std::hint::spin_loop();
             }
         }
