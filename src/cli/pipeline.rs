@@ -989,8 +989,8 @@ mod tests {
             "--copy-size",
             "0",
         ])
-        .err()
-        .expect("--copy-size 0 parsed")
+        .map(|_| ())
+        .expect_err("--copy-size 0 parsed")
         .to_string();
         assert!(zero.contains("--copy-size"), "{zero}");
         check(

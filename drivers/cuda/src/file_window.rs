@@ -502,11 +502,22 @@ impl FileWindowRegistry {
         let t = Instant::now();
         let populate = self.populate.load(std::sync::atomic::Ordering::Relaxed);
         let mapped = FileWindow::map(file, key, stamp, &self.pinner, self.ub.as_ref(), populate);
-        let ns = t.elapsed().as_nanos() as u64;
+        self.insert_mapped(key, pinned, mapped, t.elapsed())
+    }
+
+    /// Enter a window [`FileWindowRegistry::acquire_counted`] mapped (or failed to) outside the
+    /// lock, `pinned` bytes of which it counted as held meanwhile.
+    fn insert_mapped(
+        &self,
+        key: WindowKey,
+        pinned: u64,
+        mapped: Result<FileWindow, WindowError>,
+        took: Duration,
+    ) -> Result<Acquired, WindowError> {
         let mut g = self.lock();
         g.held -= pinned;
         let w = Arc::new(mapped?);
-        g.stats.register_ns += ns;
+        g.stats.register_ns += took.as_nanos() as u64;
         g.stats.registered += 1;
         let clock = g.clock;
         if let Some(e) = g.windows.get_mut(&key) {

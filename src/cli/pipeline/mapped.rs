@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ubdirect::pipeline::{
-    file_checksum, run_mapped, run_sink_only, MappedFile, MappedOptionError, MappedOptions,
-    MappedPlan, PipelineConfig, PipelineReport, COPY_ALIGN, DEFAULT_REGISTER_THREADS,
-    MAX_REGISTER_THREADS,
+    file_checksum, run_mapped, run_sink_only, CudaSinks, MappedFile, MappedOptionError,
+    MappedOptions, MappedPlan, PipelineConfig, PipelineReport, COPY_ALIGN,
+    DEFAULT_REGISTER_THREADS, MAX_REGISTER_THREADS,
 };
-use ubdirect_core::UbRegistry;
+use ubdirect_core::{UbPool, UbRegistry};
 
 use super::{add_verify, cuda_ordinals, host_pool, make_cuda_sinks, map_cap, warn_numa, Args};
 use super::{BoxErr, Outputs};
@@ -80,6 +80,44 @@ pub(super) fn plan(args: &Args, size: u64) -> Result<MappedPlan, BoxErr> {
     Ok(plan)
 }
 
+/// The registry of the run's windows: registered with the first GPU of `--sink`, under
+/// `--map-cap`, page tables faulted in first when two or more threads register.
+fn window_registry(
+    args: &Args,
+    plan: &MappedPlan,
+) -> Result<ubdirect_cuda::FileWindowRegistry, BoxErr> {
+    let gpu = ubdirect_cuda::CudaGpu::open(cuda_ordinals(args)?[0])?;
+    let pinner = ubdirect_cuda::CudaHostPinner::new(&gpu)?;
+    let windows = ubdirect_cuda::FileWindowRegistry::new(Arc::new(pinner), map_cap(args));
+    // Faulting a window's page tables in outside the driver lets one thread do it while another
+    // registers (the driver registers one window at a time).
+    windows.set_populate(args.map_populate.unwrap_or(plan.register_threads > 1));
+    Ok(windows)
+}
+
+/// `--segments`: the H2D ceiling, pinned pool blocks -> GPU in copies of `copy_size`.
+fn h2d_ceiling(
+    sinks: &mut CudaSinks,
+    pool: &Arc<UbPool>,
+    cfg: &PipelineConfig,
+    copy_size: usize,
+) -> Result<PipelineReport, BoxErr> {
+    let c = PipelineConfig {
+        verify: false,
+        block_size: copy_size,
+        ..cfg.clone()
+    };
+    let mut seg = run_sink_only(
+        sinks,
+        pool,
+        &c,
+        "segment: pinned UB -> GPU (H2D ceiling, no source, copies of the copy size)",
+    )?;
+    seg.gpus = sinks.shares(std::time::Duration::from_secs_f64(seg.seconds));
+    sinks.reset_counts();
+    Ok(seg)
+}
+
 /// Run `--io mapped` over `file` (`size` bytes, `resident` in the page cache).
 pub(super) fn run(
     args: &Args,
@@ -115,12 +153,7 @@ pub(super) fn run(
         &mut out.numa,
     )?;
     warn_numa(args.core, out.numa);
-    let gpu = ubdirect_cuda::CudaGpu::open(cuda_ordinals(args)?[0])?;
-    let pinner = ubdirect_cuda::CudaHostPinner::new(&gpu)?;
-    let windows = ubdirect_cuda::FileWindowRegistry::new(Arc::new(pinner), map_cap(args));
-    // Faulting a window's page tables in outside the driver lets one thread do it while another
-    // registers (the driver registers one window at a time).
-    windows.set_populate(args.map_populate.unwrap_or(plan.register_threads > 1));
+    let windows = window_registry(args, &plan)?;
     let src = MappedFile {
         file: &file,
         name: format!(
@@ -131,20 +164,8 @@ pub(super) fn run(
         resident,
     };
     if let Some(pool) = &ceiling {
-        let c = PipelineConfig {
-            verify: false,
-            block_size: plan.copy_size,
-            ..cfg.clone()
-        };
-        let mut seg = run_sink_only(
-            &mut sinks,
-            pool,
-            &c,
-            "segment: pinned UB -> GPU (H2D ceiling, no source, copies of the copy size)",
-        )?;
-        seg.gpus = sinks.shares(std::time::Duration::from_secs_f64(seg.seconds));
-        out.reports.push(seg);
-        sinks.reset_counts();
+        out.reports
+            .push(h2d_ceiling(&mut sinks, pool, &cfg, plan.copy_size)?);
     }
     for i in 0..args.repeat {
         let label = if args.repeat > 1 {
