@@ -8,7 +8,10 @@
 #   registration threads and window length;
 # - --verify runs (GPU checksum == read() checksum): default settings, a registry cap smaller
 #   than the file (windows let go of and registered ahead), 4 MiB copies;
-# - optionally an older binary (BIN_DIR/ubdirect-old) for the same steady and cold runs.
+# - optionally an older binary (BIN_DIR/ubdirect-old) for the same steady and cold runs;
+# - with PROBE=1, scripts/h200-register-probe.py (copied beside the binaries): what registration
+#   costs and that the driver holds copy submission while it registers;
+# - with HUGE=1, the cold passes again from a huge-page tmpfs (mount -t tmpfs -o huge=always).
 #
 # Usage: scripts/h200-mapped.sh [BIN_DIR] [OUT_DIR]
 #   BIN_DIR holds `ubdirect` (cargo build --release -p ubdirect-cli), optionally `ubdirect-old`
@@ -109,5 +112,21 @@ log "verify"
 run verify-default "$UBD" $S --bytes "${SHM_GIB}G" --verify
 run verify-cap1g "$UBD" $S --bytes "${SHM_GIB}G" --verify --map-cap 1G
 run verify-4m "$UBD" $S --bytes "${SHM_GIB}G" --verify --copy-size 4M
+if [ "${PROBE:-0}" = 1 ] && [ -f "$BIN_DIR/h200-register-probe.py" ]; then
+    log "registration probe (1 GiB windows)"
+    timeout 120 python3 "$BIN_DIR/h200-register-probe.py" "$SHM" 1024 8 2>&1 | tee -a "$LOG"
+fi
+if [ "${HUGE:-0}" = 1 ]; then
+    log "cold passes from a huge-page tmpfs"
+    mkdir -p /mnt/ubd-hp && mount -t tmpfs -o size=$((SHM_GIB + 2))G,huge=always tmpfs /mnt/ubd-hp \
+        && cp "$SHM" /mnt/ubd-hp/src.bin && grep ShmemHugePages /proc/meminfo | tee -a "$LOG"
+    H="--source file:/mnt/ubd-hp/src.bin --sink cuda --core $CORE --qd $QD --io mapped"
+    for i in $(seq "$COLD_REPEAT"); do
+        run "hp-cold-$i" "$UBD" $H --bytes "${SHM_GIB}G"
+        run "hp-cold-old-$i" "$OLD" $H --bytes "${SHM_GIB}G"
+    done
+    run hp-cold-qd128 "$UBD" $H --bytes "${SHM_GIB}G" --qd 128
+    umount /mnt/ubd-hp
+fi
 rm -f "$SHM"
 tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "results: $OUT.tgz"
