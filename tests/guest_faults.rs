@@ -1332,6 +1332,7 @@ fn stream_for_two_minutes() -> ubdirect::pipeline::PipelineConfig {
         progress: false,
         stall_timeout: Duration::from_secs(30),
         start: 0,
+        ..ubdirect::pipeline::PipelineConfig::default()
     }
 }
 

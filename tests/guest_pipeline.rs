@@ -110,6 +110,7 @@ fn cfg(block_size: usize, qd: usize, start: u64, bytes: u64) -> PipelineConfig {
         progress: false,
         stall_timeout: T,
         start,
+        ..PipelineConfig::default()
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ubdirect::pipeline::{
     compare, file_checksum, numa_node_of_cpu, pin_to_core, queue_checksum, run_copy, run_direct,
-    run_direct_watching, run_mapped, run_sink_only, BarSink, CudaSinks, DmaFaultWatch, Limit,
-    MappedFile, Mode, NullSink, PipelineConfig, PipelineReport, PipelineSink,
+    run_direct_watching, run_sink_only, BarSink, CudaSinks, DmaFaultWatch, Limit, Mode, NullSink,
+    PipelineConfig, PipelineReport, PipelineSink,
 };
 use ubdirect_core::seams::BlockQueue;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
@@ -83,6 +83,22 @@ pub struct Args {
     /// --io mapped: most bytes of file mappings kept registered (default: half the RAM).
     #[arg(long, value_parser = parse_size)]
     map_cap: Option<u64>,
+    /// --io mapped: bytes per GPU copy out of the registered page cache (K/M/G suffixes; a
+    /// multiple of 4K; default 64M, or the whole file when smaller). Independent of
+    /// --block-size; the H2D ceiling of --segments copies this size too.
+    #[arg(long, value_parser = parse_size)]
+    copy_size: Option<u64>,
+    /// --io mapped: bytes per registered window, a multiple of the copy size (default: the
+    /// largest multiple up to 256M).
+    #[arg(long, value_parser = parse_size)]
+    map_window: Option<u64>,
+    /// --io mapped: threads registering windows ahead of the copies (default 2).
+    #[arg(long)]
+    register_threads: Option<usize>,
+    /// --io mapped: fault each window's page tables in before registering it
+    /// (MADV_POPULATE_READ; default: with two or more registration threads).
+    #[arg(long, hide = true, action = clap::ArgAction::Set)]
+    map_populate: Option<bool>,
     /// Run the measured pass this many times in one process (registered file windows are
     /// reused by the later runs).
     #[arg(long, default_value_t = 1)]
@@ -214,6 +230,13 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a run hands back besides its result: its reports and the device's NUMA node.
+struct Outputs {
+    reports: Vec<PipelineReport>,
+    numa: Option<u32>,
+}
+
+mod mapped;
 mod tcp;
 
 /// Run the subcommand; then fail (exit 1) if the kernel logged an IOMMU fault for one of its
@@ -261,6 +284,12 @@ fn run_pipeline(args: &Args) -> CliResult {
     if args.mode == Mode::Copy && matches!(args.sink, SinkSpec::Bar { .. }) {
         return Err("--mode copy has no BAR variant: a BAR is reached by DMA only".into());
     }
+    if mapped::flags_given(args)
+        && (!matches!(args.source, SourceSpec::File(_))
+            || matches!(args.io.as_str(), "direct" | "buffered"))
+    {
+        return Err("--copy-size, --map-window and --register-threads set up --io mapped (a file: source, --io mapped or auto); this run reads into the UB pool in --block-size blocks".into());
+    }
     if let Some(core) = args.core {
         pin_to_core(core)?;
     }
@@ -306,26 +335,28 @@ fn run_pipeline(args: &Args) -> CliResult {
         }
         _ => None,
     };
-    let pool = match &bar_region {
-        Some(r) => {
-            let fit = r.len / bs;
-            if fit == 0 {
-                return Err(format!(
+    let make_pool = || -> Result<Arc<UbPool>, BoxErr> {
+        Ok(match &bar_region {
+            Some(r) => {
+                let fit = r.len / bs;
+                if fit == 0 {
+                    return Err(format!(
                     "BAR window of {} bytes cannot hold one {bs}-byte block: lower --block-size",
                     r.len
                 )
-                .into());
+                    .into());
+                }
+                UbPool::new(
+                    &registry,
+                    r.clone(),
+                    PoolConfig {
+                        block_size: bs,
+                        block_count: blocks.min(fit),
+                    },
+                )?
             }
-            UbPool::new(
-                &registry,
-                r.clone(),
-                PoolConfig {
-                    block_size: bs,
-                    block_count: blocks.min(fit),
-                },
-            )?
-        }
-        None => host_pool(&registry, bs, blocks, needs_vfio)?,
+            None => host_pool(&registry, bs, blocks, needs_vfio)?,
+        })
     };
     let cfg = PipelineConfig {
         block_size: bs,
@@ -335,11 +366,13 @@ fn run_pipeline(args: &Args) -> CliResult {
         progress: !args.json,
         stall_timeout: Duration::from_secs(30),
         start: args.start,
+        mapped: mapped::options(args),
     };
 
     let mut reports = Vec::new();
     match &args.source {
         SourceSpec::Tcp(addr) => {
+            let pool = make_pool()?;
             let r = tcp::run(
                 args,
                 addr,
@@ -375,60 +408,26 @@ fn run_pipeline(args: &Args) -> CliResult {
                 _ => None,
             };
             if let Some(resident) = mapped {
+                drop(file);
                 let limit = limit(args, size)?;
-                let cfg = PipelineConfig { limit, ..cfg };
-                let mut sinks = make_cuda_sinks(args, &pool, args.qd, &mut device_numa)?;
-                warn_numa(args.core, device_numa);
-                let gpu = ubdirect_cuda::CudaGpu::open(cuda_ordinals(args)?[0])?;
-                let pinner = ubdirect_cuda::CudaHostPinner::new(&gpu)?;
-                let registry =
-                    ubdirect_cuda::FileWindowRegistry::new(Arc::new(pinner), map_cap(args));
-                let src = MappedFile {
-                    file: &file,
-                    name: format!(
-                        "file:{} (mapped page cache, registered read-only)",
-                        path.display()
-                    ),
-                    registry: &registry,
-                    resident,
+                let mut out = Outputs {
+                    reports: Vec::new(),
+                    numa: device_numa,
                 };
-                if args.segments {
-                    let c = PipelineConfig {
-                        verify: false,
-                        ..cfg.clone()
-                    };
-                    let mut seg = run_sink_only(
-                        &mut sinks,
-                        &pool,
-                        &c,
-                        "segment: pinned UB -> GPU (H2D ceiling, no source)",
-                    )?;
-                    seg.gpus = sinks.shares(std::time::Duration::from_secs_f64(seg.seconds));
-                    reports.push(seg);
-                    sinks.reset_counts();
-                }
-                for i in 0..args.repeat {
-                    let label = if args.repeat > 1 {
-                        format!("pipeline (run {}/{})", i + 1, args.repeat)
-                    } else {
-                        "pipeline".to_string()
-                    };
-                    let mut r = run_mapped(&src, &mut sinks, &cfg, &label)?;
-                    sinks.reset_counts();
-                    if args.verify {
-                        let expected = file_checksum(path, args.start, r.bytes)?;
-                        add_verify(
-                            &mut r,
-                            &mut sinks,
-                            expected,
-                            "GPU checksum vs read() of the file",
-                        )?;
-                    }
-                    reports.push(r);
-                }
-                drop(sinks);
-                drop(registry);
+                mapped::run(
+                    args,
+                    path,
+                    resident,
+                    &registry,
+                    PipelineConfig { limit, ..cfg },
+                    &mut out,
+                )?;
+                reports.extend(out.reports);
             } else {
+                if mapped::flags_given(args) {
+                    tracing::warn!("--io auto reads this file into the UB pool (less than {:.0}% of it is in the page cache): --copy-size, --map-window and --register-threads do not apply", AUTO_MAPPED_RESIDENT * 100.0);
+                }
+                let pool = make_pool()?;
                 file_uring(
                     args,
                     path,
@@ -441,6 +440,7 @@ fn run_pipeline(args: &Args) -> CliResult {
             }
         }
         SourceSpec::Nvme { addr, nsid } => {
+            let pool = make_pool()?;
             let ctrl = ctrl.as_ref().ok_or("NVMe controller not opened")?;
             let nsid = super::namespace::merge(args.ns, *nsid)?;
             let ns = super::namespace::pick(ctrl, &addr.to_string(), nsid)?;
@@ -743,7 +743,13 @@ fn make_sink(
                 args.verify,
             ))
         }
-        SinkSpec::Cuda(_) => Box::new(make_cuda_sinks(args, pool, pool.block_count(), numa)?),
+        SinkSpec::Cuda(_) => Box::new(make_cuda_sinks(
+            args,
+            Some(pool.region()),
+            pool.block_size(),
+            pool.block_count(),
+            numa,
+        )?),
     })
 }
 
@@ -763,11 +769,12 @@ fn cuda_ordinals(args: &Args) -> Result<Vec<usize>, BoxErr> {
     }
 }
 
-/// One CUDA sink per GPU of `--sink`, `depth` copies each; the pool's memory is registered
-/// once (PORTABLE: every GPU's context sees it as pinned).
+/// One CUDA sink per GPU of `--sink`, `depth` copies of up to `slot` bytes each; `region` (the
+/// pool's memory) is registered once (PORTABLE: every GPU's context sees it as pinned).
 fn make_cuda_sinks(
     args: &Args,
-    pool: &Arc<UbPool>,
+    region: Option<&Arc<UbRegion>>,
+    slot: usize,
     depth: usize,
     numa: &mut Option<u32>,
 ) -> Result<CudaSinks, BoxErr> {
@@ -778,13 +785,12 @@ fn make_cuda_sinks(
             ordinal,
             streams: args.streams.max(1),
             depth: depth.max(1),
-            block_size: pool.block_size(),
+            block_size: slot,
             verify: args.verify,
         };
-        let regions = if i == 0 {
-            vec![pool.region().clone()]
-        } else {
-            Vec::new()
+        let regions: Vec<Arc<UbRegion>> = match region {
+            Some(r) if i == 0 => vec![r.clone()],
+            _ => Vec::new(),
         };
         let sink = ubdirect_cuda::CudaSink::new(&cfg, &regions)?;
         if i == 0 {
@@ -792,7 +798,7 @@ fn make_cuda_sinks(
         }
         sinks.push(sink);
     }
-    Ok(CudaSinks::new(sinks, ordinals, pool.block_size()))
+    Ok(CudaSinks::new(sinks, ordinals, slot))
 }
 
 fn warn_numa(core: Option<usize>, device_numa: Option<u32>) {
@@ -962,6 +968,103 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("--repeat"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn mapped_settings_are_refused_with_the_flag_that_set_them() {
+        let check = |extra: &[&str], size: u64, want: &[&str]| {
+            let mut v = vec!["--source", "file:/dev/shm/x", "--sink", "cuda"];
+            v.extend_from_slice(extra);
+            let e = mapped::plan(&args(&v), size).unwrap_err().to_string();
+            for w in want {
+                assert!(e.contains(w), "{extra:?}: {e}");
+            }
+        };
+        let zero = <crate::cli::Cli as clap::Parser>::try_parse_from([
+            "ubdirect",
+            "pipeline",
+            "--source",
+            "file:/x",
+            "--copy-size",
+            "0",
+        ])
+        .map(|_| ())
+        .expect_err("--copy-size 0 parsed")
+        .to_string();
+        assert!(zero.contains("--copy-size"), "{zero}");
+        check(
+            &["--copy-size", "5000"],
+            1 << 30,
+            &["--copy-size 5000", "multiple of 4K", "use 4096 or 8192"],
+        );
+        check(
+            &["--copy-size", "64M", "--offset", "512K"],
+            1 << 20,
+            &["--copy-size 67108864", "524288 bytes", "--offset 524288"],
+        );
+        check(
+            &["--copy-size", "2M", "--map-window", "3M"],
+            1 << 30,
+            &["--map-window 3145728", "--copy-size"],
+        );
+        check(
+            &["--register-threads", "0"],
+            1 << 30,
+            &["--register-threads 0", "1 to 64"],
+        );
+        check(
+            &[
+                "--copy-size",
+                "1M",
+                "--map-window",
+                "64M",
+                "--map-cap",
+                "32M",
+            ],
+            1 << 30,
+            &["--map-cap", "--map-window"],
+        );
+        check(
+            &["--offset", "1M"],
+            1 << 20,
+            &["--offset", "nothing to stream"],
+        );
+        let p = mapped::plan(
+            &args(&["--source", "file:/x", "--copy-size", "16M"]),
+            1 << 30,
+        );
+        let p = p.unwrap();
+        assert_eq!((p.copy_size, p.window), (16 << 20, 256 << 20));
+        // Default on a small file: one copy of the whole file.
+        let p = mapped::plan(&args(&["--source", "file:/x"]), 3 << 20).unwrap();
+        assert_eq!((p.copy_size, p.window), (3 << 20, 3 << 20));
+    }
+
+    #[test]
+    fn mapped_flags_on_a_run_that_does_not_map_are_refused() {
+        let (p, src) = temp_file("notmapped", 1 << 20);
+        for extra in [
+            &["--io", "buffered", "--copy-size", "16M"][..],
+            &["--io", "direct", "--register-threads", "2"][..],
+        ] {
+            let mut v = vec!["--source", &src, "--sink", "null", "--qd", "2"];
+            v.extend_from_slice(extra);
+            let e = run_pipeline(&args(&v)).unwrap_err().to_string();
+            assert!(
+                e.contains("--copy-size") && e.contains("--io mapped"),
+                "{e}"
+            );
+        }
+        let e = run_pipeline(&args(&[
+            "--source",
+            "nvme:0000:00:04.0",
+            "--map-window",
+            "64M",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--map-window"), "{e}");
         std::fs::remove_file(&p).unwrap();
     }
 

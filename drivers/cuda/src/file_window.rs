@@ -131,6 +131,15 @@ pub enum WindowError {
     },
 }
 
+/// What [`FileWindowRegistry::acquire_counted`] hands out.
+#[derive(Debug, Clone)]
+pub struct Acquired {
+    /// The window.
+    pub window: Arc<FileWindow>,
+    /// True when this call mapped and registered it (false: it was registered already).
+    pub registered: bool,
+}
+
 /// A mapped, pinned file range. Unpinned and unmapped when the last holder drops it.
 pub struct FileWindow {
     map_base: *const u8,
@@ -168,6 +177,7 @@ impl FileWindow {
         stamp: FileStamp,
         pinner: &Arc<dyn HostPinner>,
         ub: Option<&Arc<UbRegistry>>,
+        populate: bool,
     ) -> Result<FileWindow, WindowError> {
         let page = cpu_page_size() as u64;
         let base_off = key.offset / page * page;
@@ -179,6 +189,9 @@ impl FileWindow {
         // Dropped (unmapped) on an error below: not pinned, not shared.
         let map = map_readonly(file, base_off, map_len)?;
         let base = map.as_ptr();
+        if populate {
+            populate_read(base, map_len);
+        }
         pinner.pin(base, map_len).map_err(WindowError::Pin)?;
         Ok(FileWindow {
             map_base: base,
@@ -287,6 +300,17 @@ impl Drop for FileWindow {
     }
 }
 
+/// Fault the page tables of `[p, p + len)` in (MADV_POPULATE_READ) before the pinner walks
+/// them; best effort (older kernels refuse it, and the pinner faults them itself).
+fn populate_read(p: *const u8, len: usize) {
+    // SAFETY: `[p, p + len)` is a live read-only mapping owned by the caller; populating reads
+    // only fault pages in.
+    let r = unsafe { libc::madvise(p.cast_mut().cast(), len, libc::MADV_POPULATE_READ) };
+    if r != 0 {
+        tracing::debug!("MADV_POPULATE_READ: {}", std::io::Error::last_os_error());
+    }
+}
+
 fn map_readonly(file: &File, off: u64, len: usize) -> Result<ReadOnlyFileMap, WindowError> {
     ReadOnlyFileMap::new(file, off, len).map_err(|source| WindowError::Io {
         what: "mmap of the file range",
@@ -352,6 +376,7 @@ struct Inner {
 pub struct FileWindowRegistry {
     pinner: Arc<dyn HostPinner>,
     cap: u64,
+    populate: std::sync::atomic::AtomicBool,
     ub: Option<Arc<UbRegistry>>,
     inner: Mutex<Inner>,
 }
@@ -372,6 +397,7 @@ impl FileWindowRegistry {
         FileWindowRegistry {
             pinner,
             cap,
+            populate: std::sync::atomic::AtomicBool::new(false),
             ub: None,
             inner: Mutex::new(Inner::default()),
         }
@@ -389,6 +415,15 @@ impl FileWindowRegistry {
             ub: Some(ub),
             ..FileWindowRegistry::new(pinner, cap)
         }
+    }
+
+    /// Fault each new window's page tables in (MADV_POPULATE_READ) before pinning it, outside
+    /// the pinner (off by default). Worth it when several threads acquire at once and the pinner
+    /// runs one pin at a time (CUDA's registration does): one thread faults while another pins.
+    /// A single thread is faster without it (the pinner faults the pages itself).
+    pub fn set_populate(&self, on: bool) {
+        self.populate
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The UB registry windows are registered in, if any.
@@ -414,80 +449,92 @@ impl FileWindowRegistry {
         offset: u64,
         len: u64,
     ) -> Result<Arc<FileWindow>, WindowError> {
+        self.acquire_counted(file, offset, len).map(|a| a.window)
+    }
+
+    /// [`FileWindowRegistry::acquire`], also telling whether this call registered the window
+    /// (rather than finding it registered). Several threads may acquire at once: the mapping
+    /// and pinning of a new window happen outside the registry's lock.
+    pub fn acquire_counted(
+        &self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<Acquired, WindowError> {
         let (id, stamp) = stat(file).map_err(|source| WindowError::Io {
             what: "fstat",
             source,
         })?;
         let end = offset.saturating_add(len);
-        let mut g = self.lock();
-        invalidate_changed(&mut g, id, stamp)?;
-        if len == 0 || end > stamp.size {
-            return Err(WindowError::OutOfRange {
-                offset,
-                end,
-                size: stamp.size,
-            });
-        }
         let key = WindowKey {
             file: id,
             offset,
             len,
         };
-        g.clock += 1;
-        let now = g.clock;
-        if let Some(e) = g.windows.get_mut(&key) {
-            e.last_use = now;
-            let w = e.win.clone();
-            g.stats.reused += 1;
-            return Ok(w);
-        }
         let page = cpu_page_size() as u64;
         let pinned = (offset % page + len).next_multiple_of(page);
-        if pinned > self.cap {
-            return Err(WindowError::TooLarge {
-                len: pinned,
-                cap: self.cap,
-            });
-        }
-        while g.held + pinned > self.cap && !g.windows.is_empty() {
-            let lru = g
-                .windows
-                .iter()
-                .min_by_key(|(_, e)| e.last_use)
-                .map(|(k, _)| *k);
-            if let Some(k) = lru {
-                if let Some(e) = g.windows.remove(&k) {
-                    g.held -= e.win.map_len as u64;
-                    g.stats.evicted += 1;
-                    park(&mut g, k, &e.win);
-                }
+        {
+            let mut g = self.lock();
+            invalidate_changed(&mut g, id, stamp)?;
+            if len == 0 || end > stamp.size {
+                return Err(WindowError::OutOfRange {
+                    offset,
+                    end,
+                    size: stamp.size,
+                });
             }
-        }
-        if let Some(w) = g.parked.remove(&key).and_then(|w| w.upgrade()) {
-            if w.stamp == stamp {
-                g.held += w.map_len as u64;
-                g.stats.reused += 1;
-                g.windows.insert(
-                    key,
-                    Entry {
-                        win: w.clone(),
-                        last_use: now,
-                    },
-                );
-                return Ok(w);
+            if let Some(w) = take_registered(&mut g, key, stamp, self.cap) {
+                return Ok(Acquired {
+                    window: w,
+                    registered: false,
+                });
             }
+            if pinned > self.cap {
+                return Err(WindowError::TooLarge {
+                    len: pinned,
+                    cap: self.cap,
+                });
+            }
+            evict_for(&mut g, pinned, self.cap);
+            // Counted as held while it is being mapped, so concurrent acquires stay under the cap.
+            g.held += pinned;
         }
         let t = Instant::now();
-        let w = Arc::new(FileWindow::map(
-            file,
-            key,
-            stamp,
-            &self.pinner,
-            self.ub.as_ref(),
-        )?);
-        g.stats.register_ns += t.elapsed().as_nanos() as u64;
+        let populate = self.populate.load(std::sync::atomic::Ordering::Relaxed);
+        let mapped = FileWindow::map(file, key, stamp, &self.pinner, self.ub.as_ref(), populate);
+        self.insert_mapped(key, pinned, mapped, t.elapsed())
+    }
+
+    /// Enter a window [`FileWindowRegistry::acquire_counted`] mapped (or failed to) outside the
+    /// lock, `pinned` bytes of which it counted as held meanwhile.
+    fn insert_mapped(
+        &self,
+        key: WindowKey,
+        pinned: u64,
+        mapped: Result<FileWindow, WindowError>,
+        took: Duration,
+    ) -> Result<Acquired, WindowError> {
+        let mut g = self.lock();
+        g.held -= pinned;
+        let w = Arc::new(mapped?);
+        g.stats.register_ns += took.as_nanos() as u64;
         g.stats.registered += 1;
+        let clock = g.clock;
+        if let Some(e) = g.windows.get_mut(&key) {
+            // Another thread registered the same range meanwhile: use its window (ours is
+            // unpinned and unmapped when dropped, outside the lock).
+            e.last_use = clock;
+            let theirs = e.win.clone();
+            drop(g);
+            drop(w);
+            return Ok(Acquired {
+                window: theirs,
+                registered: false,
+            });
+        }
         g.held += w.map_len as u64;
+        g.clock += 1;
+        let now = g.clock;
         g.windows.insert(
             key,
             Entry {
@@ -495,7 +542,24 @@ impl FileWindowRegistry {
                 last_use: now,
             },
         );
-        Ok(w)
+        Ok(Acquired {
+            window: w,
+            registered: true,
+        })
+    }
+
+    /// Drop the registered window of `key` from the registry (it stays pinned while a caller
+    /// holds it, and is unpinned when the last holder lets go). True when there was one.
+    pub fn release(&self, key: WindowKey) -> bool {
+        let mut g = self.lock();
+        match g.windows.remove(&key) {
+            Some(e) => {
+                g.held -= e.win.map_len as u64;
+                park(&mut g, key, &e.win);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The check before a pass: fstat `file` and drop its windows if it changed since they
@@ -538,9 +602,60 @@ impl FileWindowRegistry {
         let mut g = self.lock();
         let all: Vec<(WindowKey, Entry)> = g.windows.drain().collect();
         for (k, e) in &all {
+            g.held -= e.win.map_len as u64;
             park(&mut g, *k, &e.win);
         }
-        g.held = 0;
+    }
+}
+
+/// The registered (or parked and unchanged) window of `key`, counted as reused; a parked one
+/// comes back after the least recently used windows beyond `cap` went.
+fn take_registered(
+    g: &mut Inner,
+    key: WindowKey,
+    stamp: FileStamp,
+    cap: u64,
+) -> Option<Arc<FileWindow>> {
+    g.clock += 1;
+    let now = g.clock;
+    if let Some(e) = g.windows.get_mut(&key) {
+        e.last_use = now;
+        let w = e.win.clone();
+        g.stats.reused += 1;
+        return Some(w);
+    }
+    let w = g.parked.remove(&key).and_then(|w| w.upgrade())?;
+    if w.stamp != stamp {
+        return None;
+    }
+    evict_for(g, w.map_len as u64, cap);
+    g.held += w.map_len as u64;
+    g.stats.reused += 1;
+    g.windows.insert(
+        key,
+        Entry {
+            win: w.clone(),
+            last_use: now,
+        },
+    );
+    Some(w)
+}
+
+/// Drop least recently used windows until `pinned` more bytes fit under `cap` (or none is left).
+fn evict_for(g: &mut Inner, pinned: u64, cap: u64) {
+    while g.held + pinned > cap && !g.windows.is_empty() {
+        let lru = g
+            .windows
+            .iter()
+            .min_by_key(|(_, e)| e.last_use)
+            .map(|(k, _)| *k);
+        if let Some(k) = lru {
+            if let Some(e) = g.windows.remove(&k) {
+                g.held -= e.win.map_len as u64;
+                g.stats.evicted += 1;
+                park(g, k, &e.win);
+            }
+        }
     }
 }
 

@@ -20,13 +20,14 @@ mod host_register;
 mod kernel;
 mod loader;
 mod sink;
+mod slots;
 
 pub use checksum::{checksum_at, mix, KERNEL_SRC};
 pub use dmabuf::GpuDmaBuf;
 pub use error::CudaError;
 pub use file_window::{
-    resident_fraction, FileIdentity, FileStamp, FileWindow, FileWindowRegistry, HostPinner,
-    RegistryStats, WindowError, WindowKey,
+    resident_fraction, Acquired, FileIdentity, FileStamp, FileWindow, FileWindowRegistry,
+    HostPinner, RegistryStats, WindowError, WindowKey,
 };
 pub use gpu::CudaGpu;
 pub use host_register::{CudaHostPinner, HostRegistration};

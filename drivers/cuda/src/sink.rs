@@ -15,6 +15,10 @@ use crate::error::{drv, CudaError};
 use crate::gpu::CudaGpu;
 use crate::host_register::HostRegistration;
 use crate::kernel::load_checksum_kernel;
+use crate::slots::Slots;
+
+/// How long a pageable copy waits for the device work still using its slot.
+const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How to build a [`CudaSink`].
 #[derive(Debug, Clone)]
@@ -47,14 +51,13 @@ pub struct CudaSink {
     events: Vec<sys::CUevent>,
     fifo: Vec<VecDeque<u32>>,
     slots: Vec<Option<InFlight>>,
-    free: Vec<u32>,
+    ring: Slots,
     next_stream: usize,
     dev: sys::CUdeviceptr,
     slot_size: usize,
     acc: sys::CUdeviceptr,
     kernel: Option<CudaFunction>,
     grid: u32,
-    copy_slot: usize,
 }
 
 // SAFETY: the raw CUDA handles are plain driver handles usable from any thread once the
@@ -124,14 +127,13 @@ impl CudaSink {
             events: Vec::new(),
             fifo: Vec::new(),
             slots: Vec::new(),
-            free: (0..cfg.depth as u32).rev().collect(),
+            ring: Slots::new(cfg.depth),
             next_stream: 0,
             dev,
             slot_size: cfg.block_size,
             acc: 0,
             kernel,
             grid: sms * 2,
-            copy_slot: 0,
         };
         sink.slots.resize_with(cfg.depth, || None);
         if sink.kernel.is_some() {
@@ -198,7 +200,10 @@ impl CudaSink {
     }
 
     /// The classic path for A/B: a synchronous copy from pageable memory (cuMemcpyHtoD), then the
-    /// checksum kernel when verifying. `offset` is the data's byte offset in the stream.
+    /// checksum kernel when verifying. `offset` is the data's byte offset in the stream. The copy
+    /// takes a device slot no asynchronous copy holds and, when work of an earlier pageable copy
+    /// may still use that slot (the DMA from CUDA's staging buffer, the checksum kernel), waits
+    /// for the slot's event first.
     pub fn copy_pageable(&mut self, data: &[u8], offset: u64) -> Result<(), CudaError> {
         if data.len() > self.slot_size {
             return Err(CudaError::Invalid(format!(
@@ -208,18 +213,44 @@ impl CudaSink {
             )));
         }
         self.gpu.bind()?;
-        let dst = self.dev + (self.copy_slot * self.slot_size) as u64;
-        self.copy_slot = (self.copy_slot + 1) % self.slots.len();
-        // SAFETY: `dst` has room for `data.len()` bytes (checked above); the copy is synchronous
-        // with respect to the source buffer, which stays borrowed for the call.
-        unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }
-            .result()
-            .map_err(drv("cuMemcpyHtoD"))?;
-        if self.kernel.is_some() {
-            // The legacy null stream orders this kernel after the copy above.
-            self.launch_checksum(dst, data.len(), offset, std::ptr::null_mut())?;
+        let Some(t) = self.ring.take_pageable() else {
+            return Err(CudaError::Invalid(format!(
+                "all {} device slots hold asynchronous copies in flight: poll before a pageable copy",
+                self.ring.len()
+            )));
+        };
+        let event = self.events[t.slot as usize];
+        if t.wait {
+            if let Err(e) = wait_event(event, SLOT_WAIT) {
+                // Still in use, or failed: the next taker waits (or fails) again.
+                self.ring.pageable_queued(t.slot);
+                return Err(e);
+            }
         }
-        Ok(())
+        let dst = self.dev + (t.slot as usize * self.slot_size) as u64;
+        // SAFETY: `dst` has room for `data.len()` bytes (checked above) and no other work uses
+        // the slot (no asynchronous copy holds it; earlier pageable work was waited for); the
+        // copy is synchronous with respect to the source buffer, which stays borrowed.
+        let r = unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()) }
+            .result()
+            .map_err(drv("cuMemcpyHtoD"));
+        let r = r.and_then(|()| {
+            // The legacy null stream orders this kernel after the copy above.
+            self.launch_checksum(dst, data.len(), offset, std::ptr::null_mut())
+        });
+        // SAFETY: a live event of this context, recorded on the null stream after the work above.
+        let rec = unsafe { result::event::record(event, std::ptr::null_mut()) }
+            .map_err(drv("cuEventRecord (pageable copy)"));
+        match rec {
+            Ok(()) => self.ring.pageable_queued(t.slot),
+            Err(e) => {
+                // The slot's work cannot be tracked: wait for all of it before anyone reuses it.
+                self.synchronize()?;
+                r?;
+                return Err(e);
+            }
+        }
+        r
     }
 
     fn launch_checksum(
@@ -285,7 +316,12 @@ impl CudaSink {
 
     /// Copies in flight.
     pub fn copies_in_flight(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.ring.in_flight()
+    }
+
+    /// Bytes per device ring slot (the largest copy).
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
     }
 
     /// Device ring slots (the most copies in flight).
@@ -315,7 +351,7 @@ impl CudaSink {
                     )),
                 };
                 self.fifo[si].pop_front();
-                self.free.push(slot);
+                self.ring.complete(slot);
                 match self.slots[slot as usize].take() {
                     Some(InFlight { buf, tag }) => {
                         f(buf, tag, res);
@@ -355,7 +391,7 @@ impl CudaSink {
                 format!("verify needs 8-byte aligned stream offsets as tags, got {tag}"),
             ));
         }
-        let Some(slot) = self.free.pop() else {
+        let Some(t) = self.ring.take_async() else {
             return Err(SinkError::new(
                 SinkErrorKind::Full,
                 format!(
@@ -364,39 +400,74 @@ impl CudaSink {
                 ),
             ));
         };
+        let slot = t.slot;
         let fail = |call: &str, e: cudarc::driver::DriverError| {
             SinkError::new(SinkErrorKind::Device, format!("{call} failed: {e:?}"))
         };
         if let Err(e) = self.gpu.bind() {
-            self.free.push(slot);
+            self.ring.undo(t);
             return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
         }
         let si = self.next_stream;
         self.next_stream = (si + 1) % self.streams.len();
         let stream = self.streams[si];
+        if t.wait {
+            // A pageable copy's work may still use the slot: the stream waits for its event.
+            // SAFETY: live event and stream of this context.
+            let r = unsafe { sys::cuStreamWaitEvent(stream, self.events[slot as usize], 0) };
+            if let Err(e) = r.result() {
+                self.ring.undo(t);
+                return Err(fail("cuStreamWaitEvent", e));
+            }
+        }
         let dst = self.dev + (slot as usize * self.slot_size) as u64;
         // SAFETY: the source (a pool buffer owned by the slot table, or host memory the caller
         // of `submit_host` keeps mapped) lives until this copy's event completes; `dst` is a
         // `slot_size` slot of the device ring and len <= slot_size.
         let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, stream) }.result();
         if let Err(e) = r {
-            self.free.push(slot);
+            self.ring.undo(t);
             return Err(fail("cuMemcpyHtoDAsync", e));
         }
         if let Err(e) = self.launch_checksum(dst, len, tag, stream) {
             // The copy is queued: the slot must wait for the stream before reuse.
             let _ = self.synchronize();
-            self.free.push(slot);
+            self.ring.complete(slot);
             return Err(SinkError::new(SinkErrorKind::Device, e.to_string()));
         }
         // SAFETY: event and stream are live handles of this context.
         if let Err(e) = unsafe { result::event::record(self.events[slot as usize], stream) } {
             let _ = self.synchronize();
-            self.free.push(slot);
+            self.ring.complete(slot);
             return Err(fail("cuEventRecord", e));
         }
         self.fifo[si].push_back(slot);
         Ok(slot)
+    }
+}
+
+/// Wait until `event` completed, at most `limit`.
+fn wait_event(event: sys::CUevent, limit: std::time::Duration) -> Result<(), CudaError> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        // SAFETY: a live event handle.
+        match unsafe { sys::cuEventQuery(event) } {
+            CUresult::CUDA_SUCCESS => return Ok(()),
+            CUresult::CUDA_ERROR_NOT_READY if std::time::Instant::now() < deadline => {
+                std::thread::yield_now()
+            }
+            CUresult::CUDA_ERROR_NOT_READY => {
+                return Err(CudaError::Invalid(format!(
+                    "the device work of an earlier pageable copy did not finish within {} s (GPU hung?)",
+                    limit.as_secs()
+                )))
+            }
+            other => {
+                return Err(CudaError::Invalid(format!(
+                    "an earlier pageable copy failed on the device: {other:?}"
+                )))
+            }
+        }
     }
 }
 
@@ -436,7 +507,7 @@ impl Sink for CudaSink {
     }
 
     fn in_flight(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.ring.in_flight()
     }
 }
 

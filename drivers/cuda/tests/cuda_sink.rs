@@ -121,6 +121,36 @@ fn gpu_checksum_matches_cpu_checksum() {
 
 #[test]
 #[ignore = "gpu: needs an NVIDIA GPU and driver (run with --ignored on a GPU machine)"]
+fn pageable_copies_beside_async_copies_keep_to_free_slots_and_deliver_intact() {
+    let pool = pool(8);
+    let mut sink = CudaSink::new(&cfg(true), &[pool.region().clone()]).expect("GPU sink");
+    let mut expected = 0u64;
+    // Six asynchronous copies hold six of the eight slots...
+    for i in 0..6u64 {
+        let mut b = pool.get().unwrap();
+        b.as_mut_slice().fill(0x10 + i as u8);
+        expected = expected.wrapping_add(checksum_at(b.as_slice(), i * BS as u64));
+        sink.submit(b, BS, i * BS as u64)
+            .map_err(|(_, e)| e)
+            .unwrap();
+    }
+    // ...while twelve pageable copies (and their checksum kernels) take turns in the other two.
+    let mut page = vec![0u8; BS];
+    for i in 6..18u64 {
+        page.fill(0x80 + i as u8);
+        expected = expected.wrapping_add(checksum_at(&page, i * BS as u64));
+        sink.copy_pageable(&page, i * BS as u64).unwrap();
+    }
+    drain(&mut sink, 6);
+    assert_eq!(
+        sink.checksum().unwrap(),
+        expected,
+        "a pageable copy overwrote a slot an async copy or kernel was using"
+    );
+}
+
+#[test]
+#[ignore = "gpu: needs an NVIDIA GPU and driver (run with --ignored on a GPU machine)"]
 fn gpu_sink_refuses_bad_requests_and_full() {
     let pool = pool(8);
     let c = CudaSinkConfig {

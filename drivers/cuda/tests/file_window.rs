@@ -294,3 +294,64 @@ fn a_window_is_unpinned_then_unmapped_and_a_refused_pin_leaves_no_mapping() {
     assert!(refusing.mapped_at_unpin.lock().unwrap().is_empty());
     assert_eq!(reg.len(), 0);
 }
+
+/// A pinner that takes `delay` per pin and records how many pins ran at once at most.
+#[derive(Default)]
+struct SlowPinner {
+    delay: std::time::Duration,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    live: std::sync::atomic::AtomicIsize,
+}
+
+impl ubdirect_cuda::HostPinner for SlowPinner {
+    fn pin(&self, _ptr: *const u8, _len: usize) -> Result<(), String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(n, SeqCst);
+        std::thread::sleep(self.delay);
+        self.now.fetch_sub(1, SeqCst);
+        self.live.fetch_add(1, SeqCst);
+        Ok(())
+    }
+    fn unpin(&self, _ptr: *const u8, _len: usize) {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn windows_register_in_parallel_and_release_unpins_them() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (_d, f) = data_file(16 * PAGE as usize);
+    let pinner = Arc::new(SlowPinner {
+        delay: std::time::Duration::from_millis(150),
+        ..Default::default()
+    });
+    let reg = FileWindowRegistry::new(pinner.clone(), 1 << 30);
+    std::thread::scope(|s| {
+        for i in 0..4u64 {
+            let (reg, f) = (&reg, &f);
+            s.spawn(move || {
+                let a = reg.acquire_counted(f, i * 4 * PAGE, 4 * PAGE).unwrap();
+                assert!(a.registered);
+            });
+        }
+    });
+    assert!(
+        pinner.most.load(SeqCst) >= 2,
+        "registrations of different windows ran one at a time (the registry's lock is held while pinning)"
+    );
+    assert_eq!((reg.len(), reg.held_bytes()), (4, 16 * PAGE));
+    // A second acquire finds it registered; release drops it and unpins it (nobody holds it).
+    let a = reg.acquire_counted(&f, 0, 4 * PAGE).unwrap();
+    assert!(!a.registered);
+    let key = a.window.key();
+    drop(a);
+    assert!(reg.release(key));
+    assert!(!reg.release(key), "released twice");
+    assert_eq!((reg.len(), reg.held_bytes()), (3, 12 * PAGE));
+    assert_eq!(pinner.live.load(SeqCst), 3);
+    reg.clear();
+    assert_eq!((reg.len(), reg.held_bytes()), (0, 0));
+    assert_eq!(pinner.live.load(SeqCst), 0);
+}

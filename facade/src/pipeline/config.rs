@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::mapped_options::MappedOptions;
+
 /// Direct (UB pool, zero CPU copies) or the classic copy path (for A/B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,6 +43,8 @@ pub struct PipelineConfig {
     /// Source byte offset the stream starts at (logical-block aligned); the stream wraps
     /// within [start, capacity).
     pub start: u64,
+    /// Mapped-file runs: copy size, window length, registration threads.
+    pub mapped: MappedOptions,
 }
 
 impl Default for PipelineConfig {
@@ -53,6 +57,7 @@ impl Default for PipelineConfig {
             progress: false,
             stall_timeout: Duration::from_secs(30),
             start: 0,
+            mapped: MappedOptions::default(),
         }
     }
 }

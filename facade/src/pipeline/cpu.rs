@@ -25,6 +25,38 @@ pub fn process_cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// When the calling thread is pinned to one CPU (it was spawned by the pinned polling thread),
+/// let it run on every other CPU instead, so it never takes the polling core. Returns the CPU
+/// it left, if any.
+pub fn leave_single_cpu() -> Option<usize> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 = calling thread; `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: `set` is a valid cpu_set_t.
+    if unsafe { libc::CPU_COUNT(&set) } != 1 {
+        return None;
+    }
+    // SAFETY: every index is < CPU_SETSIZE, inside `set`.
+    let only = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) })?;
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
+    if n < 2 {
+        return None;
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut others: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in (0..n.min(libc::CPU_SETSIZE as usize)).filter(|&c| c != only) {
+        // SAFETY: c < CPU_SETSIZE, so the bit lies inside `others`.
+        unsafe { libc::CPU_SET(c, &mut others) };
+    }
+    // SAFETY: pid 0 = calling thread; `others` is a valid cpu_set_t of the size passed.
+    (unsafe { libc::sched_setaffinity(0, size, &others) } == 0).then_some(only)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +71,26 @@ mod tests {
         }
         assert!(process_cpu_time() > a);
         assert!(ubdirect_core::util::rdtsc() > 0);
+    }
+
+    #[test]
+    fn a_thread_pinned_to_one_cpu_moves_off_it() {
+        // SAFETY: sysconf has no preconditions.
+        if unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } < 2 {
+            return;
+        }
+        std::thread::spawn(|| {
+            // SAFETY: sched_getcpu has no preconditions.
+            let cpu = unsafe { libc::sched_getcpu() } as usize;
+            ubdirect_core::util::pin_to_core(cpu).unwrap();
+            assert_eq!(leave_single_cpu(), Some(cpu));
+            for _ in 0..1000 {
+                // SAFETY: as above.
+                assert_ne!(unsafe { libc::sched_getcpu() } as usize, cpu);
+                std::thread::yield_now();
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -50,6 +50,11 @@ impl CudaSinks {
         self.sinks.is_empty()
     }
 
+    /// Largest copy each GPU's device ring slot holds (the smallest over the GPUs).
+    pub fn slot_size(&self) -> usize {
+        self.sinks.iter().map(|s| s.slot_size()).min().unwrap_or(0)
+    }
+
     /// The GPU block `seq` goes to.
     pub fn gpu_of(&self, seq: u64) -> usize {
         (seq % self.sinks.len().max(1) as u64) as usize

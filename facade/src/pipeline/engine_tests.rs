@@ -212,6 +212,7 @@ fn cfg(qd: usize, start: u64, bytes: u64) -> PipelineConfig {
         progress: false,
         stall_timeout: Duration::from_millis(300),
         start,
+        ..PipelineConfig::default()
     }
 }
 

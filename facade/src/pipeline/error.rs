@@ -9,6 +9,9 @@ pub enum PipelineError {
     /// A bad setting or argument.
     #[error("{0}")]
     Config(String),
+    /// A mapped-file run setting (copy size, window, registration threads) that cannot work.
+    #[error("{0}")]
+    MappedOption(#[from] super::mapped_options::MappedOptionError),
     /// The source failed.
     #[error("source: {0}")]
     Source(BlockError),

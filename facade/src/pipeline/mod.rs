@@ -17,6 +17,13 @@ mod engine_tests;
 mod error;
 #[cfg(feature = "cuda")]
 mod mapped;
+mod mapped_options;
+#[cfg(feature = "cuda")]
+mod mapped_sink;
+#[cfg(all(test, feature = "cuda"))]
+mod mapped_tests;
+#[cfg(feature = "cuda")]
+mod mapped_windows;
 mod null_sink;
 mod progress;
 mod report;
@@ -35,6 +42,12 @@ pub use engine::{block_range, run_direct, run_direct_watching};
 pub use error::PipelineError;
 #[cfg(feature = "cuda")]
 pub use mapped::{run_mapped, window_len, MappedFile};
+pub use mapped_options::{
+    MappedOptionError, MappedOptions, MappedPlan, COPY_ALIGN, DEFAULT_COPY_SIZE,
+    DEFAULT_REGISTER_THREADS, DEFAULT_WINDOW_TARGET, MAX_REGISTER_THREADS,
+};
+#[cfg(feature = "cuda")]
+pub use mapped_sink::MappedSink;
 pub use null_sink::NullSink;
 pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, VerifyResult};
 pub use segments::run_sink_only;

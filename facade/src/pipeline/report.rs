@@ -70,14 +70,24 @@ pub struct GpuShare {
 pub struct MappedInfo {
     /// Fraction of the file's pages in the page cache when the run chose its I/O.
     pub resident: f64,
-    /// Windows mapped and registered by this run (before it and during it).
+    /// Windows mapped and registered by this run.
     pub windows_registered: u64,
     /// Window acquisitions served by an already registered window.
     pub windows_reused: u64,
-    /// Seconds spent mapping and registering (cuMemHostRegister) for this run.
+    /// Seconds the registration threads spent mapping and registering (cuMemHostRegister) for
+    /// this run, added over the threads; it overlaps the copies.
     pub register_s: f64,
-    /// GB/s with the registration time added to the wall time (what one cold pass costs).
+    /// GB/s with the registration included: the run's wall time covers it (registration
+    /// overlaps the copies), so this is the run's own rate; on a cold pass, what it costs.
     pub gb_per_s_with_register: f64,
+    /// Bytes per copy.
+    pub copy_size: u64,
+    /// Bytes per registered window.
+    pub window: u64,
+    /// Threads registering windows ahead of the copies.
+    pub register_threads: usize,
+    /// Seconds the polling thread had room for a copy but its window was not registered yet.
+    pub register_wait_s: f64,
 }
 
 /// One run's figures.
@@ -203,12 +213,15 @@ impl fmt::Display for PipelineReport {
         if let Some(m) = &self.mapped {
             writeln!(
                 f,
-                "  mapped page cache ({:.0}% resident): {} window(s) registered in {:.3} s, {} reuse(s); {:.2} GB/s with registration",
+                "  mapped page cache ({:.0}% resident): {} window(s) of {} registered in {:.3} s by {} thread(s) beside the copies ({:.3} s waited for), {} reuse(s); copies of {}",
                 m.resident * 100.0,
                 m.windows_registered,
+                size(m.window),
                 m.register_s,
+                m.register_threads,
+                m.register_wait_s,
                 m.windows_reused,
-                m.gb_per_s_with_register
+                size(m.copy_size)
             )?;
         }
         let l = &self.latency;
@@ -231,6 +244,15 @@ impl fmt::Display for PipelineReport {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Bytes as MiB when whole, else KiB.
+fn size(b: u64) -> String {
+    if b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else {
+        format!("{} KiB", b >> 10)
     }
 }
 
