@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host tests of the test bed's own logic: the TAP and libtest counters the guest plan uses, the
 # skip allow-list scoped by boot, the suite's closing lines, the host-check runner, the pair
-# runs' target checks and counts, and the NVMe image pattern. No guest needed; run by scripts/test.sh.
+# runs' target checks and counts, nvme-insn.sh --check's refusal of an empty measurement, and
+# the NVMe image pattern. No guest needed; run by scripts/test.sh.
 # Prints TAP and a last line "vm-selftest: N passed, N failed"; exit 1 if any failed.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -241,6 +242,19 @@ GUEST-CPU-STALL cpu 1: ran a task again at t=106 s" "$(head -n 2 "$tmp/cw0.out")
 else
     n=$((n + 1))
     echo "ok $n - cpuwatch: needs 2 CPUs # SKIP"
+fi
+
+# The instruction-count check (scripts/bench/nvme-insn.sh --check) refuses a measurement that saw
+# nothing: a "binary" that reports its reads but has none of the example's step functions.
+if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
+    printf '#!/bin/sh\necho "completed 20000 sq_doorbells 20000 cq_doorbells 20000"\n' >"$tmp/insn-fake"
+    chmod +x "$tmp/insn-fake"
+    BIN="$tmp/insn-fake" "$here/../bench/nvme-insn.sh" --check >"$tmp/insn.out" 2>&1
+    expect "nvme-insn --check: zero instructions counted fails" "1 1" \
+        "$? $(grep -c '^insn-check: FAILED (the measurement saw too little of the driver: QD1 submit 0 complete 0 insn/IO' "$tmp/insn.out")"
+else
+    n=$((n + 1))
+    echo "ok $n - nvme-insn --check: no valgrind # SKIP run scripts/deps.sh"
 fi
 
 # The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.
