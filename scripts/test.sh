@@ -4,7 +4,8 @@
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #      RUSTDOCFLAGS=-D warnings cargo doc --workspace --no-deps
-#   4. cargo test --workspace                           host tests  -> "host: N passed, N failed"
+#   4. cargo test --workspace                           host tests  -> "host: N passed, N failed,
+#                                                       N skipped" (skipped: the GPU tests, named)
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
 #                                                       indicatif, cudarc, io-uring -> "embedder: ..."
@@ -115,7 +116,13 @@ if ((host == 1)); then
     if ((rc != 0)) && ! grep -q '^test result: FAILED' "$logs/host.log"; then
         extra=" (cargo test exited $rc without a failed test: build error? see $logs/host.log)"
     fi
-    note "host: $hp passed, $hf failed$extra ($(elapsed "$t"))" "$hf"
+    # Ignored tests no step of this script runs (libtest's "ignored, gpu: ..." reason: they
+    # need an NVIDIA GPU) are counted as skipped and named, not left out of the counts; the
+    # other ignored tests are the guest tests, run in step 5.
+    gpu=$(grep -c '^test .* \.\.\. ignored, gpu:' "$logs/host.log")
+    skip_note=
+    ((gpu == 0)) || skip_note=" (not run: $gpu GPU tests need an NVIDIA GPU and driver, run them with --ignored on a GPU machine: $(sed -n 's/^test \(.*\) \.\.\. ignored, gpu:.*/\1/p' "$logs/host.log" | paste -sd' '))"
+    note "host: $hp passed, $hf failed, $gpu skipped$skip_note$extra ($(elapsed "$t"))" "$hf"
 
     step "scripts/vm/selftest.sh (the test bed's own logic)"
     scripts/vm/selftest.sh >"$logs/vm-selftest.log" 2>&1
