@@ -77,7 +77,10 @@ fn hugemem_takes_and_returns_pages_and_has_physical_pages() {
 #[ignore = "guest: needs hugepages, run by scripts/test.sh"]
 fn alloc_maps_writable_pages_rounded_up_to_whole_pages() {
     let before = pool(None, PageSize::Size2M).free;
-    assert!(before >= 2, "the test bed reserves 2 MiB hugepages: {before} free");
+    assert!(
+        before >= 2,
+        "the test bed reserves 2 MiB hugepages: {before} free"
+    );
     let m = HugeMem::alloc(3 << 20, PageSize::Size2M, None).unwrap();
     assert_eq!(m.len(), 4 << 20);
     assert_eq!(m.as_ptr() as usize % (2 << 20), 0);
