@@ -16,7 +16,8 @@ use ubdirect::pipeline::{
     file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineError,
     PipelineSink,
 };
-use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_cuda::checksum_at;
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
@@ -191,12 +192,70 @@ fn nvme_to_bar_pipeline_lands_in_the_bar_zero_copy() {
     fill(&mut n, &NVME0_NS1, base, len, None);
 }
 
+/// A queue pair as the pipeline's source, counting the submissions refused with QueueFull.
+struct CountQueueFull<'a> {
+    qp: &'a mut IoQueuePair,
+    queue_full: u64,
+}
+
+impl BlockQueue for CountQueueFull<'_> {
+    fn block_size(&self) -> u32 {
+        self.qp.block_size()
+    }
+    fn capacity(&self) -> u64 {
+        self.qp.capacity()
+    }
+    fn depth(&self) -> usize {
+        BlockQueue::depth(&*self.qp)
+    }
+    fn max_transfer(&self) -> usize {
+        self.qp.max_transfer()
+    }
+    fn submit_read(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let r = BlockQueue::submit_read(&mut *self.qp, buf, offset, len, tag);
+        if matches!(&r, Err((_, e)) if e.kind == BlockErrorKind::QueueFull) {
+            self.queue_full += 1;
+        }
+        r
+    }
+    fn submit_write(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        BlockQueue::submit_write(&mut *self.qp, buf, offset, len, tag)
+    }
+    fn ring(&mut self) -> Result<(), BlockError> {
+        BlockQueue::ring(&mut *self.qp)
+    }
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, BlockError> {
+        BlockQueue::poll(&mut *self.qp, max, f)
+    }
+    fn in_flight(&self) -> usize {
+        BlockQueue::in_flight(&*self.qp)
+    }
+}
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_to_null_small_mdts_many_commands_per_block() {
-    // nvme1 ns1: MDTS 16 KiB, so a 1 MiB block is 64 commands; qd 4 blocks need more command
-    // slots than the queue has at times: the pipeline must treat QueueFull as back-pressure.
-    let mut n = open_nvme(1, 1, 128);
+    // nvme1 ns1: MDTS 16 KiB, so a 1 MiB block is 64 commands; a queue of depth 3 holds 3
+    // requests and 3 commands: the commands of a block wait in the queue pair's pending list,
+    // and the pipeline's 4th block gets QueueFull with 3 in flight, which it must treat as
+    // back-pressure. Both are counted and asserted below.
+    let mut n = open_nvme(1, 1, 3);
     let (base, len, bs) = (8u64 << 20, 8u64 << 20, 1usize << 20);
     let expected = fill(&mut n, &NVME1_NS1, base, len, Some(0x5EED));
     let pool = UbPool::with_hugepages(
@@ -209,8 +268,12 @@ fn nvme_to_null_small_mdts_many_commands_per_block() {
     )
     .unwrap();
     let mut sink = NullSink::new(8, true);
+    let mut src = CountQueueFull {
+        qp: &mut n.qp,
+        queue_full: 0,
+    };
     let r = run_direct(
-        &mut n.qp,
+        &mut src,
         &mut sink,
         &pool,
         &cfg(bs, 4, base, len),
@@ -218,10 +281,17 @@ fn nvme_to_null_small_mdts_many_commands_per_block() {
         "nvme1",
     )
     .expect("pipeline");
-    println!("{r}");
+    let queue_full = src.queue_full;
+    println!("{r}; QueueFull {queue_full} times; {:?}", n.qp.stats());
     assert_eq!(r.bytes, len);
     assert_eq!(sink.delivered_checksum().unwrap().unwrap(), expected);
     assert!(r.cycles_per_completion.is_some());
+    assert!(queue_full > 0, "the pipeline never met QueueFull");
+    assert!(
+        n.qp.stats().queued_requests > 0,
+        "no request waited for command slots: {:?}",
+        n.qp.stats()
+    );
     let restored = fill(&mut n, &NVME1_NS1, base, len, None);
     assert_ne!(restored, expected);
 }
