@@ -24,8 +24,10 @@
 #      scripts/vm/pair.sh per tests/guest/pair/*.sh       two guests (NVMe-oF target + initiator)
 #      -> "guest-pair[K]: N passed, N failed, N skipped" (TAP + target-side checks, counted; a
 #      skip not allowed in boot pair-K, or a requested target check that never ran, fails)
-#   6. scripts/soak.sh --duration 60s                   guest soak with faults -> "soak: N passed, N failed"
-#      (its own boot; its checks: mismatches, hangs, leaks, job failures, faults survived, status),
+#   6. scripts/soak.sh --duration 120s --seed 2026      guest soak with faults -> "soak: N passed, N failed"
+#      (its own boot; a fixed seed, so a failure can be run again as it was; its checks:
+#      mismatches, hangs, leaks, job failures, faults survived and verified, status, minimum
+#      rounds, every fault kind injected: 120 s gives the two host faults room after each other),
 #      counted in the totals; a failed check fails test.sh. A guest stuck in the kernel is
 #      bounded: soak.sh stops QEMU and counts it (RELIABILITY.md, "Soak (issue 9)").
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
@@ -35,7 +37,7 @@
 #   --no-lint                      skip fmt, clippy and doc
 #   --filter SUBSTRING             host: a libtest name filter; guest: see scripts/vm/suite.sh
 #   --no-deps                      skip scripts/deps.sh (e.g. not root, packages known present)
-#   --no-soak                      skip step 6, the 60 s soak (also skipped with --filter)
+#   --no-soak                      skip step 6, the 120 s soak (also skipped with --filter)
 #   --kernels "6.12 ubd"           the guest kernels for the whole suite, in order (UBD_TEST_KERNELS,
 #                                  default "6.12 ubd"; --kernel K = only K). The ubd kernel's
 #                                  no-IOMMU boot always runs.
@@ -194,9 +196,9 @@ if ((guest == 1)); then
 fi
 
 if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then
-    step "scripts/soak.sh --duration 60s"
+    step "scripts/soak.sh --duration 120s --seed 2026"
     t=$(date +%s)
-    scripts/soak.sh --duration 60s 2>&1 | tee "$logs/soak.log"
+    scripts/soak.sh --duration 120s --seed 2026 2>&1 | tee "$logs/soak.log"
     rc=${PIPESTATUS[0]}
     line=$(grep -E '^soak: [0-9]+ passed, [0-9]+ failed' "$logs/soak.log" | tail -n1)
     [[ -n $line ]] || line="soak: 0 passed, 1 failed (scripts/soak.sh exited $rc without its summary; see $logs/soak.log)"
