@@ -192,9 +192,13 @@ fn nvme_to_bar_pipeline_lands_in_the_bar_zero_copy() {
     fill(&mut n, &NVME0_NS1, base, len, None);
 }
 
-/// A queue pair as the pipeline's source, counting the submissions refused with QueueFull.
+/// A queue pair as the pipeline's source, counting the submissions refused with QueueFull. It
+/// reports `extra_depth` more depth than the queue pair has request slots, as a queue pair
+/// whose slots another submitter also uses would: the pipeline (which keeps at most `depth()`
+/// in flight) then meets QueueFull on a real device and must wait for completions.
 struct CountQueueFull<'a> {
     qp: &'a mut IoQueuePair,
+    extra_depth: usize,
     queue_full: u64,
 }
 
@@ -206,7 +210,7 @@ impl BlockQueue for CountQueueFull<'_> {
         self.qp.capacity()
     }
     fn depth(&self) -> usize {
-        BlockQueue::depth(&*self.qp)
+        BlockQueue::depth(&*self.qp) + self.extra_depth
     }
     fn max_transfer(&self) -> usize {
         self.qp.max_transfer()
@@ -251,32 +255,34 @@ impl BlockQueue for CountQueueFull<'_> {
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_to_null_small_mdts_many_commands_per_block() {
-    // nvme1 ns1: MDTS 16 KiB, so a 1 MiB block is 64 commands; a queue of depth 3 holds 3
-    // requests and 3 commands: the commands of a block wait in the queue pair's pending list,
-    // and the pipeline's 4th block gets QueueFull with 3 in flight, which it must treat as
+    // nvme1 ns1: MDTS 16 KiB, so a 256 KiB block is 16 commands. A queue of depth 16 holds
+    // 16 requests (256 KiB each at most) and 16 commands: the commands of the blocks in flight
+    // wait in the queue pair's pending list. The source reports 8 more depth than that, so with
+    // qd 24 the pipeline's 17th block gets QueueFull with 16 in flight, which it must treat as
     // back-pressure. Both are counted and asserted below.
-    let mut n = open_nvme(1, 1, 3);
-    let (base, len, bs) = (8u64 << 20, 8u64 << 20, 1usize << 20);
+    let mut n = open_nvme(1, 1, 16);
+    let (base, len, bs) = (8u64 << 20, 8u64 << 20, 256usize << 10);
     let expected = fill(&mut n, &NVME1_NS1, base, len, Some(0x5EED));
     let pool = UbPool::with_hugepages(
         &n.registry,
         PoolConfig {
             block_size: bs,
-            block_count: 8,
+            block_count: 32,
         },
         None,
     )
     .unwrap();
-    let mut sink = NullSink::new(8, true);
+    let mut sink = NullSink::new(32, true);
     let mut src = CountQueueFull {
         qp: &mut n.qp,
+        extra_depth: 8,
         queue_full: 0,
     };
     let r = run_direct(
         &mut src,
         &mut sink,
         &pool,
-        &cfg(bs, 4, base, len),
+        &cfg(bs, 24, base, len),
         "nvme1->null",
         "nvme1",
     )
