@@ -143,9 +143,15 @@ fn drain(
     None
 }
 
-fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
-    fuzz_support::tick("fuzz_io_queue_pair");
-    let start = Instant::now();
+/// One case's controller (model), pool and queue pair.
+struct Bed {
+    m: std::sync::Arc<NvmeModel>,
+    ctrl: std::sync::Arc<Controller>,
+    pool: std::sync::Arc<UbPool>,
+    qp: IoQueuePair,
+}
+
+fn bed(c: &Case) -> Bed {
     let reg = model_support::registry();
     let m = NvmeModel::new(&reg, NvmeConfig::default());
     let ctrl = Controller::open_device(
@@ -168,7 +174,7 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
         None,
     )
     .unwrap();
-    let mut qp = IoQueuePair::new(
+    let qp = IoQueuePair::new(
         &ctrl,
         QueueOptions {
             depth: c.depth,
@@ -178,12 +184,12 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
         },
     )
     .unwrap();
-    // The data oracles hold only while completions keep their command identifiers.
-    let cids_kept = !c
-        .tweaks
-        .iter()
-        .any(|t| matches!(t, CqeTweak::Cid(_) | CqeTweak::Bytes(_)));
-    // From here on the device lies (its first commands are the ones just submitted).
+    Bed { m, ctrl, pool, qp }
+}
+
+/// From now on the device lies (its first commands are the ones submitted next): the whole
+/// device for Report, its I/O queues for Requeue and FailBack.
+fn turn_hostile(m: &NvmeModel, c: &Case) {
     let plan = Hostile {
         cqe_tweaks: c.tweaks.clone(),
         silent_after: c.silent_after,
@@ -195,33 +201,48 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
         Recovery::Report => plan,
         Recovery::Requeue | Recovery::FailBack => Box::new(IoOnly(plan)),
     }));
-    let ns = qp.namespace(1).unwrap();
+}
+
+/// Submit the case's requests (writes carry [`pattern`], reads start as 0xee) and ring once;
+/// the requests accepted, by tag.
+fn submit_all(b: &mut Bed, c: &Case) -> BTreeMap<u64, Req> {
+    let ns = b.qp.namespace(1).unwrap();
     let mut submitted = BTreeMap::new();
     for (tag, &(write, slba, blocks)) in c.reqs.iter().enumerate() {
         let tag = tag as u64;
-        let Ok(buf) = pool.get() else { break };
+        let Ok(buf) = b.pool.get() else { break };
         let len = blocks * 512;
         let slba = slba.min(2048 - blocks as u64);
         let mut io = IoBuf::prefix(buf, len).unwrap();
         let r = if write {
-            for (i, b) in io.as_mut_slice().iter_mut().enumerate() {
-                *b = pattern(tag, i);
+            for (i, byte) in io.as_mut_slice().iter_mut().enumerate() {
+                *byte = pattern(tag, i);
             }
-            qp.submit_write(&ns, Lba(slba), io, IoFlags::empty(), tag)
+            b.qp.submit_write(&ns, Lba(slba), io, IoFlags::empty(), tag)
         } else {
             io.as_mut_slice().fill(0xee);
-            qp.submit_read(&ns, Lba(slba), io, IoFlags::empty(), tag)
+            b.qp.submit_read(&ns, Lba(slba), io, IoFlags::empty(), tag)
         };
         if r.is_ok() {
             let off = slba as usize * 512;
             submitted.insert(tag, Req { write, off, len });
         }
     }
-    qp.ring();
-    let mut delivered = BTreeSet::new();
-    // Successful reads: tag -> the bytes the buffer held at completion.
-    let mut read_data: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    let mut ok_writes = BTreeSet::new();
+    b.qp.ring();
+    submitted
+}
+
+/// What came back: tags delivered, successful reads with their bytes, successful writes.
+#[derive(Default)]
+struct Outcome {
+    delivered: BTreeSet<u64>,
+    read_data: BTreeMap<u64, Vec<u8>>,
+    ok_writes: BTreeSet<u64>,
+}
+
+/// The hostile phase, then the device heals and the queue must finish; returns the terminal
+/// error the queue reported, if any.
+fn run_out(b: &mut Bed, submitted: &BTreeMap<u64, Req>, out: &mut Outcome) -> Option<NvmeError> {
     let mut on_completion = |done: IoCompletion| {
         assert!(
             submitted.contains_key(&done.tag),
@@ -229,7 +250,7 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
             done.tag
         );
         assert!(
-            delivered.insert(done.tag),
+            out.delivered.insert(done.tag),
             "tag {} delivered twice",
             done.tag
         );
@@ -238,31 +259,82 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
                 panic!("tag {}: the payload came back changed", done.tag)
             };
             if submitted[&done.tag].write {
-                ok_writes.insert(done.tag);
+                out.ok_writes.insert(done.tag);
             } else {
-                read_data.insert(done.tag, io.as_slice().to_vec());
+                out.read_data.insert(done.tag, io.as_slice().to_vec());
             }
         }
     };
-    // The hostile phase, then the device heals and the queue must finish.
-    let mut gave_up = drain(
-        &mut qp,
-        Instant::now() + Duration::from_millis(100),
-        &mut on_completion,
-    );
-    m.set_tamper(None);
-    if gave_up.is_none() {
-        gave_up = drain(
-            &mut qp,
-            Instant::now() + Duration::from_millis(300),
-            &mut on_completion,
+    let hostile_for = Instant::now() + Duration::from_millis(100);
+    let gave_up = drain(&mut b.qp, hostile_for, &mut on_completion);
+    b.m.set_tamper(None);
+    gave_up.or_else(|| {
+        let until = Instant::now() + Duration::from_millis(300);
+        drain(&mut b.qp, until, &mut on_completion)
+    })
+}
+
+/// The data oracles: successful reads that no write overlaps hold the medium's bytes;
+/// successful writes no other write overlaps left their bytes on it. Returns how many
+/// completions were checked.
+fn check_data(
+    m: &NvmeModel,
+    submitted: &BTreeMap<u64, Req>,
+    out: &Outcome,
+) -> Result<u64, TestCaseError> {
+    let mut checked = 0;
+    for (tag, data) in &out.read_data {
+        let r = submitted[tag];
+        if submitted.values().any(|w| w.write && w.overlaps(&r)) {
+            continue;
+        }
+        let mut medium = vec![0u8; r.len];
+        m.read_medium(1, r.off, &mut medium);
+        prop_assert!(
+            *data == medium,
+            "read {} at byte {:#x} returned other bytes than the medium holds",
+            tag,
+            r.off
         );
+        checked += 1;
     }
-    let in_flight = qp.in_flight();
+    for tag in &out.ok_writes {
+        let w = submitted[tag];
+        if submitted
+            .iter()
+            .any(|(t, o)| t != tag && o.write && o.overlaps(&w))
+        {
+            continue;
+        }
+        let mut medium = vec![0u8; w.len];
+        m.read_medium(1, w.off, &mut medium);
+        prop_assert!(
+            medium
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == pattern(*tag, i)),
+            "write {} at byte {:#x} succeeded but the medium does not hold its bytes",
+            tag,
+            w.off
+        );
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
+    fuzz_support::tick("fuzz_io_queue_pair");
+    let start = Instant::now();
+    let mut b = bed(&c);
+    turn_hostile(&b.m, &c);
+    let submitted = submit_all(&mut b, &c);
+    let mut out = Outcome::default();
+    let gave_up = run_out(&mut b, &submitted, &mut out);
+    let in_flight = b.qp.in_flight();
     prop_assert!(
-        delivered.len() + in_flight == submitted.len(),
+        out.delivered.len() + in_flight == submitted.len(),
         "delivered {} + in flight {} != submitted {}",
-        delivered.len(),
+        out.delivered.len(),
         in_flight,
         submitted.len()
     );
@@ -280,52 +352,22 @@ fn one_case(c: Case, reach: &Reach) -> Result<(), TestCaseError> {
             in_flight
         ),
     }
+    // The data oracles hold only while completions keep their command identifiers.
+    let cids_kept = !c
+        .tweaks
+        .iter()
+        .any(|t| matches!(t, CqeTweak::Cid(_) | CqeTweak::Bytes(_)));
     if cids_kept {
-        for (tag, data) in &read_data {
-            let r = submitted[tag];
-            if submitted.values().any(|w| w.write && w.overlaps(&r)) {
-                continue;
-            }
-            let mut medium = vec![0u8; r.len];
-            m.read_medium(1, r.off, &mut medium);
-            prop_assert!(
-                *data == medium,
-                "read {} at byte {:#x} returned other bytes than the medium holds",
-                tag,
-                r.off
-            );
-            reach.data_checked.fetch_add(1, Ordering::Relaxed);
-        }
-        for tag in &ok_writes {
-            let w = submitted[tag];
-            if submitted
-                .iter()
-                .any(|(t, o)| t != tag && o.write && o.overlaps(&w))
-            {
-                continue;
-            }
-            let mut medium = vec![0u8; w.len];
-            m.read_medium(1, w.off, &mut medium);
-            prop_assert!(
-                medium
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == pattern(*tag, i)),
-                "write {} at byte {:#x} succeeded but the medium does not hold its bytes",
-                tag,
-                w.off
-            );
-            reach.data_checked.fetch_add(1, Ordering::Relaxed);
-        }
+        let checked = check_data(&b.m, &submitted, &out)?;
+        reach.data_checked.fetch_add(checked, Ordering::Relaxed);
     }
     reach
         .submitted
         .fetch_add(submitted.len() as u64, Ordering::Relaxed);
-    reach.succeeded.fetch_add(
-        (read_data.len() + ok_writes.len()) as u64,
-        Ordering::Relaxed,
-    );
-    prop_assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+    let ok = out.read_data.len() + out.ok_writes.len();
+    reach.succeeded.fetch_add(ok as u64, Ordering::Relaxed);
+    prop_assert!(b.m.dma_faults().is_empty(), "{:?}", b.m.dma_faults());
+    let Bed { qp, ctrl, .. } = b;
     drop(qp);
     drop(ctrl);
     // A case takes ~10 ms (10,000 in ~105 s); the bound catches a loop that never ends,
