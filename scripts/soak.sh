@@ -4,9 +4,11 @@
 # random; prints I/Os, faults injected and survived, bytes verified, mismatches, hangs, leaks.
 #
 #   scripts/soak.sh [--duration 60s|10m] [--seed N] [--round SECONDS] [--fault-rate PCT]
-#                   [--no-build]
+#                   [--min-rounds N] [--no-build]
 # (--round: seconds each perf/loopback job runs, default 4; --fault-rate: percent of rounds
-# that get a guest-side fault, default 50)
+# that get a guest-side fault once each kind has been injected, default 50; --min-rounds:
+# rounds the soak must complete, default 4; --seed: the choices' seed, random when not given:
+# scripts/test.sh gives a fixed one)
 #
 # Host side (this mode): builds ubdirect (unless --no-build), boots the guest once with
 # scripts/vm/run.sh and a QMP monitor (--qmp), with its own nvme1 (namespace 1 behind QEMU
@@ -17,17 +19,21 @@
 #             (device_add); survived when the guest runs a verified job on it again
 # Guest side (`--guest`, run inside the guest by the host side): rounds of parallel jobs
 #   nvme0  perf -w rw --verify, or pipeline nvme0 -> ivshmem BAR --verify
-#   nvme1  perf -w rw --verify on namespace 1 (below the bad region) or namespace 2
+#   nvme1  perf -w rw --verify on namespace 1 (below the bad region) or namespace 2, in turn
 #   nic    loopback nic0 -> nic1 (frames verified byte-exact)
 #   nvme2  perf -w rw --verify while it is plugged in
 # and injects at random:
 #   blkdebug  a read of nvme1's bad region: the EIO must come back as an I/O error, no hang
 #   reset     sysfs reset (FLR) of nvme0 under a running job: the next nvme0 job must pass
+# The first fault rounds inject each guest kind once (blkdebug, then reset), the host injects
+# each of its kinds once (unplug, then throttle); after that the kinds are chosen at random.
 # Every job runs under a deadline (a kill counts as a hang). After each round: free hugepages
 # back to their start and no /dev/vfio file open (leaks). The CLI prints no pool-block or IOVA
 # counts, so leaks are measured at the system level.
-# Exit status: 0 when there were no mismatches, hangs, leaks, unexpected job failures or faults
-# not survived; the last line is "soak: N passed, N failed" (the checks above).
+# Exit status: 0 when there were no mismatches, hangs, leaks, unexpected job failures, faults
+# not survived or not verified (a fault whose survival no later round showed is a failure),
+# at least --min-rounds rounds, and every fault kind injected at least once; the last line is
+# "soak: N passed, N failed" (the checks above).
 
 # The whole script is one { ...; exit; } block: sh reads a script as it runs it, so editing this
 # file during a (long) soak could make the running soak execute fragments of the new text.
@@ -52,7 +58,7 @@ seconds() {
     esac
 }
 
-duration=60 seed= round=4 guest=no build=yes rate=50
+duration=60 seed= round=4 guest=no build=yes rate=50 min_rounds=4
 while [ $# -gt 0 ]; do
     case $1 in
     --duration)
@@ -72,6 +78,11 @@ while [ $# -gt 0 ]; do
     --fault-rate)
         case ${2:-} in '' | *[!0-9]*) die "--fault-rate wants a percentage" ;; esac
         rate=$2
+        shift 2
+        ;;
+    --min-rounds)
+        case ${2:-} in '' | *[!0-9]*) die "--min-rounds wants a number" ;; esac
+        min_rounds=$2
         shift 2
         ;;
     --guest) guest=yes && shift ;;
@@ -136,7 +147,7 @@ guest_main() {
     T=$round
     DL=$((T + 120)) # deadline of one job: its own time plus two minutes (TCG on a loaded host)
 
-    rounds=0 ios=0 bytes=0 mism=0 hangs=0 leaks=0 finj=0 fsurv=0 fails=0
+    rounds=0 ios=0 bytes=0 mism=0 hangs=0 leaks=0 finj=0 fsurv=0 fails=0 nblk=0 nrst=0
     pending_reset=0 nvme2_state=absent last_round=$((T + 10))
     [ -n "$NVME2" ] && [ -e "/sys/bus/pci/devices/$NVME2" ] && nvme2_state=ready
 
@@ -223,11 +234,20 @@ guest_main() {
         rounds=$((rounds + 1))
         rm -f "$W"/*.rc
         fault=none
-        # no fault in the last two rounds' time: a fault needs a round after it to be survived
-        rand 100
-        if [ $(($(up) + 2 * last_round)) -lt "$end" ] && [ "$R" -lt "$rate" ]; then
-            rand 2
-            case $R in 0) fault=blkdebug ;; 1) fault=reset ;; esac
+        # no fault in the last two rounds' time: a fault needs a round after it to be survived;
+        # each kind once first (blkdebug, reset), then at random
+        if [ $(($(up) + 2 * last_round)) -lt "$end" ]; then
+            if [ "$nblk" = 0 ]; then
+                fault=blkdebug
+            elif [ "$nrst" = 0 ]; then
+                fault=reset
+            else
+                rand 100
+                if [ "$R" -lt "$rate" ]; then
+                    rand 2
+                    case $R in 0) fault=blkdebug ;; 1) fault=reset ;; esac
+                fi
+            fi
         fi
         round_t0=$(up)
         echo "$round_t0" >"$W/round.t0"
@@ -245,8 +265,8 @@ guest_main() {
             j0=pipe
             run_job nvme0 ubdirect pipeline --source "nvme:$NVME0" --sink "bar:$BAR/2" --block-size 256K --qd 8 --blocks 16 --bytes 16M --verify
         fi
-        rand 2
-        if [ "$R" = 0 ]; then
+        # namespaces in turn: a throttle of ns2 (host) is checked within two rounds
+        if [ $((rounds % 2)) = 1 ]; then
             n1=1
             run_job nvme1 ubdirect perf -w rw -M 50 --verify -q 16 -t "$T" --ns 1 --span-mib 56 --json "$NVME1"
         else
@@ -264,6 +284,7 @@ guest_main() {
             sleep $((1 + R))
             if echo 1 >"/sys/bus/pci/devices/$NVME0/reset" 2>"$W/reset.err"; then
                 finj=$((finj + 1))
+                nrst=$((nrst + 1))
                 pending_reset=$((pending_reset + 1))
                 echo "SOAK-FAULT round $rounds reset (FLR) of nvme0 $NVME0 under a running $j0 job"
             else
@@ -353,6 +374,7 @@ guest_main() {
         # the blkdebug fault: a read of the bad region must fail with an I/O error, not hang
         if [ "$fault" = blkdebug ]; then
             finj=$((finj + 1))
+            nblk=$((nblk + 1))
             run_job bad ubdirect perf -w read -q 4 -t 1 --ns 1 --offset-mib "$BAD_MIB" --span-mib 1 --json "$NVME1"
             wait_jobs
             brc=$(cat "$W/bad.rc" 2>/dev/null || echo 137)
@@ -387,7 +409,7 @@ guest_main() {
     done
     kill "$watchdog" 2>/dev/null
     [ "$pending_reset" -gt 0 ] && echo "SOAK-NOT-SURVIVED: the last reset(s) had no round after them"
-    echo "SOAK-SUMMARY rounds=$rounds ios=$ios bytes_verified=$bytes mismatches=$mism hangs=$hangs leaks=$leaks faults_injected=$finj faults_survived=$fsurv failures=$fails"
+    echo "SOAK-SUMMARY rounds=$rounds ios=$ios bytes_verified=$bytes mismatches=$mism hangs=$hangs leaks=$leaks faults_injected=$finj faults_survived=$fsurv failures=$fails blkdebug=$nblk reset=$nrst"
     [ $((mism + hangs + leaks + fails)) = 0 ] && [ "$finj" = "$fsurv" ]
 }
 
@@ -494,7 +516,7 @@ vm=$!
 trap 'qmp "{\"execute\":\"quit\"}" >/dev/null 2>&1; wait "$vm"; echo "soak: 0 passed, 1 failed (interrupted)"; exit 130' INT TERM
 
 # fault loop: until the guest has finished (or run.sh is gone)
-hinj=0 hsurv=0 hlog="$D/host-faults.log"
+hinj=0 hsurv=0 hunver=0 nthr=0 nunp=0 hlog="$D/host-faults.log"
 : >"$hlog"
 guest_done() { grep -q '^SOAK-SUMMARY' "$CON" 2>/dev/null || ! kill -0 "$vm" 2>/dev/null; }
 # wait_line REGEX AFTER_LINE SECONDS: a console line matching REGEX after line AFTER_LINE
@@ -536,7 +558,14 @@ while ! guest_done; do
         sleep 2
         continue
     }
-    rand 2
+    # each kind once first (unplug, then throttle), then at random
+    if [ "$nunp" = 0 ]; then
+        R=1
+    elif [ "$nthr" = 0 ]; then
+        R=0
+    else
+        rand 2
+    fi
     case $R in
     0)
         rand 6
@@ -544,6 +573,7 @@ while ! guest_done; do
         qmp '{"execute":"qom-set","arguments":{"path":"/objects/tg0","property":"limits","value":{"iops-total":40}}}' >>"$hlog" 2>&1 ||
             { echo "throttle: QMP failed" >>"$hlog"; continue; }
         hinj=$((hinj + 1))
+        nthr=$((nthr + 1))
         echo "$(date +%T) throttle nvme1 ns2 to 40 IOPS for ${hold}s" >>"$hlog"
         sleep "$hold"
         qmp '{"execute":"qom-set","arguments":{"path":"/objects/tg0","property":"limits","value":{"iops-total":0}}}' >>"$hlog" 2>&1
@@ -553,14 +583,15 @@ while ! guest_done; do
             echo "$(date +%T) throttle survived: a later verified round on ns2 passed" >>"$hlog"
         else
             guest_done || echo "$(date +%T) throttle NOT survived: no passing ns2 round within 300 s" >>"$hlog"
-            guest_done && echo "$(date +%T) throttle: the soak ended before ns2 ran again" >>"$hlog"
-            guest_done && hinj=$((hinj - 1))
+            guest_done && echo "$(date +%T) throttle NOT verified: the soak ended before ns2 ran again" >>"$hlog"
+            guest_done && hunver=$((hunver + 1))
         fi
         ;;
     1)
         at=$(wc -l <"$CON")
         qmp '{"execute":"device_del","arguments":{"id":"nvme2"}}' >>"$hlog" 2>&1 || continue
         hinj=$((hinj + 1))
+        nunp=$((nunp + 1))
         echo "$(date +%T) unplug nvme2 (device_del)" >>"$hlog"
         gone=no i=0
         while [ $i -lt 120 ]; do
@@ -589,8 +620,8 @@ while ! guest_done; do
             hsurv=$((hsurv + 1))
             echo "$(date +%T) unplug survived: nvme2 verified again after the re-plug" >>"$hlog"
         elif guest_done; then
-            echo "$(date +%T) unplug: the soak ended before nvme2 ran again" >>"$hlog"
-            hinj=$((hinj - 1))
+            echo "$(date +%T) unplug NOT verified: the soak ended before nvme2 ran again" >>"$hlog"
+            hunver=$((hunver + 1))
         else
             echo "$(date +%T) unplug NOT survived: no verified nvme2 job within 300 s of the re-plug" >>"$hlog"
         fi
@@ -611,15 +642,25 @@ if [ -z "$sum" ]; then
 fi
 finj=$(($(get faults_injected) + hinj))
 fsurv=$(($(get faults_survived) + hsurv))
-echo "soak ($duration s, seed $seed): rounds $(get rounds), I/Os $(get ios), bytes verified $(get bytes_verified), mismatches $(get mismatches), hangs $(get hangs), leaks $(get leaks), faults injected $finj (guest $(get faults_injected), host $hinj), faults survived $fsurv, job failures $(get failures); log: $CON"
+echo "soak ($duration s, seed $seed): rounds $(get rounds) (at least $min_rounds), I/Os $(get ios), bytes verified $(get bytes_verified), mismatches $(get mismatches), hangs $(get hangs), leaks $(get leaks), faults injected $finj (guest $(get faults_injected): blkdebug $(get blkdebug), reset $(get reset); host $hinj: unplug $nunp, throttle $nthr), faults survived $fsurv, not verified $hunver, job failures $(get failures); log: $CON"
 pass=0 fail=0
 tally() { if [ "$1" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi; }
 tally "$(get mismatches)"
 tally "$(get hangs)"
 tally "$(get leaks)"
 tally "$(get failures)"
+# a fault not shown survived (failed, or no round after it to show it) is a failure
 tally $((finj - fsurv))
 tally "$vmrc"
+# enough rounds, and every kind of fault injected at least once
+tally $(($(get rounds) >= min_rounds ? 0 : 1))
+missing=
+for k in "blkdebug $(get blkdebug)" "reset $(get reset)" "unplug $nunp" "throttle $nthr"; do
+    set -- $k
+    [ "${2:-0}" -gt 0 ] || missing="$missing $1"
+done
+[ -z "$missing" ] || echo "$me: fault kinds never injected:$missing (a longer --duration gives them room)"
+tally $([ -z "$missing" ] && echo 0 || echo 1)
 echo "soak: $pass passed, $fail failed"
 [ "$fail" = 0 ]
 exit

@@ -4,7 +4,29 @@
 
 use std::process::Command;
 
+use ubdirect_core::{DmaDomain, UbRegistry};
+use ubdirect_nvme::controller::PROBE_READS;
+use ubdirect_nvme::{Controller, ControllerOptions, ShadowDoorbells};
 use ubdirect_testbed as testbed;
+
+/// The controller's SMART Host Read Commands (all namespaces): opened and closed again, so an
+/// example can open the device next. Opened with shadow doorbells off: the `Auto` probe would
+/// add its own reads.
+fn host_read_commands(addr: &str) -> u128 {
+    let registry = UbRegistry::new(DmaDomain::new().expect("DMA domain"));
+    let ctrl = Controller::open(
+        &registry,
+        addr.parse().unwrap(),
+        ControllerOptions {
+            shadow_doorbells: ShadowDoorbells::Off,
+            ..ControllerOptions::default()
+        },
+    )
+    .expect("the controller opens");
+    let n = ctrl.smart_log().expect("SMART log").host_read_commands;
+    drop(ctrl);
+    n
+}
 
 /// Run example `name` with `args`; its stdout, or a failure with both streams.
 fn run(name: &str, args: &[&str]) -> String {
@@ -48,10 +70,20 @@ fn hello_nvme_writes_and_reads_back_through_submit_ring_poll() {
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_per_thread_reads_with_one_queue_pair_per_thread() {
     let tb = testbed::require();
+    let before = host_read_commands(&tb.nvme[0]);
     let out = run("nvme_per_thread", &[&tb.nvme[0], "2", "500"]);
     assert!(
         out.contains("2 threads, one queue pair each: 1000 reads of 4096 bytes"),
         "{out}"
+    );
+    // The effect, seen by the device: the 1000 reads reached it (one 4 KiB command each), plus
+    // the shadow-doorbell probe's reads of the example's controller open (ShadowDoorbells::Auto).
+    let after = host_read_commands(&tb.nvme[0]);
+    let probe = PROBE_READS as u128;
+    assert_eq!(
+        after - before,
+        1000 + probe,
+        "SMART Host Read Commands {before} -> {after} (1000 reads + {probe} of the probe)"
     );
 }
 

@@ -16,7 +16,8 @@ use ubdirect::pipeline::{
     file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineError,
     PipelineSink,
 };
-use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_cuda::checksum_at;
 use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
 use ubdirect_nvme::{IoBuf, IoFlags, Lba};
@@ -192,37 +193,112 @@ fn nvme_to_bar_pipeline_lands_in_the_bar_zero_copy() {
     fill(&mut n, &NVME0_NS1, base, len, None);
 }
 
+/// A queue pair as the pipeline's source, counting the submissions refused with QueueFull. It
+/// reports `extra_depth` more depth than the queue pair has request slots, as a queue pair
+/// whose slots another submitter also uses would: the pipeline (which keeps at most `depth()`
+/// in flight) then meets QueueFull on a real device and must wait for completions.
+struct CountQueueFull<'a> {
+    qp: &'a mut IoQueuePair,
+    extra_depth: usize,
+    queue_full: u64,
+}
+
+impl BlockQueue for CountQueueFull<'_> {
+    fn block_size(&self) -> u32 {
+        self.qp.block_size()
+    }
+    fn capacity(&self) -> u64 {
+        self.qp.capacity()
+    }
+    fn depth(&self) -> usize {
+        BlockQueue::depth(&*self.qp) + self.extra_depth
+    }
+    fn max_transfer(&self) -> usize {
+        self.qp.max_transfer()
+    }
+    fn submit_read(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        let r = BlockQueue::submit_read(&mut *self.qp, buf, offset, len, tag);
+        if matches!(&r, Err((_, e)) if e.kind == BlockErrorKind::QueueFull) {
+            self.queue_full += 1;
+        }
+        r
+    }
+    fn submit_write(
+        &mut self,
+        buf: UbBuf,
+        offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), (UbBuf, BlockError)> {
+        BlockQueue::submit_write(&mut *self.qp, buf, offset, len, tag)
+    }
+    fn ring(&mut self) -> Result<(), BlockError> {
+        BlockQueue::ring(&mut *self.qp)
+    }
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(BlockCompletion),
+    ) -> Result<usize, BlockError> {
+        BlockQueue::poll(&mut *self.qp, max, f)
+    }
+    fn in_flight(&self) -> usize {
+        BlockQueue::in_flight(&*self.qp)
+    }
+}
+
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn nvme_to_null_small_mdts_many_commands_per_block() {
-    // nvme1 ns1: MDTS 16 KiB, so a 1 MiB block is 64 commands; qd 4 blocks need more command
-    // slots than the queue has at times: the pipeline must treat QueueFull as back-pressure.
-    let mut n = open_nvme(1, 1, 128);
-    let (base, len, bs) = (8u64 << 20, 8u64 << 20, 1usize << 20);
+    // nvme1 ns1: MDTS 16 KiB, so a 256 KiB block is 16 commands. A queue of depth 16 holds
+    // 16 requests (256 KiB each at most) and 16 commands: the commands of the blocks in flight
+    // wait in the queue pair's pending list. The source reports 8 more depth than that, so with
+    // qd 24 the pipeline's 17th block gets QueueFull with 16 in flight, which it must treat as
+    // back-pressure. Both are counted and asserted below.
+    let mut n = open_nvme(1, 1, 16);
+    let (base, len, bs) = (8u64 << 20, 8u64 << 20, 256usize << 10);
     let expected = fill(&mut n, &NVME1_NS1, base, len, Some(0x5EED));
     let pool = UbPool::with_hugepages(
         &n.registry,
         PoolConfig {
             block_size: bs,
-            block_count: 8,
+            block_count: 32,
         },
         None,
     )
     .unwrap();
-    let mut sink = NullSink::new(8, true);
+    let mut sink = NullSink::new(32, true);
+    let mut src = CountQueueFull {
+        qp: &mut n.qp,
+        extra_depth: 8,
+        queue_full: 0,
+    };
     let r = run_direct(
-        &mut n.qp,
+        &mut src,
         &mut sink,
         &pool,
-        &cfg(bs, 4, base, len),
+        &cfg(bs, 24, base, len),
         "nvme1->null",
         "nvme1",
     )
     .expect("pipeline");
-    println!("{r}");
+    let queue_full = src.queue_full;
+    println!("{r}; QueueFull {queue_full} times; {:?}", n.qp.stats());
     assert_eq!(r.bytes, len);
     assert_eq!(sink.delivered_checksum().unwrap().unwrap(), expected);
     assert!(r.cycles_per_completion.is_some());
+    assert!(queue_full > 0, "the pipeline never met QueueFull");
+    assert!(
+        n.qp.stats().queued_requests > 0,
+        "no request waited for command slots: {:?}",
+        n.qp.stats()
+    );
     let restored = fill(&mut n, &NVME1_NS1, base, len, None);
     assert_ne!(restored, expected);
 }

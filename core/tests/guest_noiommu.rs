@@ -1,8 +1,10 @@
 //! Guest tests of the no-IOMMU back end's rules on a real kernel: the DMA address
 //! of hugepage memory is its physical address (read back from `/proc/self/smaps`,
 //! `/proc/self/pagemap` and cross-checked in `/proc/kpageflags`), ordinary memory is refused,
-//! and a no-IOMMU domain is refused without both opt-ins. Run by scripts/test.sh in the QEMU
-//! guest (as root); on the host they are listed as ignored.
+//! and a no-IOMMU domain is refused without both opt-ins; and in every boot of the suite (this
+//! binary runs whole in the no-IOMMU boot too: its name holds "noiommu") nvme0 opens on the back
+//! end that boot must use. Run by scripts/test.sh in the QEMU guest (as root); on the host they
+//! are listed as ignored.
 
 use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
 use ubdirect_core::{DmaDomain, PageSize};
@@ -88,4 +90,47 @@ fn noiommu_domain_is_refused_without_both_opt_ins() {
         // The Debian kernels: no CONFIG_VFIO_NOIOMMU.
         assert!(m.contains("CONFIG_VFIO_NOIOMMU"), "{m}");
     }
+}
+
+/// The DMA back end each boot of the suite must open its devices on: type1 on the Debian
+/// kernels, iommufd on the built one, no-IOMMU in its no-IOMMU boot (UBD_VM_KERNEL and
+/// UBD_VM_NO_IOMMU, exported by scripts/vm/run.sh). A boot that fell back to another back end
+/// fails here rather than turning the tests of its own back end into allowed skips.
+fn expected_backend() -> BackendKind {
+    let kernel = std::env::var("UBD_VM_KERNEL").unwrap_or_default();
+    let no_iommu = std::env::var("UBD_VM_NO_IOMMU").as_deref() == Ok("1");
+    match (kernel.as_str(), no_iommu) {
+        (_, true) => BackendKind::NoIommu,
+        ("ubd", false) => BackendKind::Iommufd,
+        ("6.12" | "6.1", false) => BackendKind::Type1,
+        other => panic!("unknown test-bed boot {other:?} (UBD_VM_KERNEL, UBD_VM_NO_IOMMU)"),
+    }
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh in every boot"]
+fn each_boot_opens_nvme0_on_its_expected_dma_back_end() {
+    let tb = testbed::require();
+    assert!(
+        std::env::var_os("UBD_IOMMU_BACKEND").is_none(),
+        "UBD_IOMMU_BACKEND overrides the automatic choice this test checks"
+    );
+    let want = expected_backend();
+    // Automatic choice; the no-IOMMU boot gives the library's opt-in (as its tests do).
+    let domain = DmaDomain::with_options(DomainOptions {
+        backend: None,
+        allow_noiommu: want == BackendKind::NoIommu,
+    })
+    .expect("a DMA domain");
+    let addr = tb.nvme[0].parse().unwrap();
+    let _dev = ubdirect_core::PciDevice::open(&domain, addr).expect("nvme0 opens on vfio-pci");
+    let choice = domain
+        .backend_choice()
+        .expect("a device opened: a choice is recorded");
+    println!("boot back end: {} ({})", choice.kind, choice.reason);
+    assert_eq!(
+        choice.kind, want,
+        "this boot must use {want:?}, the library chose {:?}: {}",
+        choice.kind, choice.reason
+    );
 }

@@ -74,6 +74,27 @@ fn hugemem_takes_and_returns_pages_and_has_physical_pages() {
 }
 
 #[test]
+#[ignore = "guest: needs hugepages, run by scripts/test.sh"]
+fn alloc_maps_writable_pages_rounded_up_to_whole_pages() {
+    let before = pool(None, PageSize::Size2M).free;
+    assert!(
+        before >= 2,
+        "the test bed reserves 2 MiB hugepages: {before} free"
+    );
+    let m = HugeMem::alloc(3 << 20, PageSize::Size2M, None).unwrap();
+    assert_eq!(m.len(), 4 << 20);
+    assert_eq!(m.as_ptr() as usize % (2 << 20), 0);
+    // SAFETY: the mapping is ours and len bytes long.
+    let s = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), m.len()) };
+    s[0] = 1;
+    s[m.len() - 1] = 2;
+    assert_eq!(s[0] + s[m.len() - 1], 3);
+    assert_eq!(pool(None, PageSize::Size2M).free, before - 2);
+    drop(m);
+    assert_eq!(pool(None, PageSize::Size2M).free, before);
+}
+
+#[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
 fn gigabyte_pages_map() {
     // The test bed reserves exactly one 1 GiB page at boot (scripts/vm/run.sh: hugepagesz=1G

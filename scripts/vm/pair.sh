@@ -15,7 +15,8 @@
 # network namespaces). The initiator may print, besides UBD-HOSTCHECK (checked against its own
 # run directory),
 #   UBD-TARGETCHECK <name> file-bytes|file-eq ...   (the same syntax)
-# which are checked against the TARGET's run directory after both guests stopped.
+# which are checked against the TARGET's run directory after both guests stopped; a request
+# that was printed but never checked (or a count the initiator never gave) is a failed check.
 # Prints both run directories, the target's log on failure, and "pair: initiator status N,
 # target status N, targetcheck N passed, N failed". Exit: the initiator's status, else 1 when
 # the target or a target check failed.
@@ -67,11 +68,14 @@ done
 
 # ---- the initiator, in the foreground ----
 helpers='pair_target_up() { end=$(($(cut -d. -f1 /proc/uptime) + ${1:-120})); until timeout 3 bash -c "exec 3<>/dev/tcp/10.77.0.1/4420" 2>/dev/null; do [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ] || { echo "pair: the target 10.77.0.1:4420 did not answer within ${1:-120}s" >&2; return 1; }; sleep 1; done; }; pair_done() { timeout 5 bash -c "echo done >/dev/tcp/10.77.0.1/4421" 2>/dev/null; true; }'
+# The command's output is kept to count its UBD-TARGETCHECK requests: "@@UBD-TARGETCHECKS@@ N"
+# (scripts/vm/targetcheck.sh compares it with the checks that ran).
+count_wrap="{ ( $init_cmd ); echo \$? >/tmp/ubd-init.rc; } 2>&1 | tee /tmp/ubd-init.out; rc=\$(cat /tmp/ubd-init.rc); echo \"@@UBD-TARGETCHECKS@@ \$(grep -c 'UBD-TARGETCHECK ' /tmp/ubd-init.out)\"; pair_done; exit \$rc"
 set +e
 UBD_VM_RUN_DIR_FILE=$work/init.dir "$UBD_VM_DIR/run.sh" --devices nvme0 --mem 2G --smp 1 \
     --hugepages "default_hugepagesz=2M hugepagesz=2M hugepages=256" --timeout "$timeout" \
     "${init_args[@]}" --peer "connect:$sock:10.77.0.2/24" \
-    -- "PATH=/ubd/scripts/vm:\$PATH; $helpers; ( $init_cmd ); rc=\$?; pair_done; exit \$rc"
+    -- "PATH=/ubd/scripts/vm:\$PATH; $helpers; $count_wrap"
 irc=$?
 wait "$tpid"
 trc=$?
@@ -80,14 +84,12 @@ set -e
 
 tdir=$(cat "$work/target.dir" 2>/dev/null || true)
 idir=$(cat "$work/init.dir" 2>/dev/null || true)
-tpass=0 tfail=0
-if [[ -n $tdir && -n $idir && -f $idir/guest.log ]] && grep -q 'UBD-TARGETCHECK ' "$idir/guest.log"; then
-    grep -o 'UBD-TARGETCHECK .*' "$idir/guest.log" | sed 's/^UBD-TARGETCHECK /UBD-HOSTCHECK /' >"$work/tc"
-    "$UBD_VM_DIR/hostcheck.sh" "$tdir" "$work/tc" >"$tdir/targetcheck.log" || true
-    tpass=$(grep -c '^ok ' "$tdir/targetcheck.log" || true)
-    tfail=$(grep -c '^not ok ' "$tdir/targetcheck.log" || true)
-    grep '^not ok ' "$tdir/targetcheck.log" | sed 's/^/pair: targetcheck: /' >&2 || true
-fi
+# The target-side checks, against those the initiator requested (scripts/vm/targetcheck.sh).
+"$UBD_VM_DIR/targetcheck.sh" "$tdir" "$idir/guest.log" >"$work/tc.out" 2>&1 || true
+sed 's/^/pair: /' "$work/tc.out" >&2
+tpass='' tfail=''
+read -r tpass tfail < <(sed -n 's/^targetcheck: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$work/tc.out" | tail -n1) || true
+tpass=${tpass:-0} tfail=${tfail:-1}
 if ((trc != 0)); then
     sed 's/^/pair: target: /' "$work/target.out" | tail -n 40 >&2
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Host tests of the test bed's own logic: the TAP and libtest counters the guest plan uses, the
-# skip allow-list, the suite's closing lines, the host-check runner, and the NVMe image pattern. No guest needed; run by scripts/test.sh.
+# skip allow-list scoped by boot, the suite's closing lines, the host-check runner, the pair
+# runs' target checks and counts, nvme-insn.sh --check's refusal of an empty measurement, and
+# the NVMe image pattern. No guest needed; run by scripts/test.sh.
 # Prints TAP and a last line "vm-selftest: N passed, N failed"; exit 1 if any failed.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,11 +29,13 @@ expect "tap: ok and not ok lines" "2 1 0" "$(tap 1 'ok 1 - a\nnot ok 2 - b\nok 3
 expect "tap: numberless ok lines count" "2 0 0" "$(tap 0 'ok - a\nok\n')"
 expect "tap: SKIP and TODO are skipped" "1 0 2" "$(tap 0 'ok 1 - a # SKIP no nic\nnot ok 2 - b # TODO later\nok 3\n')"
 expect "tap: exit 3 without TAP is one failure" "0 1 0" "$(tap 3 'no tap here\n')"
-expect "tap: exit 0 without TAP counts nothing" "0 0 0" "$(tap 0 'just text\n')"
+expect "tap: exit 0 without TAP is one failure (it tested nothing)" "0 1 0" "$(tap 0 'just text\n')"
+expect "tap: exit 0 and an empty output is one failure" "0 1 0" "$(tap 0 '')"
+expect "tap: a plan alone with its tests run is not that failure" "1 0 0" "$(tap 0 '1..1\nok 1\n')"
 expect "tap: non-zero exit after only oks is a failure" "2 1 0" "$(tap 1 'ok 1\nok 2\n')"
 expect "tap: missing planned tests fail" "1 2 0" "$(tap 0 '1..3\nok 1 - a\n')"
 expect "tap: Bail out! fails" "1 1 0" "$(tap 0 'ok 1\nBail out! no devices\n')"
-expect "tap: lines that only look like TAP do not count" "0 0 0" "$(tap 0 '# ok 1\n  ok 2\nokay\nnot okay\n')"
+expect "tap: lines that only look like TAP do not count (no TAP: one failure)" "0 1 0" "$(tap 0 '# ok 1\n  ok 2\nokay\nnot okay\n')"
 expect "tap: a 1..0 # SKIP file counts one skipped" "0 0 1" "$(tap 0 '1..0 # SKIP ubdirect binary not in the guest\n')"
 expect "tap: a bare 1..0 plan counts one skipped" "0 0 1" "$(tap 0 '1..0\n')"
 expect "tap: 1..10 is a plan of ten, not a skip" "1 9 0" "$(tap 0 '1..10\nok 1\n')"
@@ -50,18 +54,36 @@ expect "libtest: a skip never turns a failure into a skip" "0 1 0" \
     "$(lt 101 'UBD-SKIP a: x\ntest result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n')"
 expect "libtest: harness-less binary that skipped" "0 0 1" "$(lt 0 'UBD-SKIP main: no device\n')"
 
-# The skip allow-list (skips.sh): every skip line the counters count is checked.
-printf '%s\n' '# comment' '' 'no vfat -- this kernel has no vfat module' 'UBD-SKIP y:  # no reason' >"$tmp/allow"
+# The skip allow-list (skips.sh): every skip line the counters count is checked, in its boot.
+printf '%s\n' '# comment' '' '[6.12 ubd] no vfat -- this kernel has no vfat module' '[6.12,6.1] UBD-SKIP y: -- y needs z' >"$tmp/allow"
 : >"$tmp/allow-none"
-sk() { printf '%b' "$2" | "$here/skips.sh" "$1" >"$tmp/sk.out" 2>&1; echo "$? $(tail -n1 "$tmp/sk.out")"; }
+sk() { printf '%b' "$3" | "$here/skips.sh" "$1" "$2" >"$tmp/sk.out" 2>&1; echo "$? $(tail -n1 "$tmp/sk.out")"; }
 log='ok 1 - a\nok 2 - b # SKIP no vfat\n1..0 # SKIP no binary\ntest x ... UBD-SKIP x: no mq\nnot ok 3 - c # TODO later\nnot ok 4 - d\n# ok 5 # SKIP\n'
-expect "skips: an empty allow-list flags every kind of skip" "1 skips: 4, 0 allowed, 4 unexpected" "$(sk "$tmp/allow-none" "$log")"
+expect "skips: an empty allow-list flags every kind of skip" "1 skips: 4, 0 allowed, 4 unexpected" "$(sk "$tmp/allow-none" 6.12 "$log")"
 expect "skips: an unexpected skip is named with its reason" "1" "$(grep -c '^unexpected: UBD-SKIP x: no mq$' "$tmp/sk.out")"
-expect "skips: allowed by fixed text, comments and blank lines ignored" "1 skips: 4, 1 allowed, 3 unexpected" "$(sk "$tmp/allow" "$log")"
+expect "skips: allowed by fixed text in its boot, comments and blank lines ignored" "1 skips: 4, 1 allowed, 3 unexpected" "$(sk "$tmp/allow" ubd "$log")"
 expect "skips: the allowed line carries the reason" "1" "$(grep -c '^allowed: ok 2 - b # SKIP no vfat (this kernel has no vfat module)$' "$tmp/sk.out")"
-expect "skips: no skip, nothing to allow" "0 skips: 0, 0 allowed, 0 unexpected" "$(sk "$tmp/allow-none" 'ok 1\ntest result: ok. 1 passed\n')"
-expect "skips: all allowed" "0 skips: 2, 2 allowed, 0 unexpected" "$(sk "$tmp/allow" 'ok 2 # SKIP no vfat\nUBD-SKIP y: z\n')"
-expect "skips: a missing allow-list is an error" "2" "$(printf '' | "$here/skips.sh" "$tmp/nope" >/dev/null 2>&1; echo $?)"
+expect "skips: the same text in a boot the entry does not name is unexpected" "1 skips: 4, 0 allowed, 4 unexpected" "$(sk "$tmp/allow" 6.1 "$log")"
+expect "skips: no skip, nothing to allow" "0 skips: 0, 0 allowed, 0 unexpected" "$(sk "$tmp/allow-none" 6.12 'ok 1\ntest result: ok. 1 passed\n')"
+expect "skips: all allowed (boots split by commas or spaces)" "0 skips: 2, 2 allowed, 0 unexpected" "$(sk "$tmp/allow" 6.12 'ok 2 # SKIP no vfat\nUBD-SKIP y: z\n')"
+expect "skips: a missing allow-list is an error" "2" "$(printf '' | "$here/skips.sh" "$tmp/nope" 6.12 >/dev/null 2>&1; echo $?)"
+expect "skips: no boot is an error" "1" "$(printf '' | "$here/skips.sh" "$tmp/allow" >/dev/null 2>&1; echo $?)"
+printf '%s\n' 'no vfat -- an entry without its boots' >"$tmp/allow-unscoped"
+expect "skips: an entry without its boots is an error in the list" "2" "$(sk "$tmp/allow-unscoped" 6.12 'ok 1 # SKIP no vfat\n' | cut -d' ' -f1)"
+expect "skips: ... named with its line" "1" "$(grep -c 'line 1: want "\[BOOT...\] <text> -- <why>"' "$tmp/sk.out")"
+printf '%s\n' '[6.12] no vfat' >"$tmp/allow-noreason"
+expect "skips: an entry without a reason is an error in the list" "2" "$(sk "$tmp/allow-noreason" 6.12 'ok 1 # SKIP no vfat\n' | cut -d' ' -f1)"
+# The project's own list: the dma-buf tests' skip is allowed on the Debian kernels only, the
+# no-IOMMU tests' skip in the IOMMU boots only.
+real="$here/expected-skips"
+dmabuf='test the_domain_reports_iommufd_and_its_ioas_ranges ... UBD-SKIP the_domain_reports_iommufd_and_its_ioas_ranges: needs the iommufd back end (this kernel gave Some(Type1): boot --kernel ubd)\n'
+noiommu='UBD-SKIP noiommu_nvme_write_read: needs the no-IOMMU boot (scripts/vm/suite.sh --kernel ubd --no-iommu)\n'
+expect "expected-skips: a dma-buf skip on 6.12 is allowed" "0 skips: 1, 1 allowed, 0 unexpected" "$(sk "$real" 6.12 "$dmabuf")"
+expect "expected-skips: a dma-buf skip on ubd (fallen back to type1) fails" "1 skips: 1, 0 allowed, 1 unexpected" "$(sk "$real" ubd "$dmabuf")"
+expect "expected-skips: a no-IOMMU skip in an IOMMU boot is allowed" "0 skips: 1, 1 allowed, 0 unexpected" "$(sk "$real" ubd "$noiommu")"
+expect "expected-skips: a no-IOMMU skip in the no-IOMMU boot fails" "1 skips: 1, 0 allowed, 1 unexpected" "$(sk "$real" ubd-noiommu "$noiommu")"
+expect "expected-skips: nothing is allowed in a pair boot" "1 skips: 1, 0 allowed, 1 unexpected" "$(sk "$real" pair-6.12 "$dmabuf")"
+expect "expected-skips: every entry is scoped and has a reason" "0" "$(sk "$real" 6.12 '' | cut -d' ' -f1)"
 
 # The closing lines (summary.sh) from a fake run directory.
 rd="$tmp/rd"
@@ -71,7 +93,7 @@ echo "prepare 1.0s, guest 2.0s (boot to /init 1s)" >"$rd/timing"
 run_summary() {
     printf '%b' "$1" >"$rd/guest.log"
     printf '%b' "$2" >"$rd/hostcheck.log"
-    UBD_VM_EXPECTED_SKIPS="$tmp/allow" "$here/summary.sh" "$rd" "${3:-0}" 900 7 >"$tmp/sum.out" 2>&1
+    UBD_VM_EXPECTED_SKIPS="$tmp/allow" "$here/summary.sh" "$rd" "${3:-0}" 900 7 "${4:-6.12}" >"$tmp/sum.out" 2>&1
     echo "$? $(grep -v '^$' "$tmp/sum.out" | sed 's/;.*//' | paste -sd'|')"
 }
 suites='@@UBD-SUITE@@ guest-shell 3 0 1\n@@UBD-SUITE@@ guest-rust 5 0 0\n'
@@ -85,13 +107,46 @@ expect "summary: more host checks than requested fails" "1" \
     "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" 'ok 1 - hostcheck a\n' | cut -c1)"
 expect "summary: no requested count from the guest fails" "1" "$(run_summary "$suites" '' | cut -c1)"
 expect "summary: a skip the allow-list does not hold fails and is named" \
-    "1 skip not allowed by $tmp/allow: UBD-SKIP m: no multiqueue NIC|guest: 8 passed, 1 failed, 1 skipped" \
+    "1 skip not allowed in boot 6.12 by $tmp/allow: UBD-SKIP m: no multiqueue NIC|guest: 8 passed, 1 failed, 1 skipped" \
     "$(run_summary "${suites}test m ... UBD-SKIP m: no multiqueue NIC\n@@UBD-HOSTCHECKS@@ 0\n" '' | sed 's/^\([01]\) .*|\(skip not\)/\1 \2/')"
+expect "summary: a skip allowed in another boot fails in this one" \
+    "1 skip not allowed in boot 6.1 by $tmp/allow: ok 4 # SKIP no vfat|guest: 10 passed, 1 failed, 1 skipped" \
+    "$(run_summary "${suites}ok 4 # SKIP no vfat\n@@UBD-HOSTCHECKS@@ 2\n" 'ok 1 - hostcheck a\nok 2 - hostcheck b\n' 0 6.1 | sed 's/^\([01]\) .*|\(skip not\)/\1 \2/')"
+expect "summary: an allow-list it cannot use fails" "1" \
+    "$(UBD_VM_EXPECTED_SKIPS="$tmp/allow-unscoped" "$here/summary.sh" "$rd" 0 900 7 6.12 >/dev/null 2>&1; echo $?)"
 expect "summary: a suite the guest never reported fails" "1 guest-shell: 0 passed, 1 failed, 0 skipped (the guest never reported this suite" \
     "$(run_summary '@@UBD-SUITE@@ guest-rust 5 0 0\n@@UBD-HOSTCHECKS@@ 0\n' '' | cut -d'|' -f1 | sed 's/: see .*//')"
 expect "summary: a guest killed at its deadline fails" "1" \
     "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" '' 124 | cut -c1)"
 expect "summary: the deadline is named" "1" "$(grep -c '^guest: 8 passed, 1 failed, 1 skipped (DEADLINE: the guest was killed after 900s)' "$tmp/sum.out")"
+
+# A pair run's target checks (targetcheck.sh): each request checked in the target's run
+# directory; a request count that differs from the checks that ran fails.
+mkdir -p "$tmp/tgt"
+printf 'ABCD' >"$tmp/tgt/nvme0.img"
+tc() { printf '%b' "$2" >"$tmp/ilog" && "$here/targetcheck.sh" "$1" "$tmp/ilog" >"$tmp/tc.out" 2>&1; echo "$? $(tail -n1 "$tmp/tc.out")"; }
+expect "targetcheck: requested and ran" "0 targetcheck: 1 passed, 0 failed (1 requested)" \
+    "$(tc "$tmp/tgt" 'ok 1\nUBD-TARGETCHECK w file-bytes nvme0.img:1 4243\n@@UBD-TARGETCHECKS@@ 1\n')"
+expect "targetcheck: a check that fails is named" "1 1" \
+    "$(tc "$tmp/tgt" 'UBD-TARGETCHECK w file-bytes nvme0.img:1 ff\n@@UBD-TARGETCHECKS@@ 1\n' | cut -c1) $(grep -c '^targetcheck: not ok 1 - hostcheck w' "$tmp/tc.out")"
+expect "targetcheck: a request lost on the console fails" "1 targetcheck: 1 passed, 1 failed (2 requested, 1 ran)" \
+    "$(tc "$tmp/tgt" 'UBD-TARGETCHECK w file-bytes nvme0.img:1 4243\n@@UBD-TARGETCHECKS@@ 2\n')"
+expect "targetcheck: no request count from the initiator fails" "1" \
+    "$(tc "$tmp/tgt" 'UBD-TARGETCHECK w file-bytes nvme0.img:1 4243\n' | cut -c1)"
+expect "targetcheck: no target run directory fails" "1 targetcheck: 0 passed, 1 failed (no target run directory '': 1 requested, 0 ran)" \
+    "$(tc '' 'UBD-TARGETCHECK w file-bytes nvme0.img:1 4243\n@@UBD-TARGETCHECKS@@ 1\n')"
+expect "targetcheck: none requested, none ran" "0 targetcheck: 0 passed, 0 failed (0 requested)" "$(tc "$tmp/tgt" '@@UBD-TARGETCHECKS@@ 0\n')"
+
+# A pair run's count (pair-count.sh): TAP + target checks + skips allowed in its boot.
+pc() { printf '%b' "$3" >"$tmp/plog" && UBD_VM_EXPECTED_SKIPS="$tmp/allow" "$here/pair-count.sh" "$1" "$tmp/plog" "$2" >"$tmp/pc.out" 2>&1; tail -n1 "$tmp/pc.out"; }
+pend='pair: initiator status 0, target status 0, targetcheck 1 passed, 0 failed\n'
+expect "pair-count: TAP and target checks added" "3 0 0" "$(pc pair-6.12 0 "1..2\nok 1\nok 2\n$pend")"
+expect "pair-count: a skip not allowed in the pair boot fails and is named" "2 1 1 1" \
+    "$(pc pair-6.12 0 "1..2\nok 1\nok 2 # SKIP no vfat\n$pend") $(grep -c '^skip not allowed in boot pair-6.12: ok 2 # SKIP no vfat' "$tmp/pc.out")"
+expect "pair-count: a script that printed no TAP fails" "1 1 0" "$(pc pair-ubd 0 "just text\n$pend")"
+expect "pair-count: no closing pair line fails" "1 1 0" "$(pc pair-ubd 0 '1..1\nok 1\n')"
+expect "pair-count: failed target checks count" "1 3 0" \
+    "$(pc pair-ubd 0 '1..1\nok 1\npair: initiator status 0, target status 0, targetcheck 0 passed, 3 failed\n')"
 
 # test.sh's closing line (total.sh) from its summary lines; FAILED-STEPS first.
 tot() { printf '%b' "$2" | "$here/total.sh" "$1"; }
@@ -104,6 +159,8 @@ expect "total: a soak that printed no summary counts as 1 failed" "total: 35 pas
     "$(tot 1 "${ok_lines}soak: 0 passed, 1 failed (scripts/soak.sh exited 125 without its summary; see x)\n")"
 expect "total: guest[K] and guest-pair[K] lines count, hostcheck and guest-rust do not" "total: 7 passed, 2 failed, 3 skipped" \
     "$(tot 1 'guest-rust: 9 passed, 9 failed, 9 skipped\nhostcheck: 9 passed, 0 failed\nguest[6.12]: 4 passed, 1 failed, 2 skipped\nguest-pair[ubd]: 3 passed, 1 failed, 1 skipped\n')"
+expect "total: the host line's skipped (GPU tests not run) count" "total: 10 passed, 0 failed, 5 skipped" \
+    "$(tot 0 'host: 10 passed, 0 failed, 5 skipped (not run: 5 GPU tests need an NVIDIA GPU and driver, run them with --ignored on a GPU machine: a b c d e) (12s)\n')"
 expect "total: each FAILED step is one failure" "total: 10 passed, 2 failed, 0 skipped" \
     "$(tot 1 'deps: FAILED (run it as root)\nclippy: FAILED (40s)\nhost: 10 passed, 0 failed\n')"
 expect "total: a failed step with no counted failure still shows one" "total: 10 passed, 1 failed, 0 skipped" \
@@ -187,6 +244,19 @@ GUEST-CPU-STALL cpu 1: ran a task again at t=106 s" "$(head -n 2 "$tmp/cw0.out")
 else
     n=$((n + 1))
     echo "ok $n - cpuwatch: needs 2 CPUs # SKIP"
+fi
+
+# The instruction-count check (scripts/bench/nvme-insn.sh --check) refuses a measurement that saw
+# nothing: a "binary" that reports its reads but has none of the example's step functions.
+if command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null; then
+    printf '#!/bin/sh\necho "completed 20000 sq_doorbells 20000 cq_doorbells 20000"\n' >"$tmp/insn-fake"
+    chmod +x "$tmp/insn-fake"
+    BIN="$tmp/insn-fake" "$here/../bench/nvme-insn.sh" --check >"$tmp/insn.out" 2>&1
+    expect "nvme-insn --check: zero instructions counted fails" "1 1" \
+        "$? $(grep -c '^insn-check: FAILED (the measurement saw too little of the driver: QD1 submit 0 complete 0 insn/IO' "$tmp/insn.out")"
+else
+    n=$((n + 1))
+    echo "ok $n - nvme-insn --check: no valgrind # SKIP run scripts/deps.sh"
 fi
 
 # The NVMe image pattern (images.sh) matches ubdirect_testbed::pattern_word.

@@ -17,7 +17,8 @@
 # N skipped" each, and "guest: N passed, N failed, N skipped"; saves the guest log, dmesg and
 # hostcheck.log in the run directory. Exit 1 if anything failed, the guest did not finish, a
 # host check the guest requested never ran, or a test was skipped that scripts/vm/expected-skips
-# (UBD_VM_EXPECTED_SKIPS=FILE for another list) does not allow (each counts one failure).
+# (UBD_VM_EXPECTED_SKIPS=FILE for another list) does not allow in this boot (each counts one
+# failure; the boot is the kernel, "ubd-noiommu" for --kernel ubd --no-iommu).
 # The whole script is one { ...; exit; } block: bash parses it all before running any of it, so
 # editing this file while a run is in progress cannot make that run execute fragments of the new
 # text (see scripts/vm/run.sh).
@@ -44,6 +45,13 @@ done
 
 cd "$UBD_REPO"
 t0=$(date +%s)
+# The boot (the scope of scripts/vm/expected-skips): the kernel, "-noiommu" without an IOMMU.
+boot=$UBD_VM_KERNEL no_iommu=${UBD_VM_NO_IOMMU:-0}
+for ((i = 0; i < ${#run_args[@]}; i++)); do
+    [[ ${run_args[i]} == --kernel ]] && boot=${run_args[i + 1]}
+    [[ ${run_args[i]} == --no-iommu ]] && no_iommu=1
+done
+[[ $no_iommu == 1 ]] && boot="$boot-noiommu"
 
 # ---- the test binaries: every tests/guest_*.rs executable of the workspace with tests to run ----
 test_bins=("${explicit_bins[@]}")
@@ -102,6 +110,6 @@ glog="$run_dir/guest.log"
 [[ -n $run_dir && -f $glog ]] || vm_die "no guest log in '$run_dir': the guest never started (run.sh status $rc)"
 
 # ---- results: the closing lines (scripts/vm/summary.sh; host-tested by selftest.sh) ----
-"$UBD_VM_DIR/summary.sh" "$run_dir" "$rc" "$run_timeout" "$(($(date +%s) - t0))"
+"$UBD_VM_DIR/summary.sh" "$run_dir" "$rc" "$run_timeout" "$(($(date +%s) - t0))" "$boot"
 exit
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The closing lines of a guest suite run (scripts/vm/suite.sh), from its run directory:
 #
-#   scripts/vm/summary.sh RUN-DIR RUN-STATUS RUN-TIMEOUT SUITE-SECONDS
+#   scripts/vm/summary.sh RUN-DIR RUN-STATUS RUN-TIMEOUT SUITE-SECONDS BOOT
 #
+# BOOT: the boot the run was (6.12, 6.1, ubd, ubd-noiommu), the scope of its allowed skips.
 # Reads guest.log (the plan's "@@UBD-SUITE@@ <suite> <passed> <failed> <skipped>" and
 # "@@UBD-HOSTCHECKS@@ <requested>" lines, the skip lines), hostcheck.log and timing. Prints
 # "guest-shell: N passed, N failed, N skipped", the same for guest-rust and hostcheck, a line per
@@ -17,6 +18,7 @@ run_dir=${1:?usage: summary.sh RUN-DIR RUN-STATUS RUN-TIMEOUT SUITE-SECONDS}
 rc=${2:?run status}
 run_timeout=${3:?run timeout}
 suite_s=${4:?suite seconds}
+boot=${5:?boot (6.12, 6.1, ubd, ubd-noiommu)}
 glog="$run_dir/guest.log"
 
 suite_line() { # suite_line NAME -> "passed failed skipped" or nothing
@@ -60,13 +62,13 @@ total_fail=$((total_fail + hf))
 
 # Every skip must be one the test bed is expected to cause.
 allow=${UBD_VM_EXPECTED_SKIPS:-$UBD_VM_DIR/expected-skips}
-skip_report=$("$UBD_VM_DIR/skips.sh" "$allow" "$glog" || true)
+skip_report=$("$UBD_VM_DIR/skips.sh" "$allow" "$boot" "$glog" 2>&1 || true)
 unexpected=$(sed -n 's/^skips: .*, \([0-9]*\) unexpected$/\1/p' <<<"$skip_report")
 if [[ -z $unexpected ]]; then
-    lines+=("skips: could not check them against $allow: $skip_report")
+    lines+=("skips: could not check them against $allow: ${skip_report//$'\n'/ }")
     total_fail=$((total_fail + 1))
 elif ((unexpected > 0)); then
-    while IFS= read -r l; do lines+=("skip not allowed by $allow: ${l#unexpected: }"); done < <(grep '^unexpected: ' <<<"$skip_report")
+    while IFS= read -r l; do lines+=("skip not allowed in boot $boot by $allow: ${l#unexpected: }"); done < <(grep '^unexpected: ' <<<"$skip_report")
     total_fail=$((total_fail + unexpected))
 fi
 

@@ -3,8 +3,9 @@
 //! a private network namespace, `mq=on`; drivers/virtio-net/bench/mq-check.sh also feeds it
 //! traffic), is where the test checks that two pairs come
 //! up through the control queue (VQ_PAIRS_SET), each with a full RX ring, that both TX
-//! queues complete frames sent from two threads at once, and (UBD_NET_MQ_RX=1, set by that
-//! script, whose feeder sends flows into the tap) that both RX queues receive.
+//! queues complete frames sent from two threads at once. A second test checks that both RX
+//! queues receive: it needs that script's feeder sending flows into the tap (UBD_NET_MQ_RX=1);
+//! in the suite, which has no feeder, it reports a skip with that reason.
 
 mod common;
 
@@ -108,29 +109,56 @@ fn two_queue_pairs_on_the_multiqueue_nic_and_a_named_refusal_on_a_hub_nic() {
     });
     let st = nic.stats();
     assert_eq!(st.tx_packets, 400);
-    if std::env::var("UBD_NET_MQ_RX").is_ok_and(|v| v == "1") {
-        // bench/mq-feed.py sends UDP flows into the tap: tun spreads them over its two queues,
-        // so both RX queue pairs must receive.
-        let mut got = [0u64; 2];
-        let mut out = Vec::with_capacity(32);
-        let start = Instant::now();
-        while got.iter().any(|&n| n < 5) {
-            for (i, p) in nic.pairs_mut().iter_mut().enumerate() {
-                p.rx_burst(&mut out).expect("rx_burst");
-                for f in out.drain(..) {
-                    let d = f.data();
-                    if d.len() >= 14 && d[6..12] == [2, 0, 0, 0, 0, 1] && d[12..14] == [8, 0] {
-                        got[i] += 1;
-                    }
+    nic.shutdown().expect("shutdown");
+    assert_eq!(pool.stats().in_use, 0, "every buffer back");
+}
+
+#[test]
+#[ignore = "guest: needs vfio devices and the tap feeder, run by drivers/virtio-net/bench/mq-check.sh"]
+fn both_rx_queue_pairs_of_the_multiqueue_nic_receive_from_the_tap_feeder() {
+    let bed = bed();
+    let tb = testbed::require();
+    // Not run in the suite: a counted skip with its reason (scripts/vm/expected-skips), never a
+    // silent pass.
+    if !std::env::var("UBD_NET_MQ_RX").is_ok_and(|v| v == "1") {
+        testbed::skip(
+            "RX on both queue pairs needs the tap feeder of drivers/virtio-net/bench/mq-check.sh (UBD_NET_MQ_RX=1)",
+        );
+        return;
+    }
+    let mq_addr = tb
+        .nic_mq
+        .as_deref()
+        .expect("the tap feeder runs with the multiqueue NIC (UBD_NIC_MQ)");
+    let pool = host_pool(&bed, 2048);
+    let dev = PciDevice::open(&bed.domain, addr(mq_addr)).expect("open the MQ NIC");
+    let two = NetConfig {
+        queue_pairs: 2,
+        ..NetConfig::default()
+    };
+    let mut nic = open(&bed, &dev, &pool, two);
+    assert_eq!(nic.pairs_mut().len(), 2);
+    // bench/mq-feed.py sends UDP flows into the tap: tun spreads them over its two queues,
+    // so both RX queue pairs must receive.
+    let mut got = [0u64; 2];
+    let mut out = Vec::with_capacity(32);
+    let start = Instant::now();
+    while got.iter().any(|&n| n < 5) {
+        for (i, p) in nic.pairs_mut().iter_mut().enumerate() {
+            p.rx_burst(&mut out).expect("rx_burst");
+            for f in out.drain(..) {
+                let d = f.data();
+                if d.len() >= 14 && d[6..12] == [2, 0, 0, 0, 0, 1] && d[12..14] == [8, 0] {
+                    got[i] += 1;
                 }
             }
-            assert!(
-                start.elapsed() < 3 * DEADLINE,
-                "frames per RX pair from the tap feeder: {got:?} (needs 5 on each)"
-            );
         }
-        eprintln!("RX per pair from the tap feeder: {got:?}");
+        assert!(
+            start.elapsed() < 3 * DEADLINE,
+            "frames per RX pair from the tap feeder: {got:?} (needs 5 on each)"
+        );
     }
+    eprintln!("RX per pair from the tap feeder: {got:?}");
     nic.shutdown().expect("shutdown");
     assert_eq!(pool.stats().in_use, 0, "every buffer back");
 }

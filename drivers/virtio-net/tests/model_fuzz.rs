@@ -224,7 +224,9 @@ fn fuzz_bring_up() {
             Ok(())
         })
         .unwrap();
-    tally.print("fuzz_bring_up");
+    // Reach: a share of the cases brings a device up, and the refusals are of many kinds
+    // (the hostile input reaches every stage of bring-up, not one early check).
+    tally.check("fuzz_bring_up", &[("Ok", 25)], 8);
 }
 
 #[derive(Debug, Clone)]
@@ -282,8 +284,10 @@ fn fuzz_rx_tx_burst() {
                 net(1),
             );
             let Ok(mut nic) = r else {
+                tally.add("NoBringUp");
                 return Ok(()); // all-ones during bring-up: fuzz_bring_up's ground
             };
+            tally.add("BroughtUp");
             let max = nic.max_frame();
             let mut out = Vec::with_capacity(8);
             for op in ops {
@@ -352,20 +356,57 @@ fn fuzz_rx_tx_burst() {
             Ok(())
         })
         .unwrap();
-    tally.print("fuzz_rx_tx_burst");
+    // Reach: almost every case gets past bring-up, most operations succeed, and the device's
+    // lies reach the ring and control-queue checks.
+    tally.check(
+        "fuzz_rx_tx_burst",
+        &[
+            ("BroughtUp", 90),
+            ("Ok", 300),
+            ("Ring", 50),
+            ("ControlTimeout", 1),
+            ("ControlQueueWedged", 1),
+        ],
+        0,
+    );
 }
 
-/// Outcome counts of a fuzz run (printed with `--nocapture`: shows the input reaches past
-/// bring-up).
+/// Outcome counts of a fuzz run, printed (with `--nocapture`) and checked against minimums.
 #[derive(Default)]
 struct Tally(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
+
+/// Below this many cases the shares are too noisy to assert (a by-hand run with few cases).
+const MIN_CASES_FOR_REACH: u64 = 500;
 
 impl Tally {
     fn add(&self, what: &str) {
         *self.0.lock().unwrap().entry(what.to_string()).or_default() += 1;
     }
-    fn print(&self, target: &str) {
-        eprintln!("{target}: {:?}", self.0.lock().unwrap());
+    /// Print the counts; then (with enough cases) each `(outcome, percent)` must have been
+    /// counted at least `percent` % of the case count, and at least `min_error_kinds` distinct
+    /// error kinds seen.
+    fn check(&self, target: &str, mins: &[(&str, u64)], min_error_kinds: usize) {
+        let t = self.0.lock().unwrap();
+        eprintln!("{target}: {t:?}");
+        let cases = u64::from(fuzz_cases());
+        if cases < MIN_CASES_FOR_REACH {
+            return;
+        }
+        for &(what, pct) in mins {
+            let n = t.get(what).copied().unwrap_or(0);
+            assert!(
+                n * 100 >= cases * pct,
+                "{target}: {what} counted {n} times in {cases} cases, want at least {pct} % ({t:?})"
+            );
+        }
+        let kinds = t
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "Ok" | "BroughtUp" | "NoBringUp"))
+            .count();
+        assert!(
+            kinds >= min_error_kinds,
+            "{target}: {kinds} error kinds seen, want at least {min_error_kinds} ({t:?})"
+        );
     }
 }
 
