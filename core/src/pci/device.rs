@@ -619,8 +619,17 @@ impl PciDevice {
 impl Drop for PciDevice {
     fn drop(&mut self) {
         if let Access::Vfio(dev) = &mut self.access {
-            // SAFETY: dropped exactly once, here; the field is not used afterwards.
-            unsafe { ManuallyDrop::drop(dev) };
+            // vfio-ioctls looks the device's IOMMU group up in sysfs after closing the device
+            // fd, and panics when the kernel finished removing the device in between (a
+            // removal waits for exactly that close): the group file is then left to the
+            // container, and the process goes on.
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: dropped exactly once, here; the field is not used afterwards.
+                unsafe { ManuallyDrop::drop(dev) }
+            }));
+            if closed.is_err() {
+                tracing::warn!(addr = %self.addr, "the device was removed while it closed; its VFIO group stays open until the domain goes");
+            }
             self.domain.device_closed(self.addr);
         }
         if let Access::NoIommu(dev) = &mut self.access {
