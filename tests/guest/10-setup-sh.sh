@@ -262,6 +262,16 @@ if [ -b "$blk" ]; then
     check "an NVMe whose controller node ($cdev) a process holds open is skipped and named" \
         eval 'is_drv "$NVME0" nvme && err_has "$cdev is open by $holder(sleep)"'
     let_go
+    # a kernel user, no process: an nvmet namespace exporting it
+    nvme0_blk
+    if sh scripts/vm/nvmet.sh 127.0.0.1 --dev "$blk" --port 4431 >/dev/null 2>/tmp/setup-nvmet.err; then
+        run_setup config HUGEMEM=0 "PCI_ALLOWED=$NVME0"
+        check "an NVMe whose namespace nvmet exports is skipped, subsystem and port named" \
+            eval 'is_drv "$NVME0" nvme && err_has "$blk is exported by nvmet: subsystem nqn.2026-11.io.ubdirect:test namespace 1, port 4431 (tcp 127.0.0.1:4431)"'
+        sh scripts/vm/nvmet.sh --remove >/dev/null 2>&1
+    else
+        not_ok "nvmet target over $blk could not be set up: $(cat /tmp/setup-nvmet.err)"
+    fi
     run_setup config HUGEMEM=0 "PCI_ALLOWED=$NVME0"
     check "once let go, the same NVMe is bound" eval '[ "$rc" = 0 ] && is_drv "$NVME0" vfio-pci'
     run_setup reset

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::bar::human_size;
 use super::class::DeviceRole;
 use super::device::PciDeviceInfo;
+use super::drivers::{self, Support};
 use super::system::{IommuMode, SystemInfo};
 
 /// How bad a finding is.
@@ -194,7 +195,25 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
         .driver
         .as_deref()
         .map_or("has no driver".to_string(), |x| format!("is bound to {x}"));
-    if d.driver.as_deref() != Some("vfio-pci") {
+    if let Support::None = drivers::support(d) {
+        let give_back = if d.driver.as_deref() == Some("vfio-pci") {
+            "give it back to its kernel driver (scripts/setup.sh reset, if setup.sh bound it)"
+        } else {
+            "leave it on its kernel driver"
+        };
+        f.push(Finding::warn(
+            "driver",
+            a,
+            format!(
+                "{} {} ({:04x}:{:04x}) {drv}, but no ubdirect driver supports it",
+                d.class_name, d.address, d.vendor, d.device
+            ),
+            format!(
+                "ubdirect drives {}; GPUs and ivshmem need none (BAR targets). Use a supported device; {give_back}",
+                drivers::supported_list()
+            ),
+        ));
+    } else if d.driver.as_deref() != Some("vfio-pci") {
         let hint = if d.role == DeviceRole::Nic {
             format!("PCI_ALLOWED={} scripts/setup.sh", d.address)
         } else {
@@ -207,10 +226,14 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
             format!("bind it with {hint}"),
         ));
     } else {
+        let what = match drivers::support(d) {
+            Support::Driver(name) => format!("ubdirect driver: {name}"),
+            _ => "a BAR target: no driver needed".to_string(),
+        };
         f.push(Finding::ok(
             "driver",
             a,
-            format!("{} bound to vfio-pci", d.class_name),
+            format!("{} bound to vfio-pci ({what})", d.class_name),
         ));
     }
     match d.iommu_group {
