@@ -140,14 +140,35 @@ mod tests {
 
     #[test]
     fn support_by_class_by_id_and_bar_targets() {
-        assert_eq!(support(&dev(0x144d, 0xa808, 0x010802)), Support::Driver("nvme"));
+        assert_eq!(
+            support(&dev(0x144d, 0xa808, 0x010802)),
+            Support::Driver("nvme")
+        );
         // An NVMe-class device with another interface (an admin-only controller) is not NVMe I/O.
         assert_eq!(support(&dev(0x144d, 0xa808, 0x010803)), Support::None);
-        assert_eq!(support(&dev(0x1af4, 0x1041, 0x020000)), Support::Driver("virtio-net"));
-        assert_eq!(support(&dev(0x1af4, 0x1000, 0x020000)), Support::Driver("virtio-net"));
-        assert_eq!(support(&dev(0x1af4, 0x1042, 0x010000)), Support::None, "virtio-blk");
-        assert_eq!(support(&dev(0x8086, 0x10c9, 0x020000)), Support::None, "igb");
-        assert_eq!(support(&dev(0x8086, 0x10d3, 0x020000)), Support::None, "e1000e");
+        assert_eq!(
+            support(&dev(0x1af4, 0x1041, 0x020000)),
+            Support::Driver("virtio-net")
+        );
+        assert_eq!(
+            support(&dev(0x1af4, 0x1000, 0x020000)),
+            Support::Driver("virtio-net")
+        );
+        assert_eq!(
+            support(&dev(0x1af4, 0x1042, 0x010000)),
+            Support::None,
+            "virtio-blk"
+        );
+        assert_eq!(
+            support(&dev(0x8086, 0x10c9, 0x020000)),
+            Support::None,
+            "igb"
+        );
+        assert_eq!(
+            support(&dev(0x8086, 0x10d3, 0x020000)),
+            Support::None,
+            "e1000e"
+        );
         assert_eq!(support(&dev(0x1af4, 0x1110, 0x050000)), Support::BarTarget);
         assert_eq!(support(&dev(0x10de, 0x2330, 0x030200)), Support::BarTarget);
     }

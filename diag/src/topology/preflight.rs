@@ -189,7 +189,8 @@ fn check_vfio(s: &SystemInfo, f: &mut Vec<Finding>) {
     }
 }
 
-fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+/// The `driver` finding: is the device on vfio-pci, and can a ubdirect driver use it.
+fn check_driver(d: &PciDeviceInfo, f: &mut Vec<Finding>) {
     let a = Some(d.address.as_str());
     let drv = d
         .driver
@@ -236,6 +237,11 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
             format!("{} bound to vfio-pci ({what})", d.class_name),
         ));
     }
+}
+
+/// The `group` finding: is the device's IOMMU group viable for vfio.
+fn check_group(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+    let a = Some(d.address.as_str());
     match d.iommu_group {
         None => {
             if input.system.iommu.mode != IommuMode::Off {
@@ -284,6 +290,12 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
             }
         }
     }
+}
+
+fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+    check_driver(d, f);
+    check_group(d, input, f);
+    let a = Some(d.address.as_str());
     if let Some((c, m)) = d.link.width_degraded() {
         f.push(Finding::warn(
             "link",

@@ -283,7 +283,9 @@ fn nics_on_vfio_pci_that_no_ubdirect_driver_supports_are_named_by_id() {
     for (x, id) in d.iter().zip(["8086:10c9", "8086:10d3"]) {
         assert_eq!(x.severity, Severity::Warn);
         assert!(
-            x.seen.contains(&format!("({id}) is bound to vfio-pci, but no ubdirect driver supports it")),
+            x.seen.contains(&format!(
+                "({id}) is bound to vfio-pci, but no ubdirect driver supports it"
+            )),
             "{}",
             x.seen
         );
@@ -304,9 +306,14 @@ fn unsupported_device_on_its_kernel_driver_is_not_sent_to_setup_sh() {
     (e1000e.vendor, e1000e.device) = (0x8086, 0x10d3);
     let f = preflight(&input(&s, &[e1000e], None));
     let d = of(&f, "driver");
-    assert!(d[0].seen.contains("no ubdirect driver supports it"), "{}", d[0].seen);
     assert!(
-        d[0].action.contains("leave it on its kernel driver") && !d[0].action.contains("PCI_ALLOWED"),
+        d[0].seen.contains("no ubdirect driver supports it"),
+        "{}",
+        d[0].seen
+    );
+    assert!(
+        d[0].action.contains("leave it on its kernel driver")
+            && !d[0].action.contains("PCI_ALLOWED"),
         "{}",
         d[0].action
     );
@@ -322,7 +329,19 @@ fn supported_devices_on_vfio_pci_name_their_driver_or_bar_target() {
     let f = preflight(&input(&s, &[nvme, nic, ivshmem], None));
     let d = of(&f, "driver");
     assert!(d.iter().all(|x| x.severity == Severity::Ok), "{d:#?}");
-    assert!(d[0].seen.contains("(ubdirect driver: nvme)"), "{}", d[0].seen);
-    assert!(d[1].seen.contains("(ubdirect driver: virtio-net)"), "{}", d[1].seen);
-    assert!(d[2].seen.contains("a BAR target: no driver needed"), "{}", d[2].seen);
+    assert!(
+        d[0].seen.contains("(ubdirect driver: nvme)"),
+        "{}",
+        d[0].seen
+    );
+    assert!(
+        d[1].seen.contains("(ubdirect driver: virtio-net)"),
+        "{}",
+        d[1].seen
+    );
+    assert!(
+        d[2].seen.contains("a BAR target: no driver needed"),
+        "{}",
+        d[2].seen
+    );
 }
