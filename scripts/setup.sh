@@ -1088,10 +1088,12 @@ reset_settings() {
         return 0
     fi
     : >"$SETTINGS.new"
-    while read -r rs_what rs_a rs_b; do
-        case $rs_what in
-        noiommu) undo_noiommu "$rs_a" || echo "$rs_what $rs_a $rs_b" >>"$SETTINGS.new" ;;
-        hugetlbfs) undo_mount "$rs_a" "$rs_b" || echo "$rs_what $rs_a $rs_b" >>"$SETTINGS.new" ;;
+    while read -r rs_line; do
+        # shellcheck disable=SC2086 # the record's words: what, then its values
+        set -- $rs_line
+        case ${1:-} in
+        noiommu) undo_noiommu "${2:-N}" || echo "$rs_line" >>"$SETTINGS.new" ;;
+        hugetlbfs) undo_mount "${2:-}" "${3:-}" || echo "$rs_line" >>"$SETTINGS.new" ;;
         esac
     done <"$SETTINGS"
     mv "$SETTINGS.new" "$SETTINGS"
