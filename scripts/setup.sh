@@ -11,6 +11,7 @@ STATE_DIR=${UBD_STATE_DIR:-/run/ubdirect}
 STATE_FILE=$STATE_DIR/original-drivers
 HUGE_STATE=$STATE_DIR/original-hugepages
 OWNER_STATE=$STATE_DIR/original-owners
+SETTINGS=$STATE_DIR/settings
 
 usage() {
     cat <<'EOF'
@@ -18,21 +19,30 @@ Usage: scripts/setup.sh [config|reset|status|help]
 
 Modes:
   config   (default) reserve hugepages, load the vfio modules, bind devices to vfio-pci
-  reset    give devices back to their kernel drivers (the one they had before `config`,
-           else the class default: nvme for NVMe, virtio-pci for virtio devices)
+  reset    undo what `config` did, and only that (its records in UBD_STATE_DIR): the devices
+           it bound go back to the kernel driver they had (else the class default: nvme for
+           NVMe, virtio-pci for virtio devices); a device on vfio-pci that setup.sh did not
+           bind (a VM's, another program's) is left there and named. A full reset (no
+           PCI_ALLOWED/PCI_BLOCKED) also gives back the hugepages config reserved, turns vfio's
+           no-IOMMU mode back off if config turned it on, and unmounts a hugetlbfs mount config
+           made. A device whose vfio group or device cdev (/dev/vfio/N, noiommu-N,
+           devices/vfioN) a process holds open is left bound and the process named.
   status   devices (address, vendor:device, class, driver, IOMMU group, NUMA node) and
            hugepages per node and size
   help     this text
 
 Devices bound by `config`: NVMe controllers (class 0108) unless PCI_ALLOWED is set; then only
 the devices it lists (of any class: NICs are bound only when listed). Devices in use are
-skipped and their active users named, whatever the device's class: a disk below the device
-(NVMe namespace, SATA disk behind an AHCI controller, ...) or one of its partitions that is
-mounted in any mount namespace (matched by major:minor or by the mount's source, so btrfs,
-bcachefs and ZFS-style anonymous devices count), used as swap, held by device-mapper/md/LVM,
-a member of a btrfs or bcachefs filesystem or carrying a ZFS label; a network interface of the
-device that is up with an address or a default route, or that is enslaved to a bridge, bond or
-VLAN (at any depth) which has one.
+skipped and their active users named, whatever the device's class: a device node of it (a
+disk, partition, /dev/nvmeN, /dev/ngXnY, ...) that a process holds open (pid and command
+named: QEMU's raw disk, a database's O_DIRECT file, nvme-cli), matched by major:minor whatever
+the path; a disk below the device (NVMe namespace, SATA disk behind an AHCI controller, ...)
+or one of its partitions that is mounted in any mount namespace (matched by major:minor or by
+the mount's source, so btrfs, bcachefs and ZFS-style anonymous devices count), used as swap,
+held by device-mapper/md/LVM, exported by nvmet (subsystem and port named), a LIO backstore,
+backing a loop device, a member of a btrfs or bcachefs filesystem or carrying a ZFS label; a
+network interface of the device that is up with an address or a default route, or that is
+enslaved to a bridge, bond or VLAN (at any depth) which has one.
 A second `config` changes nothing and says so. A device that fails to bind gets its
 driver_override cleared and goes back to its driver.
 
@@ -57,8 +67,9 @@ Environment:
                        so bound devices get /dev/vfio/noiommu-N groups and can DMA ANYWHERE in
                        memory. Needs a kernel with CONFIG_VFIO_NOIOMMU; programs must also opt
                        in (DomainOptions::allow_noiommu). Ignored when the IOMMU is on.
-  UBD_STATE_DIR=dir    where the original drivers and hugepage counts are remembered
-                       (default /run/ubdirect)
+  UBD_STATE_DIR=dir    where config records what it changed, for reset: the devices it bound
+                       and their drivers, hugepage counts, node owners, no-IOMMU mode and
+                       the hugetlbfs mount (default /run/ubdirect)
 
 Exit status: 0 done (or nothing to do; devices skipped because they are in use are named on
 stderr), 1 an error or something left undone, 2 bad usage. `config` and `reset` need root.
@@ -295,18 +306,18 @@ selected() {
     in_list "$1" "$PCI_ALLOWED"
 }
 
-# group_users GROUP: "pid(name)" of the processes holding /dev/vfio/GROUP open.
-group_users() {
-    gu=
-    for fd in /proc/[0-9]*/fd/*; do
-        t=$(readlink "$fd" 2>/dev/null) || continue
-        if [ "$t" = "/dev/vfio/$1" ]; then
-            pid=${fd#/proc/}
-            pid=${pid%%/*}
-            gu="$gu $pid($(read_attr "/proc/$pid/comm"))"
-        fi
+# vfio_users ADDR: the processes holding a vfio node of the device open (" /dev/vfio/N is open
+# by PID(COMM);"): its group (/dev/vfio/N, or /dev/vfio/noiommu-N in no-IOMMU mode) and its
+# device cdev (/dev/vfio/devices/vfioN, opened through iommufd), whatever path they were opened by.
+vfio_users() {
+    vu_g=$(group_of "$1")
+    vu_specs=$(node_specs_under "$(readlink -f "$(dev_dir "$1")")")
+    for vu_c in "$SYS/class/vfio/$vu_g" "$SYS/class/vfio/noiommu-$vu_g"; do
+        [ -n "$vu_g" ] && [ -f "$vu_c/dev" ] || continue
+        vu_specs="$vu_specs
+c $(read_attr "$vu_c/dev") vfio/${vu_c##*/}"
     done
-    printf '%s\n' "$gu"
+    open_by "$vu_specs"
 }
 
 # wait_for PATH: up to 5 s for a device node (udev may create it a moment later).
@@ -550,26 +561,161 @@ nic_in_use() {
     done
 }
 
+# node_specs_under DIR: "T MAJ:MIN NAME" for every device node sysfs shows below DIR (T: b for
+# a block device, c for a character device; NAME: its DEVNAME, the path below /dev): disks and
+# partitions, NVMe controller and generic char devices, SCSI generic, DRM, the vfio device cdev.
+# Symlinks are not followed (the driver, the IOMMU group).
+node_specs_under() {
+    find "$1" -name dev -type f 2>/dev/null | while read -r ns_f; do
+        ns_d=${ns_f%/dev}
+        ns_mm=$(read_attr "$ns_f")
+        case $ns_mm in [0-9]*:[0-9]*) ;; *) continue ;; esac
+        ns_t=c
+        case $(readlink "$ns_d/subsystem" 2>/dev/null) in */block) ns_t=b ;; esac
+        ns_n=$(sed -n 's/^DEVNAME=//p' "$ns_d/uevent" 2>/dev/null)
+        echo "$ns_t $ns_mm ${ns_n:-${ns_d##*/}}"
+    done
+}
+
+# node_specs ADDR: node_specs_under the device, plus the disks below it that sysfs keeps
+# elsewhere (native NVMe multipath heads) and their partitions.
+node_specs() {
+    nsp_real=$(readlink -f "$(dev_dir "$1")")
+    node_specs_under "$nsp_real"
+    for nsp_d in $(disks_of "$1" | sort -u); do
+        case $(readlink -f "$SYS/class/block/$nsp_d") in "$nsp_real"/*) continue ;; esac
+        for nsp_b in "$SYS/class/block/$nsp_d" "$SYS/class/block/$nsp_d/$nsp_d"*; do
+            [ -f "$nsp_b/dev" ] && echo "b $(read_attr "$nsp_b/dev") ${nsp_b##*/}"
+        done
+    done
+}
+
+# open_by SPECS: the processes holding one of the nodes in SPECS ("T MAJ:MIN NAME" lines) open,
+# as " /dev/NAME is open by PID(COMM) ...;" per node. Each open file is matched by the device
+# number it points to (stat), so a node opened under any path (a by-id link, a container's
+# /dev, a node made with mknod anywhere) counts. Files on network and FUSE filesystems are not
+# stat'ed (a dead server would hang it; no device node lives there), nor sockets and pipes.
+open_by() {
+    [ -n "$1" ] || return 0
+    # shellcheck disable=SC2012 # the link targets of /proc/PID/fd, names are fd numbers
+    ls -l /proc/[0-9]*/fd/ 2>/dev/null | awk '
+        NR == FNR {
+            if ($3 ~ /^(nfs4?|cifs|smb3|9p|ceph|glusterfs|afs|lustre|gfs2|ocfs2|fuse.*)$/) skip[++ns] = $2
+            next
+        }
+        /^\/proc\/[0-9]+\/fd\/?:$/ { dir = $0; sub(/\/?:$/, "", dir); next }
+        /^l/ {
+            for (i = 2; i < NF; i++) if ($i == "->") break
+            t = $(i + 1)
+            if (i >= NF || t !~ /^\//) next
+            for (j = 1; j <= ns; j++)
+                if (t == skip[j] || index(t, skip[j] "/") == 1 || skip[j] == "/") next
+            print dir "/" $(i - 1)
+        }' /proc/mounts - |
+        xargs stat -L -c '%F|%t|%T|%n' 2>/dev/null |
+        awk -F'|' -v specs="$1" '
+            BEGIN {
+                n = split(specs, line, "\n")
+                for (i = 1; i <= n; i++) {
+                    if (split(line[i], f, " ") < 3 || split(f[2], mm, ":") != 2) continue
+                    key = f[1] " " sprintf("%x %x", mm[1], mm[2])
+                    name[key] = f[3]
+                }
+            }
+            {
+                t = $1 ~ /^block/ ? "b" : $1 ~ /^character/ ? "c" : ""
+                key = t " " $2 " " $3
+                if (!(key in name)) next
+                split($4, p, "/")
+                if (seen[key, p[3]]++) next
+                comm = "?"
+                cf = "/proc/" p[3] "/comm"
+                if ((getline c < cf) > 0) comm = c
+                close(cf)
+                if (!(key in who)) order[++k] = key
+                who[key] = who[key] " " p[3] "(" comm ")"
+            }
+            END { for (i = 1; i <= k; i++) printf " /dev/%s is open by%s;", name[order[i]], who[order[i]] }'
+}
+
+# kernel_users SPECS: the block devices in SPECS that the kernel itself uses, with no process
+# holding them: an enabled nvmet namespace (with its ports), a LIO backstore, a loop device.
+kernel_users() {
+    ku_specs=$1
+    for ku_p in "$SYS"/kernel/config/nvmet/subsystems/*/namespaces/*/device_path \
+        "$SYS"/kernel/config/target/core/*/*/udev_path "$SYS"/block/loop*/loop/backing_file; do
+        [ -f "$ku_p" ] || continue
+        ku_path=$(read_attr "$ku_p")
+        [ -b "$ku_path" ] || continue
+        ku_hex=$(stat -L -c '%t %T' "$ku_path" 2>/dev/null) || continue
+        # shellcheck disable=SC2086 # two hex numbers: major minor
+        set -- $ku_hex
+        [ $# = 2 ] || continue
+        ku_name=$(printf '%s\n' "$ku_specs" | awk -v mm="$(printf '%d:%d' "0x$1" "0x$2")" '$1 == "b" && $2 == mm { print $3; exit }')
+        [ -n "$ku_name" ] || continue
+        case $ku_p in
+        */nvmet/*)
+            ku_ns=${ku_p%/device_path}
+            [ "$(read_attr "$ku_ns/enable")" = 1 ] || continue
+            ku_sub=${ku_ns%/namespaces/*}
+            ku_sub=${ku_sub##*/}
+            ku_ports=
+            for ku_l in "$SYS"/kernel/config/nvmet/ports/*/subsystems/"$ku_sub"; do
+                [ -e "$ku_l" ] || continue
+                ku_pd=${ku_l%/subsystems/*}
+                ku_ports="$ku_ports ${ku_pd##*/} ($(read_attr "$ku_pd/addr_trtype") $(read_attr "$ku_pd/addr_traddr"):$(read_attr "$ku_pd/addr_trsvcid"))"
+            done
+            printf ' /dev/%s is exported by nvmet: subsystem %s namespace %s, port%s;' "$ku_name" \
+                "$ku_sub" "${ku_ns##*/}" "${ku_ports:- none}"
+            ;;
+        */target/core/*)
+            ku_b=${ku_p%/udev_path}
+            ku_b=${ku_b#"$SYS"/kernel/config/target/core/}
+            printf ' /dev/%s is the LIO backstore %s;' "$ku_name" "$ku_b"
+            ;;
+        *)
+            ku_l=${ku_p%/loop/backing_file}
+            printf ' /dev/%s backs /dev/%s;' "$ku_name" "${ku_l##*/}"
+            ;;
+        esac
+    done
+}
+
 # in_use ADDR: the device's active users, whatever its class (empty when none).
 in_use() {
     disk_in_use "$1"
     nic_in_use "$1"
+    iu_specs=$(node_specs "$1")
+    open_by "$iu_specs"
+    kernel_users "$iu_specs"
 }
 
 # ---------------------------------------------------------------------------------------------
 # config: steps
+
+# setting_remember WHAT BEFORE [MORE]: note a machine setting config changed ("noiommu N":
+# no-IOMMU mode was N; "hugetlbfs DIR mkdir|existed": config mounted DIR), first time only:
+# `reset` undoes exactly these.
+setting_remember() {
+    mkdir -p "$STATE_DIR" || return 0
+    grep -q "^$1 " "$SETTINGS" 2>/dev/null && return 0
+    echo "$*" >>"$SETTINGS"
+}
 
 # noiommu_on: turn on vfio's unsafe no-IOMMU mode (UBD_ALLOW_NOIOMMU=1, no IOMMU).
 noiommu_on() {
     if [ ! -e "$SYS/module/vfio" ]; then
         modprobe vfio enable_unsafe_noiommu_mode=1 || die "modprobe vfio failed: is the module installed for $(uname -r)?"
         say "loaded vfio"
+        [ "$(read_attr "$noiommu_param")" = Y ] && setting_remember noiommu N
         changes=$((changes + 1))
     fi
     [ -e "$noiommu_param" ] ||
         die "$noiommu_param does not exist: this kernel lacks CONFIG_VFIO_NOIOMMU (Debian's does); boot one with it (scripts/vm/kernel-config/ubd.config) or turn the IOMMU on"
     if [ "$(read_attr "$noiommu_param")" != Y ]; then
+        noi_was=$(read_attr "$noiommu_param")
         echo Y >"$noiommu_param" || die "could not write Y to $noiommu_param"
+        setting_remember noiommu "${noi_was:-N}"
         warn "vfio no-IOMMU mode is ON: devices bound to vfio-pci now DMA to physical addresses, unprotected"
         changes=$((changes + 1))
     fi
@@ -653,8 +799,11 @@ hugepages() {
     mnt=$(awk '$3 == "hugetlbfs" { print $2; exit }' /proc/mounts)
     if [ -z "$mnt" ]; then
         mnt=/dev/hugepages
+        made=mkdir
+        [ -d "$mnt" ] && made=existed
         mkdir -p "$mnt" && mount -t hugetlbfs -o "pagesize=${HUGEPGSZ}K" nodev "$mnt" ||
             die "could not mount hugetlbfs on $mnt"
+        setting_remember hugetlbfs "$mnt" "$made"
         say "mounted hugetlbfs on $mnt"
         changes=$((changes + 1))
     fi
@@ -847,10 +996,9 @@ default_driver() {
 reset_one() {
     a=$1
     d=$(dev_dir "$a")
-    g=$(group_of "$a")
-    users=$(group_users "$g")
-    if [ -n "$g" ] && [ -n "$users" ]; then
-        warn "$a: /dev/vfio/$g is open by$users: skipped (stop those first; unbinding would block)"
+    users=$(vfio_users "$a")
+    if [ -n "$users" ]; then
+        warn "$a: in use, left on vfio-pci:$users stop those first (unbinding would block until they let go)"
         failed=$((failed + 1))
         return 0
     fi
@@ -930,25 +1078,111 @@ reset_hugepages() {
     rm -f "$HUGE_STATE"
 }
 
+# reset_settings: undo what config itself set on the machine (the SETTINGS record; full resets
+# only): vfio's no-IOMMU mode goes back off unless a device is still in a no-IOMMU group, a
+# hugetlbfs mount config made is unmounted (and its directory removed when config made it).
+reset_settings() {
+    [ -s "$SETTINGS" ] || return 0
+    if [ -n "${PCI_ALLOWED# }" ] || [ -n "${PCI_BLOCKED# }" ]; then
+        say "settings: vfio no-IOMMU mode and hugetlbfs mount left as they are (PCI_ALLOWED/PCI_BLOCKED set; a full reset undoes them)"
+        return 0
+    fi
+    : >"$SETTINGS.new"
+    while read -r rs_line; do
+        # shellcheck disable=SC2086 # the record's words: what, then its values
+        set -- $rs_line
+        case ${1:-} in
+        noiommu) undo_noiommu "${2:-N}" || echo "$rs_line" >>"$SETTINGS.new" ;;
+        hugetlbfs) undo_mount "${2:-}" "${3:-}" || echo "$rs_line" >>"$SETTINGS.new" ;;
+        esac
+    done <"$SETTINGS"
+    mv "$SETTINGS.new" "$SETTINGS"
+    [ -s "$SETTINGS" ] || rm -f "$SETTINGS"
+}
+
+# undo_noiommu BEFORE: put vfio's no-IOMMU mode back to BEFORE (N) unless a device still sits in
+# a no-IOMMU group (a device reset left alone: new binds would fail for its owner); fail (keep
+# the record) when it stays on.
+undo_noiommu() {
+    [ "$(read_attr "$noiommu_param")" = Y ] || return 0
+    un_left=
+    for un_g in "$SYS"/class/vfio/noiommu-*; do
+        [ -e "$un_g" ] && un_left="$un_left ${un_g##*/}"
+    done
+    if [ -n "$un_left" ]; then
+        warn "vfio no-IOMMU mode left ON (config turned it on): no-IOMMU groups are still in use:$un_left"
+        return 1
+    fi
+    if echo "${1:-N}" >"$noiommu_param" 2>/dev/null; then
+        say "vfio no-IOMMU mode: back to ${1:-N} (config had turned it on)"
+        changes=$((changes + 1))
+        return 0
+    fi
+    warn "could not write ${1:-N} to $noiommu_param: vfio no-IOMMU mode is still ON"
+    failed=$((failed + 1))
+    return 1
+}
+
+# undo_mount DIR MADE: unmount the hugetlbfs mount config made on DIR (and remove DIR when MADE
+# is "mkdir"); fail (keep the record) when it is busy.
+undo_mount() {
+    if ! awk -v m="$1" '$2 == m && $3 == "hugetlbfs" { f = 1 } END { exit !f }' /proc/mounts; then
+        return 0
+    fi
+    if ! umount "$1" 2>/dev/null; then
+        warn "hugetlbfs on $1 (mounted by config) is busy, left mounted: files in it are in use (fuser -m $1)"
+        failed=$((failed + 1))
+        return 1
+    fi
+    say "unmounted hugetlbfs from $1 (config had mounted it)"
+    changes=$((changes + 1))
+    [ "$2" = mkdir ] && rmdir "$1" 2>/dev/null
+    return 0
+}
+
+# reset_device ADDR: give one device back when setup.sh bound it (its record); a device on
+# vfio-pci that setup.sh did not bind (a VM's, another program's) is left alone and named.
+reset_device() {
+    rd_d=$(dev_dir "$1")
+    rd_rec=$(remembered "$1")
+    rd_drv=$(driver_of "$1")
+    if [ "$rd_drv" != vfio-pci ]; then
+        [ -n "$rd_rec" ] || {
+            [ "$(read_attr "$rd_d/driver_override")" = vfio-pci ] && selected "$1" &&
+                say "$1: driver_override=vfio-pci left alone: setup.sh did not set it (no record in $STATE_FILE)"
+            return 0
+        }
+        selected "$1" || return 0
+        if [ "$(read_attr "$rd_d/driver_override")" = vfio-pci ]; then
+            clear_override "$1"
+        else
+            forget "$1"
+            say "$1: on '${rd_drv:-no driver}', no longer on vfio-pci: forgotten"
+        fi
+        return 0
+    fi
+    if ! selected "$1"; then
+        say "$1: not selected by PCI_ALLOWED/PCI_BLOCKED, left on vfio-pci"
+        return 0
+    fi
+    if [ -z "$rd_rec" ]; then
+        say "$1: on vfio-pci but not bound by setup.sh (no record in $STATE_FILE): left alone (a VM's or another program's device); to give it back by hand: echo > $rd_d/driver_override; echo $1 > $SYS/bus/pci/drivers/vfio-pci/unbind; echo $1 > $SYS/bus/pci/drivers_probe"
+        return 0
+    fi
+    reset_one "$1"
+}
+
 reset() {
     for d in "$SYS"/bus/pci/devices/*; do
         [ -e "$d" ] || continue
-        a=${d##*/}
-        if [ "$(driver_of "$a")" != vfio-pci ]; then
-            [ "$(read_attr "$d/driver_override")" = vfio-pci ] && selected "$a" && clear_override "$a"
-            continue
-        fi
-        if ! selected "$a"; then
-            say "$a: not selected by PCI_ALLOWED/PCI_BLOCKED, left on vfio-pci"
-            continue
-        fi
-        reset_one "$a"
+        reset_device "${d##*/}"
     done
     reset_hugepages
     # /dev/iommu serves every device: it goes back once none that ubdirect bound is left.
     [ -s "$STATE_FILE" ] || restore_owner /dev/iommu
+    reset_settings
     if [ $changes -eq 0 ] && [ $failed -eq 0 ]; then
-        say "reset: nothing to do, no device is bound to vfio-pci"
+        say "reset: nothing to do, no device that setup.sh bound is on vfio-pci"
     fi
 }
 

@@ -414,6 +414,10 @@ guest_main() {
 }
 
 if [ "$guest" = yes ]; then
+    # It binds every test device to vfio-pci, writes their namespaces and resets them: never on a
+    # real host.
+    where=$(sh "$(dirname "$0")/vm/guest/in-testbed" -v) ||
+        die "--guest runs only inside the project's test guest (it binds devices to vfio-pci, writes their namespaces and resets them), and this machine is not one ($where). On a host run scripts/soak.sh without --guest: it boots the guest and runs this side there."
     guest_main
     exit
 fi

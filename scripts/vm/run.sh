@@ -201,7 +201,7 @@ add_elf() {
 }
 
 install -m 0755 "$UBD_VM_DIR/guest/init" "$stage/init"
-for h in bind-vfio bind-kernel ubd-plan cpuwatch; do
+for h in bind-vfio bind-kernel ubd-plan cpuwatch in-testbed; do
     install -m 0755 "$UBD_VM_DIR/guest/$h" "$stage/ubd/bin/$h"
 done
 add_elf /bin/bash /bin/bash
@@ -302,7 +302,8 @@ if [[ $UBD_VM_NO_IOMMU == 1 ]]; then
     iommu_dev=()
     iommu_arg='intel_iommu=off vfio.enable_unsafe_noiommu_mode=1'
 fi
-append="console=ttyS0 rdinit=/init $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
+# ubdirect.testbed=1 marks the guest (scripts/vm/guest/in-testbed: soak.sh --guest runs only there).
+append="console=ttyS0 rdinit=/init ubdirect.testbed=1 $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max

@@ -8,7 +8,8 @@
 #   ubd --no-iommu:           no IOMMU unit, vfio.enable_unsafe_noiommu_mode=Y, /dev/iommu,
 #                             /dev/vfio/noiommu-<group> and /dev/vfio/devices/vfio<n>
 #   (scripts/vm/suite.sh --kernel ubd --no-iommu --filter noiommu runs this file alone)
-# The ivshmem device (no kernel driver) is bound to vfio-pci and released again.
+# The ivshmem device (no kernel driver) is bound to vfio-pci and released again. Every boot
+# carries the test-bed marker that soak.sh --guest demands (scripts/vm/guest/in-testbed).
 # POSIX sh (busybox). Prints TAP.
 
 n=0
@@ -23,7 +24,7 @@ not_ok() {
 t() {
     if eval "$2"; then ok "$1"; else not_ok "$1"; fi
 }
-echo "1..6"
+echo "1..7"
 
 kernel=${UBD_VM_KERNEL:-6.12}
 noiommu=${UBD_VM_NO_IOMMU:-0}
@@ -61,4 +62,5 @@ else
     t "no device cdev node on Debian's kernel (no CONFIG_VFIO_DEVICE_CDEV)" '[ -z "$(ls /dev/vfio/devices 2>/dev/null)" ]'
 fi
 bind-kernel "$dev" 2>/dev/null
+t "the test-bed marker is present (ubdirect.testbed=1 and /run/ubdirect-testbed: in-testbed)" 'in-testbed -v'
 t "released: $dev is off vfio-pci again" '[ ! -e "$sys/driver" ] || [ "$(basename "$(readlink "$sys/driver")")" != vfio-pci ]'

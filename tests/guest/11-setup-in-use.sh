@@ -238,11 +238,21 @@ else
     not_ok "could not unload vfio_pci to make a bind fail"
 fi
 kernel_again "$NVME1"
+# A bind config recorded that stopped half-way: the override is set, the device still on nvme.
+echo vfio-pci >/sys/bus/pci/devices/$NVME1/driver_override
+mkdir -p "$UBD_STATE_DIR"
+echo "$NVME1 nvme" >>"$UBD_STATE_DIR/original-drivers"
+run_setup reset
+ovr=$(cat /sys/bus/pci/devices/$NVME1/driver_override)
+check "reset clears a stale driver_override=vfio-pci config left on a device still on nvme" \
+    eval '[ "$rc" = 0 ] && [ "$ovr" = "(null)" ] && is_drv "$NVME1" nvme && out_has "stale driver_override"'
+# The same override set by someone else (no record): reset leaves it and says so.
 echo vfio-pci >/sys/bus/pci/devices/$NVME1/driver_override
 run_setup reset
 ovr=$(cat /sys/bus/pci/devices/$NVME1/driver_override)
-check "reset clears a stale driver_override=vfio-pci on a device left on nvme" \
-    eval '[ "$rc" = 0 ] && [ "$ovr" = "(null)" ] && is_drv "$NVME1" nvme && out_has "stale driver_override"'
+check "reset leaves a driver_override=vfio-pci setup.sh did not set" \
+    eval '[ "$rc" = 0 ] && [ "$ovr" = vfio-pci ] && out_has "$NVME1: driver_override=vfio-pci left alone"'
+echo >/sys/bus/pci/devices/$NVME1/driver_override
 
 # ---- TARGET_USER: only what ubdirect bound; no hugetlbfs mount -----------------------------------
 grep -q '^ubdtest:' /etc/passwd || echo 'ubdtest:x:1234:1234:ubd test:/tmp:/bin/sh' >>/etc/passwd
@@ -263,6 +273,9 @@ check "a later run still hands over the group of a device an earlier run bound" 
     eval '[ "$rc" = 0 ] && [ "$(stat -c %U /dev/vfio/$g0)" = ubdtest ]'
 chown root /dev/hugepages /dev/hugepages1G
 run_setup reset
+check "reset gives back the device config bound and leaves the one someone else put on vfio-pci" \
+    eval '[ "$rc" = 0 ] && is_drv "$NVME0" nvme && is_drv "$NIC0" vfio-pci && out_has "$NIC0: on vfio-pci but not bound by setup.sh"'
+bind-kernel "$NIC0" >/dev/null 2>&1
 
 # ---- UBD_ALLOW_NOIOMMU takes only 1 -------------------------------------------------------
 before=$(snapshot)

@@ -14,6 +14,7 @@
 mod bar;
 mod class;
 mod device;
+pub mod drivers;
 mod link;
 pub mod preflight;
 mod sysfs;

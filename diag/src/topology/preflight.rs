@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::bar::human_size;
 use super::class::DeviceRole;
 use super::device::PciDeviceInfo;
+use super::drivers::{self, Support};
 use super::system::{IommuMode, SystemInfo};
 
 /// How bad a finding is.
@@ -188,13 +189,32 @@ fn check_vfio(s: &SystemInfo, f: &mut Vec<Finding>) {
     }
 }
 
-fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+/// The `driver` finding: is the device on vfio-pci, and can a ubdirect driver use it.
+fn check_driver(d: &PciDeviceInfo, f: &mut Vec<Finding>) {
     let a = Some(d.address.as_str());
     let drv = d
         .driver
         .as_deref()
         .map_or("has no driver".to_string(), |x| format!("is bound to {x}"));
-    if d.driver.as_deref() != Some("vfio-pci") {
+    if let Support::None = drivers::support(d) {
+        let give_back = if d.driver.as_deref() == Some("vfio-pci") {
+            "give it back to its kernel driver (scripts/setup.sh reset, if setup.sh bound it)"
+        } else {
+            "leave it on its kernel driver"
+        };
+        f.push(Finding::warn(
+            "driver",
+            a,
+            format!(
+                "{} {} ({:04x}:{:04x}) {drv}, but no ubdirect driver supports it",
+                d.class_name, d.address, d.vendor, d.device
+            ),
+            format!(
+                "ubdirect drives {}; GPUs and ivshmem need none (BAR targets). Use a supported device; {give_back}",
+                drivers::supported_list()
+            ),
+        ));
+    } else if d.driver.as_deref() != Some("vfio-pci") {
         let hint = if d.role == DeviceRole::Nic {
             format!("PCI_ALLOWED={} scripts/setup.sh", d.address)
         } else {
@@ -207,12 +227,21 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
             format!("bind it with {hint}"),
         ));
     } else {
+        let what = match drivers::support(d) {
+            Support::Driver(name) => format!("ubdirect driver: {name}"),
+            _ => "a BAR target: no driver needed".to_string(),
+        };
         f.push(Finding::ok(
             "driver",
             a,
-            format!("{} bound to vfio-pci", d.class_name),
+            format!("{} bound to vfio-pci ({what})", d.class_name),
         ));
     }
+}
+
+/// The `group` finding: is the device's IOMMU group viable for vfio.
+fn check_group(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+    let a = Some(d.address.as_str());
     match d.iommu_group {
         None => {
             if input.system.iommu.mode != IommuMode::Off {
@@ -261,6 +290,12 @@ fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>)
             }
         }
     }
+}
+
+fn check_device(d: &PciDeviceInfo, input: &PreflightInput, f: &mut Vec<Finding>) {
+    check_driver(d, f);
+    check_group(d, input, f);
+    let a = Some(d.address.as_str());
     if let Some((c, m)) = d.link.width_degraded() {
         f.push(Finding::warn(
             "link",

@@ -158,7 +158,9 @@ fn group_with_kernel_driver_peer_is_not_viable_and_names_it() {
 #[test]
 fn device_on_kernel_driver_is_a_warning_with_the_setup_command() {
     let s = system();
-    let sel = [dev("0000:00:05.0", 0x020000, "virtio-pci")];
+    let mut nic = dev("0000:00:05.0", 0x020000, "virtio-pci");
+    (nic.vendor, nic.device) = (0x1af4, 0x1041);
+    let sel = [nic];
     let f = preflight(&input(&s, &sel, None));
     let d = of(&f, "driver");
     assert_eq!(d[0].severity, Severity::Warn);
@@ -265,4 +267,81 @@ fn lockdown_and_secure_boot_are_reported() {
     assert_eq!(of(&f, "lockdown")[0].severity, Severity::Warn);
     assert_eq!(of(&f, "secure-boot")[0].severity, Severity::Warn);
     assert_eq!(worst(&f), Severity::Warn);
+}
+
+#[test]
+fn nics_on_vfio_pci_that_no_ubdirect_driver_supports_are_named_by_id() {
+    let s = system();
+    let mut igb = dev("0000:00:06.0", 0x020000, "vfio-pci");
+    (igb.vendor, igb.device) = (0x8086, 0x10c9);
+    let mut e1000e = dev("0000:00:07.0", 0x020000, "vfio-pci");
+    (e1000e.vendor, e1000e.device) = (0x8086, 0x10d3);
+    let f = preflight(&input(&s, &[igb, e1000e], None));
+    assert_eq!(worst(&f), Severity::Warn, "{f:#?}");
+    let d = of(&f, "driver");
+    assert_eq!(d.len(), 2, "{d:#?}");
+    for (x, id) in d.iter().zip(["8086:10c9", "8086:10d3"]) {
+        assert_eq!(x.severity, Severity::Warn);
+        assert!(
+            x.seen.contains(&format!(
+                "({id}) is bound to vfio-pci, but no ubdirect driver supports it"
+            )),
+            "{}",
+            x.seen
+        );
+        assert!(
+            x.action
+                .contains("nvme (class 010802), virtio-net (1af4:1041, 1af4:1000)")
+                && x.action.contains("scripts/setup.sh reset"),
+            "{}",
+            x.action
+        );
+    }
+}
+
+#[test]
+fn unsupported_device_on_its_kernel_driver_is_not_sent_to_setup_sh() {
+    let s = system();
+    let mut e1000e = dev("0000:00:07.0", 0x020000, "e1000e");
+    (e1000e.vendor, e1000e.device) = (0x8086, 0x10d3);
+    let f = preflight(&input(&s, &[e1000e], None));
+    let d = of(&f, "driver");
+    assert!(
+        d[0].seen.contains("no ubdirect driver supports it"),
+        "{}",
+        d[0].seen
+    );
+    assert!(
+        d[0].action.contains("leave it on its kernel driver")
+            && !d[0].action.contains("PCI_ALLOWED"),
+        "{}",
+        d[0].action
+    );
+}
+
+#[test]
+fn supported_devices_on_vfio_pci_name_their_driver_or_bar_target() {
+    let s = system();
+    let nvme = dev("0000:00:02.0", 0x010802, "vfio-pci");
+    let mut nic = dev("0000:00:05.0", 0x020000, "vfio-pci");
+    (nic.vendor, nic.device) = (0x1af4, 0x1000);
+    let ivshmem = dev("0000:00:04.0", 0x050000, "vfio-pci");
+    let f = preflight(&input(&s, &[nvme, nic, ivshmem], None));
+    let d = of(&f, "driver");
+    assert!(d.iter().all(|x| x.severity == Severity::Ok), "{d:#?}");
+    assert!(
+        d[0].seen.contains("(ubdirect driver: nvme)"),
+        "{}",
+        d[0].seen
+    );
+    assert!(
+        d[1].seen.contains("(ubdirect driver: virtio-net)"),
+        "{}",
+        d[1].seen
+    );
+    assert!(
+        d[2].seen.contains("a BAR target: no driver needed"),
+        "{}",
+        d[2].seen
+    );
 }
