@@ -188,6 +188,16 @@ impl UbRegistry {
                 what: "registering a BAR of a device model (no memory behind it)",
             });
         }
+        if m.len() % 4096 != 0 {
+            return Err(CoreError::BadBar {
+                addr: dev.address(),
+                bar,
+                reason: format!(
+                    "it is {} bytes: a UB region is made of whole 4 KiB IOMMU pages, so a BAR smaller than 4 KiB (or not a multiple of it) cannot be one",
+                    m.len()
+                ),
+            });
+        }
         if !dev.bar_is_prefetchable(bar)? {
             return Err(CoreError::RegisterBar {
                 addr: dev.address(),

@@ -221,6 +221,12 @@ pub enum NvmeError {
         /// Queue depth.
         depth: usize,
     },
+    /// The namespace's format carries metadata, which this driver does not transfer.
+    #[error("namespace {nsid} is formatted with metadata (an LBA format with MS > 0): ubdirect does not transfer metadata (its requests carry no metadata buffer), so it refuses I/O to it; reformat the namespace with an LBA format without metadata (e.g. `nvme format --lbaf=N`)")]
+    MetadataNotSupported {
+        /// The namespace.
+        nsid: u32,
+    },
     /// The kernel asked for the device back (unbind, hot-unplug, sysfs `remove`): the queue
     /// stopped; dropping the controller releases the device and lets the removal finish.
     #[error("the kernel asked for {addr} back (unbind, hot-unplug or sysfs remove): I/O on it stopped; close the controller (drop it) so the removal can finish")]

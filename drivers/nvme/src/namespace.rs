@@ -56,9 +56,7 @@ impl Namespace {
     #[inline]
     pub(crate) fn from_limits(l: &NsLimits) -> Result<Namespace, NvmeError> {
         if l.has_metadata {
-            return Err(NvmeError::Unsupported {
-                what: "I/O to a namespace formatted with metadata (LBA format MS > 0): reformat it without metadata",
-            });
+            return Err(NvmeError::MetadataNotSupported { nsid: l.nsid });
         }
         Ok(Namespace {
             nsid: l.nsid,

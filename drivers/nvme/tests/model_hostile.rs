@@ -451,3 +451,24 @@ fn registers_reading_all_ones_with_bus_mastering_off_give_the_rings_back() {
         "a device that cannot DMA leaks nothing"
     );
 }
+
+#[test]
+fn a_namespace_with_metadata_is_refused_as_ubdirects_limit_not_the_controllers() {
+    // LBA format 0 with 8 bytes of metadata per block (byte 128: LBAF0.MS, low byte).
+    let (reg, _m, dev) = hostile(
+        NvmeConfig::default(),
+        Hostile {
+            identify_patches: vec![(0, 128, 8)],
+            ..Hostile::default()
+        },
+    );
+    let ctrl = Controller::open_device(&reg, dev, fast_opts()).unwrap();
+    let e = ctrl.namespace(1).unwrap_err();
+    assert!(
+        matches!(e, NvmeError::MetadataNotSupported { nsid: 1 }),
+        "{e}"
+    );
+    let m = e.to_string();
+    assert!(m.contains("ubdirect does not transfer metadata"), "{m}");
+    assert!(!m.contains("controller does not support"), "{m}");
+}

@@ -335,9 +335,7 @@ impl<P: IoPayload> IoQueuePair<P> {
         for n in self.ns.iter() {
             if n.nsid == nsid {
                 if n.has_metadata {
-                    return Err(NvmeError::Unsupported {
-                        what: "I/O to a namespace formatted with metadata (LBA format MS > 0): reformat it without metadata",
-                    });
+                    return Err(NvmeError::MetadataNotSupported { nsid });
                 }
                 return Ok(*n);
             }
