@@ -209,6 +209,17 @@ fn command_specific_name(sc: u8) -> &'static str {
         0x80 => "Conflicting Attributes",
         0x81 => "Invalid Protection Information",
         0x82 => "Attempted Write to Read Only Range",
+        // The Zoned Namespace command set's I/O statuses (NVMe ZNS Command Set 1.1, 4.1.1.3):
+        // reserved in the NVM command set, so a controller only returns them for a zoned
+        // namespace.
+        0xb8 => "Zone Boundary Error",
+        0xb9 => "Zone Is Full",
+        0xba => "Zone Is Read Only",
+        0xbb => "Zone Is Offline",
+        0xbc => "Zone Invalid Write",
+        0xbd => "Too Many Active Zones",
+        0xbe => "Too Many Open Zones",
+        0xbf => "Invalid Zone State Transition",
         0xc0..=0xff => "Vendor Specific",
         _ => "Reserved",
     }
@@ -271,6 +282,9 @@ mod tests {
         assert_eq!(NvmeStatus::new(3, 0x71).name(), "Command Aborted By Host");
         assert_eq!(NvmeStatus::new(7, 0x12).name(), "Vendor Specific");
         assert_eq!(NvmeStatus::new(5, 0x12).name(), "Reserved");
+        // Zoned namespaces: a random write into a full zone, or not at its write pointer.
+        assert_eq!(NvmeStatus::new(1, 0xb9).name(), "Zone Is Full");
+        assert_eq!(NvmeStatus::new(1, 0xbc).name(), "Zone Invalid Write");
         assert_eq!(NvmeStatus::new(0, 0x17).name(), "Reserved");
         assert!(NvmeStatus::from_cqe_status(1).is_success());
         assert!(NvmeStatus::from_cqe_status(0).is_success());
