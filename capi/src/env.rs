@@ -71,17 +71,18 @@ pub(crate) fn pool_settings(
         block_size: o.block_size,
         block_count: o.block_count,
     });
-    b =
-        match o.memory {
-            UBD_POOL_HUGEPAGES => b.pool_memory(PoolMemory::Hugepages),
-            UBD_POOL_ANONYMOUS => b.pool_memory(PoolMemory::Anonymous),
-            m => return Err(Error::new(
+    b = match o.memory {
+        UBD_POOL_HUGEPAGES => b.pool_memory(PoolMemory::Hugepages),
+        UBD_POOL_ANONYMOUS => b.pool_memory(PoolMemory::Anonymous),
+        m => {
+            return Err(Error::new(
                 libc::EINVAL,
                 format!(
                     "pool memory {m} is neither UBD_POOL_HUGEPAGES (0) nor UBD_POOL_ANONYMOUS (1)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if o.reserve_hugepages > 0 {
         b = b.hugepages(Hugepages::reserve(o.reserve_hugepages.into()));
     }

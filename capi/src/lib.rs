@@ -33,5 +33,8 @@ mod error;
 mod model;
 mod qpair;
 
+#[cfg(test)]
+mod tests;
+
 pub use cmd::{UBD_IO_FLAGS_FUA, UBD_IO_FLAGS_LIMITED_RETRY};
 pub use env::{UBD_POOL_ANONYMOUS, UBD_POOL_HUGEPAGES};
