@@ -12,9 +12,9 @@ use crate::error::{guard, Error};
 use crate::qpair::{qpair_mut, ubd_cmd_cb, ubd_qpair, Ctx};
 
 /// Force Unit Access: a write reaches non-volatile media before it completes.
-pub const UBD_IO_FLAGS_FUA: u32 = 1 << 30;
+pub const UBD_IO_FLAGS_FUA: u32 = 0x4000_0000;
 /// Limited Retry: the controller applies limited error recovery (fails faster).
-pub const UBD_IO_FLAGS_LIMITED_RETRY: u32 = 1 << 31;
+pub const UBD_IO_FLAGS_LIMITED_RETRY: u32 = 0x8000_0000;
 
 /// What a submit asks.
 #[derive(Clone, Copy)]
