@@ -148,3 +148,76 @@ fn the_c_example_compiles_with_warnings_as_errors() {
     );
     assert!(err.contains("usage"), "{err}");
 }
+
+#[test]
+fn the_pkg_config_file_of_an_install_builds_the_example() {
+    for tool in ["cc", "make", "pkg-config"] {
+        if !have(tool) {
+            println!("skipped: no `{tool}` on PATH (scripts/deps.sh installs it)");
+            return;
+        }
+    }
+    let lib = lib_dir();
+    let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let profile = lib
+        .file_name()
+        .expect("target/<profile>")
+        .to_string_lossy()
+        .into_owned();
+    let target = lib.parent().expect("target/");
+    let o = Command::new("make")
+        .arg("-C")
+        .arg(manifest())
+        .arg("install")
+        .arg(format!("PREFIX={}", prefix.display()))
+        .arg(format!("PROFILE={profile}"))
+        .arg(format!("TARGET={}", target.display()))
+        .arg("NO_BUILD=1")
+        .output()
+        .expect("run make");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "make install failed:\n{log}");
+    let o = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "ubdirect"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("run pkg-config");
+    let flags = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "pkg-config: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        flags.contains(&format!("-I{}/include", prefix.display())),
+        "{flags}"
+    );
+    assert!(flags.contains("-lubdirect"), "{flags}");
+    let exe = prefix.join("hello_nvme");
+    let o = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(manifest().join("../examples/c/hello_nvme.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}/lib", prefix.display()))
+        .output()
+        .expect("run cc");
+    assert!(
+        o.status.success(),
+        "cc with pkg-config's flags: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new(&exe).output().expect("run hello_nvme");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
