@@ -228,8 +228,8 @@ pub extern "C" fn ubd_qpair_process_completions(qp: *mut ubd_qpair, max: u32) ->
 /// Commands submitted on the queue pair and not yet called back; 0 for NULL.
 #[no_mangle]
 pub extern "C" fn ubd_qpair_get_num_outstanding(qp: *const ubd_qpair) -> u32 {
-    // SAFETY: a non-NULL handle comes from `ubd_qpair_alloc` (caller's contract).
     guard_value(0, || {
+        // SAFETY: a non-NULL handle comes from `ubd_qpair_alloc` (caller's contract).
         unsafe { qp.as_ref() }.map_or(0, |h| (h.ctxs.len() - h.free.len()) as u32)
     })
 }

@@ -215,6 +215,7 @@ fn a_full_queue_pair_refuses_with_eagain_and_a_callback_may_submit_again() {
     extern "C" fn again(arg: *mut c_void, _cpl: *const ubd_completion) {
         // SAFETY: the test passes a `Chain` whose fixture outlives the queue pair's use.
         let c = unsafe { &mut *(arg as *mut Chain) };
+        // SAFETY: the fixture lives on the test's stack until the chain ends.
         let f = unsafe { &*c.f };
         c.nested = ubd_qpair_process_completions(f.qp, 0);
         if c.left > 0 {
