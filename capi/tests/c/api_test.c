@@ -5,8 +5,13 @@
  * "api_test: N passed, N failed"; exits 0 only when every check passed.
  *
  * Built with -DUBD_TEST_MODEL it runs against the in-process NVMe device model
- * (cargo test -p ubdirect-capi --features test-model); otherwise against the controller at the
- * PCI address given as its argument, bound to vfio-pci, with a hugepage pool.
+ * (capi/tests/c_program.rs); otherwise against the controller at the PCI address given as its
+ * first argument, bound to vfio-pci, with a hugepage pool:
+ *
+ *   api_test DDDD:BB:DD.F [LBA]
+ *
+ * It writes, zeroes and deallocates the 16 blocks from LBA (default 16; -N: N blocks before
+ * the end) of the first namespace: give scratch blocks.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -59,7 +64,7 @@ static int wait_for(struct ubd_qpair *qp, struct waiter *w)
     return 0;
 }
 
-static int open_env(int argc, char **argv, struct ubd_env **env, const char **addr)
+static int open_env(int argc, char **argv, struct ubd_env **env, const char **addr, long long *base)
 {
     struct ubd_env_opts opts;
     ubd_env_opts_init(&opts);
@@ -68,15 +73,18 @@ static int open_env(int argc, char **argv, struct ubd_env **env, const char **ad
 #ifdef UBD_TEST_MODEL
     (void)argc;
     (void)argv;
+    *base = 16;
     *addr = "0000:7f:00.0";
     opts.block_size = 64u << 10;
     return ubd_env_open_model_for_tests(&opts, env);
 #else
     if (argc < 2) {
-        fprintf(stderr, "usage: %s DDDD:BB:DD.F (an NVMe controller bound to vfio-pci)\n", argv[0]);
+        fprintf(stderr, "usage: %s DDDD:BB:DD.F [LBA] (an NVMe controller bound to vfio-pci; 16 scratch blocks from LBA)\n",
+                argv[0]);
         exit(2);
     }
     *addr = argv[1];
+    *base = argc > 2 ? strtoll(argv[2], NULL, 0) : 16;
     opts.nvme_addrs = (const char *const *)&argv[1];
     opts.nvme_count = 1;
     opts.reserve_hugepages = 8;
@@ -92,10 +100,11 @@ int main(int argc, char **argv)
     const struct ubd_ns *ns = NULL;
     struct ubd_buf *buf = NULL;
     const char *addr = NULL;
+    long long at = 16;
     struct waiter w;
     int rc;
 
-    rc = open_env(argc, argv, &env, &addr);
+    rc = open_env(argc, argv, &env, &addr, &at);
     check(rc == 0, "open the environment");
     if (rc != 0) {
         printf("api_test: %d passed, %d failed\n", passed, failed);
@@ -110,6 +119,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    uint64_t base = at >= 0 ? (uint64_t)at : ubd_ns_get_num_sectors(ns) - (uint64_t)(-at);
+    printf("# scratch blocks %llu..%llu\n", (unsigned long long)base, (unsigned long long)base + 15);
     uint32_t bs = ubd_ns_get_sector_size(ns);
     uint32_t nblocks = 8;
     size_t len = (size_t)bs * nblocks;
@@ -120,14 +131,14 @@ int main(int argc, char **argv)
 
     /* Write, then read back byte-exact. */
     memset(&w, 0, sizeof w);
-    rc = ubd_ns_cmd_write(ns, qp, buf, 16, nblocks, on_done, &w, UBD_IO_FLAGS_FUA);
+    rc = ubd_ns_cmd_write(ns, qp, buf, base, nblocks, on_done, &w, UBD_IO_FLAGS_FUA);
     check(rc == 0, "a write is queued");
     check(ubd_buf_put(buf) == -EBUSY, "a buffer lent to a command cannot be put");
     check(wait_for(qp, &w) == 0 && w.status == 0 && w.bytes == len && w.buf == buf,
           "the write completes through its callback with its buffer");
     memset(data, 0, len);
     memset(&w, 0, sizeof w);
-    check(ubd_ns_cmd_read(ns, qp, buf, 16, nblocks, on_done, &w, 0) == 0, "a read is queued");
+    check(ubd_ns_cmd_read(ns, qp, buf, base, nblocks, on_done, &w, 0) == 0, "a read is queued");
     check(wait_for(qp, &w) == 0 && w.status == 0 && w.buf == buf, "the read completes");
     check(memcmp(data, want, len) == 0, "the read gives back the written bytes exactly");
 
@@ -145,17 +156,17 @@ int main(int argc, char **argv)
         untouched &= data[i] == 0x3c;
     check(untouched, "the refused buffer is untouched");
     memset(&w, 0, sizeof w);
-    check(ubd_ns_cmd_read(ns, qp, buf, 16, nblocks, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0 &&
+    check(ubd_ns_cmd_read(ns, qp, buf, base, nblocks, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0 &&
               memcmp(data, want, len) == 0,
           "the refused buffer is submitted again and read into");
 
     /* Write zeroes, flush, deallocate. */
     memset(&w, 0, sizeof w);
-    check(ubd_ns_cmd_write_zeroes(ns, qp, 16, 1, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0 &&
+    check(ubd_ns_cmd_write_zeroes(ns, qp, base, 1, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0 &&
               w.status == 0 && w.buf == NULL,
           "write zeroes completes without a buffer");
     memset(&w, 0, sizeof w);
-    check(ubd_ns_cmd_read(ns, qp, buf, 16, nblocks, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0,
+    check(ubd_ns_cmd_read(ns, qp, buf, base, nblocks, on_done, &w, 0) == 0 && wait_for(qp, &w) == 0,
           "read after write zeroes");
     int zeroed = 1;
     for (size_t i = 0; i < bs; i++)
@@ -165,7 +176,7 @@ int main(int argc, char **argv)
     check(ubd_ns_cmd_flush(ns, qp, on_done, &w) == 0 && wait_for(qp, &w) == 0 && w.status == 0,
           "flush completes");
     memset(&w, 0, sizeof w);
-    rc = ubd_ns_cmd_deallocate(ns, qp, 64, 8, on_done, &w);
+    rc = ubd_ns_cmd_deallocate(ns, qp, base + 8, 8, on_done, &w);
     check(rc == 0 && wait_for(qp, &w) == 0 && w.status == 0, "deallocate completes");
 
     /* A PCI address with no device, and a malformed one. */
