@@ -77,6 +77,44 @@ struct ubd_env_opts {
   int32_t numa_node;
 };
 
+// What `ubd_pipeline_run` streams; fill with `ubd_pipeline_opts_init`.
+struct ubd_pipeline_opts {
+  // The source namespace (0, the default: the first active one).
+  uint32_t nsid;
+  // Requests kept in flight (default 8; at most the pool's buffers).
+  uint32_t qd;
+  // Bytes per request and per buffer (default 1 MiB; at most the pool's block size, a
+  // multiple of the namespace's block size).
+  size_t block_size;
+  // Bytes to move (default 64 MiB); the stream wraps around the namespace when larger.
+  uint64_t bytes;
+  // Byte offset of the namespace the stream starts at (default 0, block aligned).
+  uint64_t start;
+  // 1: checksum what arrives and compare it with a second read of the same bytes (a
+  // mismatch fails the call with -EIO); 0 (default): no check.
+  uint32_t verify;
+};
+
+// What a run did.
+struct ubd_pipeline_report {
+  // Bytes delivered to the sink.
+  uint64_t bytes;
+  // Wall time of the run in seconds.
+  double seconds;
+  // Throughput in GB/s (10^9 bytes per second).
+  double gb_per_s;
+  // Requests per second.
+  double iops;
+  // CPU seconds the process spent per GB moved.
+  double cpu_s_per_gb;
+  // Median request latency in microseconds.
+  double p50_us;
+  // 99th percentile request latency in microseconds.
+  double p99_us;
+  // 1 when the data was verified equal to the source, 0 when not checked.
+  uint32_t verified;
+};
+
 // Options of `ubd_qpair_alloc`; fill with `ubd_qpair_opts_init`.
 struct ubd_qpair_opts {
   // Commands in flight at most (capped by the controller); default 128.
@@ -222,6 +260,20 @@ const char *ubd_last_error_message(void);
 // whatever `opts->memory` says. Errors as `ubd_env_open`.
 int ubd_env_open_model_for_tests(const struct ubd_env_opts *opts, struct ubd_env **out);
 #endif
+
+// Fill `opts` with the defaults. 0, or -EINVAL for NULL.
+int ubd_pipeline_opts_init(struct ubd_pipeline_opts *opts);
+
+// Stream `opts->bytes` from a namespace of `ctrlr` through `env`'s pool buffers into a sink
+// that consumes them in place (checksumming them when `opts->verify`), on the calling thread
+// with a queue pair of its own; `*out` (may be NULL) gets the figures. Returns 0, or a
+// negative errno (-EINVAL for NULL arguments or settings out of range, -EIO for a device
+// error or a verify mismatch, -ETIMEDOUT when the device stalls); `ubd_last_error_message`
+// says why. Needs `opts->qd` free pool buffers. Any thread; blocks until the run ends.
+int ubd_pipeline_run(const struct ubd_env *env,
+                     const struct ubd_ctrlr *ctrlr,
+                     const struct ubd_pipeline_opts *opts,
+                     struct ubd_pipeline_report *out);
 
 // Fill `opts` with the defaults (depth 128, a doorbell per submit). 0, or -EINVAL for NULL.
 int ubd_qpair_opts_init(struct ubd_qpair_opts *opts);

@@ -31,6 +31,7 @@ mod env;
 mod error;
 #[cfg(any(test, feature = "test-model"))]
 mod model;
+mod pipeline;
 mod qpair;
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::ctrlr::*;
 use crate::env::*;
 use crate::error::*;
 use crate::model::ubd_env_open_model_for_tests;
+use crate::pipeline::*;
 use crate::qpair::*;
 
 fn last() -> String {
@@ -370,4 +371,41 @@ fn the_flag_constants_are_the_drivers_bits() {
     use ubdirect::nvme::IoFlags;
     assert_eq!(UBD_IO_FLAGS_FUA, IoFlags::FUA.bits());
     assert_eq!(UBD_IO_FLAGS_LIMITED_RETRY, IoFlags::LIMITED_RETRY.bits());
+}
+
+#[test]
+fn the_pipeline_streams_and_verifies_in_one_call() {
+    let f = Fixture::new();
+    let mut o = std::mem::MaybeUninit::<ubd_pipeline_opts>::uninit();
+    assert_eq!(ubd_pipeline_opts_init(o.as_mut_ptr()), 0);
+    // SAFETY: initialised by ubd_pipeline_opts_init.
+    let mut o = unsafe { o.assume_init() };
+    o.block_size = 8192;
+    o.qd = 2;
+    o.bytes = 1 << 20;
+    o.verify = 1;
+    let mut r = std::mem::MaybeUninit::<ubd_pipeline_report>::zeroed();
+    // SAFETY: all-zero bytes are a valid report (integers and floats).
+    let mut r = unsafe { r.assume_init_mut() as *mut ubd_pipeline_report };
+    assert_eq!(ubd_pipeline_run(f.env, f.ctrlr, &o, r), 0, "{}", last());
+    // SAFETY: filled by the call.
+    let rep = unsafe { &*r };
+    assert_eq!((rep.bytes, rep.verified), (1 << 20, 1));
+    assert!(rep.seconds > 0.0 && rep.gb_per_s > 0.0);
+
+    // Settings out of range fail with a message, before anything runs.
+    o.block_size = 3 * 8192;
+    assert_eq!(
+        ubd_pipeline_run(f.env, f.ctrlr, &o, r),
+        -libc::EINVAL,
+        "{}",
+        last()
+    );
+    assert!(last().starts_with("pipeline: "), "{}", last());
+    o.qd = 0;
+    assert_eq!(ubd_pipeline_run(f.env, f.ctrlr, &o, r), -libc::EINVAL);
+    assert!(last().contains("qd 0"), "{}", last());
+    r = null_mut();
+    assert_eq!(ubd_pipeline_run(f.env, f.ctrlr, null(), r), -libc::EINVAL);
+    assert_eq!(last(), "opts is NULL");
 }

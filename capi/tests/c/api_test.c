@@ -1,7 +1,7 @@
 /*
  * The C API from C: write, read back byte-exact, a refused submit leaving its buffer with the
- * caller, write zeroes / flush / deallocate, a missing PCI device giving -ENODEV with a clear
- * message, NULL arguments giving -EINVAL. Prints one line per check and
+ * caller, write zeroes / flush / deallocate, the pipeline in one call, a missing PCI device
+ * giving -ENODEV with a clear message, NULL arguments giving -EINVAL. Prints one line per check and
  * "api_test: N passed, N failed"; exits 0 only when every check passed.
  *
  * Built with -DUBD_TEST_MODEL it runs against the in-process NVMe device model
@@ -178,6 +178,22 @@ int main(int argc, char **argv)
     memset(&w, 0, sizeof w);
     rc = ubd_ns_cmd_deallocate(ns, qp, base + 8, 8, on_done, &w);
     check(rc == 0 && wait_for(qp, &w) == 0 && w.status == 0, "deallocate completes");
+
+    /* The pipeline in one call: the namespace's first bytes through pool buffers, verified. */
+    struct ubd_pipeline_opts popts;
+    struct ubd_pipeline_report rep;
+    ubd_pipeline_opts_init(&popts);
+    popts.block_size = 16u << 10; /* within the model's per-request limit */
+    popts.qd = 2;
+    popts.bytes = 8 * (uint64_t)popts.block_size;
+    popts.verify = 1;
+    memset(&rep, 0, sizeof rep);
+    rc = ubd_pipeline_run(env, ctrlr, &popts, &rep);
+    check(rc == 0 && rep.bytes == popts.bytes && rep.verified == 1, "the pipeline streams and verifies");
+    printf("# pipeline: %llu bytes in %.6f s, %.3f GB/s\n", (unsigned long long)rep.bytes, rep.seconds,
+           rep.gb_per_s);
+    popts.qd = 0;
+    check(ubd_pipeline_run(env, ctrlr, &popts, &rep) == -EINVAL, "a pipeline of qd 0 gives -EINVAL");
 
     /* A PCI address with no device, and a malformed one. */
     rc = ubd_ctrlr_open(env, "0000:ff:1f.7", &missing);
