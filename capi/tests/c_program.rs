@@ -1,4 +1,4 @@
-//! The C test program (tests/c/api_test.c) and the C example (examples/c/hello_nvme.c),
+//! The C test program (tests/c/api_test.c) and the C examples (examples/c/*.c),
 //! compiled with `cc -Wall -Werror` against include/ubdirect.h and libubdirect; the test
 //! program runs against the NVMe device model, once more under valgrind where it is installed.
 //! Cargo does not build a cdylib for integration tests, so this builds libubdirect itself
@@ -131,22 +131,24 @@ fn the_c_test_program_passes_against_the_device_model() {
 }
 
 #[test]
-fn the_c_example_compiles_with_warnings_as_errors() {
+fn the_c_examples_compile_with_warnings_as_errors() {
     if !have("cc") {
         println!("skipped: no C compiler `cc` on PATH (install gcc: scripts/deps.sh does)");
         return;
     }
-    let src = manifest().join("../examples/c/hello_nvme.c");
-    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hello_nvme");
-    compile(&src, &exe, &[]);
-    let o = Command::new(&exe).output().expect("run hello_nvme");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "without an address it prints its usage: {err}"
-    );
-    assert!(err.contains("usage"), "{err}");
+    for name in ["hello_nvme", "perf_loop"] {
+        let src = manifest().join(format!("../examples/c/{name}.c"));
+        let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        compile(&src, &exe, &[]);
+        let o = Command::new(&exe).output().expect("run the example");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{name} without arguments prints its usage: {err}"
+        );
+        assert!(err.contains("usage"), "{name}: {err}");
+    }
 }
 
 #[test]
