@@ -119,8 +119,10 @@ struct ubd_pipeline_report {
 struct ubd_qpair_opts {
   // Commands in flight at most (capped by the controller); default 128.
   uint32_t depth;
-  // 0 (default): every submit rings the doorbell. 1: submits are batched and the doorbell
-  // rings in `ubd_qpair_process_completions` (SPDK's delay_cmd_submit).
+  // 0 (default): a submit rings the doorbell at once (one made from a completion callback
+  // rings when the callbacks of that `ubd_qpair_process_completions` call are done). 1:
+  // every submit waits for the next `ubd_qpair_process_completions`, which rings once for
+  // all of them (SPDK's delay_cmd_submit).
   uint32_t delay_doorbell;
 };
 
@@ -288,7 +290,8 @@ int ubd_qpair_alloc(const struct ubd_ctrlr *ctrlr,
 
 // Ring the doorbell for batched submits, reap at most `max` finished commands (0: as many as
 // are ready, up to the depth) and call each one's callback on this thread, in completion
-// order; a callback may submit on this queue pair (not process it). Returns how many were
+// order; a callback may submit on this queue pair (not process it): its submits reach the
+// device together, when the callbacks are done. Returns how many were
 // called back, or a negative errno when the queue pair cannot go on (the controller failed):
 // every command in flight has then been called back with an error; free the queue pair.
 // -EBUSY when called from one of this queue pair's callbacks. Never blocks.

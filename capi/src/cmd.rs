@@ -128,7 +128,8 @@ fn submit(s: Submit) -> Result<c_int, Error> {
                 buf: if data { s.buf } else { std::ptr::null_mut() },
                 ..s.ctx
             };
-            if !h.delay_doorbell {
+            // Submits from completion callbacks go out together when the callbacks are done.
+            if !h.delay_doorbell && !h.dispatching {
                 QueuePair::ring(&mut h.qp);
             }
             Ok(0)

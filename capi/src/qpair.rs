@@ -37,8 +37,10 @@ pub type ubd_cmd_cb = Option<extern "C" fn(cb_arg: *mut c_void, cpl: *const ubd_
 pub struct ubd_qpair_opts {
     /// Commands in flight at most (capped by the controller); default 128.
     pub depth: u32,
-    /// 0 (default): every submit rings the doorbell. 1: submits are batched and the doorbell
-    /// rings in `ubd_qpair_process_completions` (SPDK's delay_cmd_submit).
+    /// 0 (default): a submit rings the doorbell at once (one made from a completion callback
+    /// rings when the callbacks of that `ubd_qpair_process_completions` call are done). 1:
+    /// every submit waits for the next `ubd_qpair_process_completions`, which rings once for
+    /// all of them (SPDK's delay_cmd_submit).
     pub delay_doorbell: u32,
 }
 
@@ -58,8 +60,9 @@ pub struct ubd_qpair {
     pub(crate) free: Vec<u32>,
     /// Completions reaped and not yet called back (capacity: the depth).
     done: VecDeque<IoCompletion>,
-    /// Callbacks are running (a nested process call is refused).
-    dispatching: bool,
+    /// Callbacks are running (a nested process call is refused; their submits ring once
+    /// after them).
+    pub(crate) dispatching: bool,
     pub(crate) delay_doorbell: bool,
 }
 
@@ -193,7 +196,8 @@ fn dispatch(qp: *mut ubd_qpair) -> Result<usize, Error> {
 
 /// Ring the doorbell for batched submits, reap at most `max` finished commands (0: as many as
 /// are ready, up to the depth) and call each one's callback on this thread, in completion
-/// order; a callback may submit on this queue pair (not process it). Returns how many were
+/// order; a callback may submit on this queue pair (not process it): its submits reach the
+/// device together, when the callbacks are done. Returns how many were
 /// called back, or a negative errno when the queue pair cannot go on (the controller failed):
 /// every command in flight has then been called back with an error; free the queue pair.
 /// -EBUSY when called from one of this queue pair's callbacks. Never blocks.
@@ -220,6 +224,8 @@ pub extern "C" fn ubd_qpair_process_completions(qp: *mut ubd_qpair, max: u32) ->
         let polled = QueuePair::poll(q, max, |c| done.push_back(c));
         h.dispatching = true;
         let n = dispatch(qp)?;
+        // What the callbacks submitted: one doorbell write for all of them.
+        QueuePair::ring(&mut qpair_mut(qp)?.qp);
         polled?;
         Ok(n as c_int)
     })
