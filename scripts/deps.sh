@@ -23,10 +23,12 @@ KBUILD_PKGS=(make gcc libc6-dev bc bison flex libelf-dev libssl-dev)
 # - binutils: strip test binaries before they go into the initramfs;  jq: read cargo's JSON;
 # - perl: generate the NVMe image pattern;  diffutils (cmp): host checks;
 # - gzip, bzip2, lz4, lzop: the other possible vmlinuz payload formats;
-# - valgrind: callgrind counts the NVMe path's instructions per I/O (scripts/bench/nvme-insn.sh --check);
+# - valgrind: callgrind counts the NVMe path's instructions per I/O (scripts/bench/nvme-insn.sh --check),
+#   and memcheck runs the C API's test program (capi/tests/c_program.rs);
+# - pkgconf: the C API's pkg-config file is checked by building the C example with its flags;
 # - ca-certificates, apt-utils are not needed: packages come through apt itself.
 BASE_PKGS=(busybox-static cpio kmod xz-utils zstd binutils jq perl diffutils gzip bzip2 lz4 lzop valgrind
-    coreutils util-linux)
+    coreutils util-linux pkgconf)
 
 log() { printf 'deps: %s\n' "$*"; }
 die() {

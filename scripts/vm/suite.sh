@@ -74,6 +74,29 @@ if ((${#explicit_bins[@]} == 0)); then
         [[ -n $ex ]] && test_bins+=(--bin "$ex")
     done < <(jq -r 'select(.reason == "compiler-artifact" and (.target.kind | index("example"))
         and .executable != null) | .executable' "$json")
+    # The C API's test program (capi/tests/guest_capi.rs runs it by name), compiled with
+    # warnings as errors against libubdirect, plain and with AddressSanitizer; and its perf loop.
+    if [[ -f capi/tests/c/api_test.c ]]; then
+        cargo build "${cargo_q[@]}" -p ubdirect-capi --message-format=json-render-diagnostics >"$json" ||
+            vm_die "cargo build -p ubdirect-capi failed"
+        capi_so=$(jq -r 'select(.reason == "compiler-artifact") | .filenames[]
+            | select(endswith("/libubdirect.so"))' "$json" | tail -n1)
+        [[ -n $capi_so ]] || vm_die "cargo build -p ubdirect-capi built no libubdirect.so"
+        capi_dir=$(dirname "$capi_so")
+        mkdir -p "$capi_dir/capi-c"
+        for v in plain asan; do
+            out="$capi_dir/capi-c/ubd_capi_test" && san=()
+            [[ $v == asan ]] && out+=_asan && san=(-fsanitize=address -fno-omit-frame-pointer)
+            cc -std=c11 -Wall -Wextra -Werror -g "${san[@]}" -Icapi/include capi/tests/c/api_test.c \
+                -o "$out" -L"$capi_dir" -Wl,-rpath,"$capi_dir" -lubdirect ||
+                vm_die "cc capi/tests/c/api_test.c ($v) failed"
+            test_bins+=(--bin "$out")
+        done
+        cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include examples/c/perf_loop.c \
+            -o "$capi_dir/capi-c/ubd_capi_perf_loop" -L"$capi_dir" -Wl,-rpath,"$capi_dir" -lubdirect ||
+            vm_die "cc examples/c/perf_loop.c failed"
+        test_bins+=(--bin "$capi_dir/capi-c/ubd_capi_perf_loop")
+    fi
     cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json-render-diagnostics >"$json" ||
         vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
     mapfile -t all_bins < <(jq -r 'select(.reason == "compiler-artifact" and .profile.test == true
