@@ -13,6 +13,7 @@ use zerocopy::IntoBytes;
 
 use super::addr::TcpTarget;
 use super::assoc::Association;
+use super::auth::{authenticate_queue, AuthConfig, Authenticated, Parties};
 use super::buf::DataBuf;
 use super::error::{TcpError, TcpResult};
 use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
@@ -44,6 +45,8 @@ pub struct TcpOptions {
     pub kato_ms: u32,
     /// I/O queues to ask for (Set Features, Number of Queues); the controller may grant fewer.
     pub io_queues: u16,
+    /// In-band authentication (DH-HMAC-CHAP): secrets and what the host accepts.
+    pub auth: AuthConfig,
 }
 
 impl Default for TcpOptions {
@@ -56,6 +59,7 @@ impl Default for TcpOptions {
             ddgst: false,
             kato_ms: 0,
             io_queues: 16,
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -95,17 +99,16 @@ fn open_queue<B: DataBuf>(
     target: &TcpTarget,
     host: &HostIdentity,
     opts: &TcpOptions,
-    qid: u16,
-    entries: u16,
-    cntlid: u16,
+    spec: QueueSpec,
 ) -> TcpResult<(TcpQueue<B>, u16)> {
+    let QueueSpec {
+        qid,
+        entries,
+        cntlid,
+        incap,
+    } = spec;
     let s = sock::connect(&target.addr, opts.connect_timeout)?;
     let neg = sock::initialize(&s, opts.hdgst, opts.ddgst, opts.connect_timeout)?;
-    let incap = if qid == 0 {
-        fabrics::ADMIN_ICDATA as u32
-    } else {
-        0
-    };
     // The Connect itself carries 1 KiB in the capsule on every queue.
     let mut q = TcpQueue::<B>::new(
         s,
@@ -147,7 +150,27 @@ fn open_queue<B: DataBuf>(
         e => e,
     })?;
     q.set_incapsule(incap);
+    if opts.auth.wanted(cqe.result) {
+        let who = Parties {
+            hostnqn: &host.nqn,
+            subnqn: &target.subnqn,
+        };
+        authenticate_queue(&mut q, &opts.auth, who, opts.admin_timeout)?;
+    }
     Ok((q, cqe.result as u16))
+}
+
+/// Which queue [`open_queue`] joins.
+#[derive(Debug, Clone, Copy)]
+struct QueueSpec {
+    /// Queue ID.
+    qid: u16,
+    /// Entries (the queue holds one command fewer).
+    entries: u16,
+    /// Controller ID: [`CNTLID_DYNAMIC`] for the admin queue.
+    cntlid: u16,
+    /// In-capsule data the queue accepts once connected, bytes.
+    incap: u32,
 }
 
 /// Run the Connect command, its 1 KiB data in the capsule.
@@ -168,7 +191,17 @@ impl TcpController {
         host: &HostIdentity,
         opts: &TcpOptions,
     ) -> TcpResult<TcpController> {
-        let (mut q, cntlid) = open_queue::<Vec<u8>>(target, host, opts, 0, 32, CNTLID_DYNAMIC)?;
+        let (mut q, cntlid) = open_queue::<Vec<u8>>(
+            target,
+            host,
+            opts,
+            QueueSpec {
+                qid: 0,
+                entries: 32,
+                cntlid: CNTLID_DYNAMIC,
+                incap: fabrics::ADMIN_ICDATA as u32,
+            },
+        )?;
         let mut f = Fabrics {
             q: &mut q,
             timeout: opts.admin_timeout,
@@ -349,8 +382,13 @@ impl<B: DataBuf> IoQueueTransport for TcpIoQueue<'_, B> {
     }
     fn create(&mut self, qid: u16, entries: u16) -> TcpResult<TcpQueue<B>> {
         let c = self.ctrl;
-        let (mut q, _) = open_queue::<B>(&c.target, &c.host, &c.opts, qid, entries, c.cntlid)?;
-        q.set_incapsule(c.ioccsz);
+        let spec = QueueSpec {
+            qid,
+            entries,
+            cntlid: c.cntlid,
+            incap: c.ioccsz,
+        };
+        let (q, _) = open_queue::<B>(&c.target, &c.host, &c.opts, spec)?;
         Ok(q)
     }
 }
