@@ -90,6 +90,10 @@ fn connect_hint(st: NvmeStatus) -> &'static str {
     }
 }
 
+/// Status Authentication Required (SCT 1h, SC 91h): the controller wants the queue
+/// authenticated (again) before it runs commands.
+const AUTH_REQUIRED: (u8, u8) = (sct::COMMAND_SPECIFIC, 0x91);
+
 /// The largest queue (entries) this host connects: nvmet's own limit (NVMET_QUEUE_SIZE).
 const MAX_ENTRIES: u32 = 1024;
 
@@ -286,15 +290,49 @@ impl TcpController {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Run DH-HMAC-CHAP again on the admin queue (a controller may ask for it at any time,
+    /// e.g. after its keys changed); see [`TcpController::reauthenticate_queue`] for an I/O
+    /// queue.
+    pub fn reauthenticate(&self) -> TcpResult<Authenticated> {
+        self.reauthenticate_queue(&mut self.admin())
+    }
+
+    /// Run DH-HMAC-CHAP again on queue `q` (one of this controller's).
+    pub fn reauthenticate_queue<B: DataBuf>(
+        &self,
+        q: &mut TcpQueue<B>,
+    ) -> TcpResult<Authenticated> {
+        let who = Parties {
+            hostnqn: &self.host.nqn,
+            subnqn: &self.target.subnqn,
+        };
+        authenticate_queue(q, &self.opts.auth, who, self.opts.admin_timeout)
+    }
+
+    /// Run `f` on the admin queue; when the controller answers Authentication Required,
+    /// authenticate again and run it once more.
+    fn admin_authenticated<T>(
+        &self,
+        mut f: impl FnMut(&mut TcpQueue<Vec<u8>>) -> TcpResult<T>,
+    ) -> TcpResult<T> {
+        let mut q = self.admin();
+        match f(&mut q) {
+            Err(TcpError::Command { status, .. })
+                if (status.sct, status.sc) == AUTH_REQUIRED && self.opts.auth.secret.is_some() =>
+            {
+                self.reauthenticate_queue(&mut q)?;
+                f(&mut q)
+            }
+            r => r,
+        }
+    }
+
     /// Identify Namespace `nsid`.
     pub fn namespace(&self, nsid: u32) -> TcpResult<NamespaceInfo> {
-        let id = transport::identify_namespace(
-            &mut Fabrics {
-                q: &mut self.admin(),
-                timeout: self.opts.admin_timeout,
-            },
-            nsid,
-        )?;
+        let timeout = self.opts.admin_timeout;
+        let id = self.admin_authenticated(|q| {
+            transport::identify_namespace(&mut Fabrics { q, timeout }, nsid)
+        })?;
         NamespaceInfo::from_identify(nsid, &id).map_err(|_| TcpError::DeviceInput {
             field: "Identify Namespace",
             value: nsid as u64,
@@ -328,14 +366,16 @@ impl TcpController {
         if last.elapsed() < Duration::from_millis(self.opts.kato_ms as u64 / 2) {
             return Ok(());
         }
-        self.admin().run(
-            fabrics::keep_alive(),
-            "Keep Alive",
-            None,
-            None,
-            0,
-            self.opts.admin_timeout,
-        )?;
+        self.admin_authenticated(|q| {
+            q.run(
+                fabrics::keep_alive(),
+                "Keep Alive",
+                None,
+                None,
+                0,
+                self.opts.admin_timeout,
+            )
+        })?;
         *last = Instant::now();
         self.assoc.keep_alive_answered();
         Ok(())
