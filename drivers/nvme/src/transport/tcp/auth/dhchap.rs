@@ -281,6 +281,11 @@ impl Transaction<'_> {
             }
             return Ok(None);
         }
+        if peer.len() != group.value_len() {
+            return Err(AuthError::DhValue {
+                reason: "its length is not the group's",
+            });
+        }
         let key = DhKey::generate(group).ok_or(AuthError::Random)?;
         let ks = key.shared(peer).map_err(|e| AuthError::DhValue {
             reason: match e {
