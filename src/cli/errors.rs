@@ -25,6 +25,10 @@ const RERUN_CONTROLLER: &str = "run the command again (opening the controller re
 /// Embedder phrases (left) that can reach the user inside formatted text, and what the user
 /// reads instead (right). Longest first where one contains another.
 const PHRASES: &[(&str, &str)] = &[
+    (
+        ubdirect_nvme::transport::tcp::auth::error::GIVE_SECRET,
+        "give the host secret in a file with --dhchap-secret-file PATH, or in $UBD_DHCHAP_SECRET (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN)",
+    ),
     ("--qd must be at least 1", "--queue-depth must be at least 1"),
     (
         "is already in use (by another process, or by another DMA domain of this process)",

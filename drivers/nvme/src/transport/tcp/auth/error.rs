@@ -4,13 +4,16 @@ use thiserror::Error;
 
 use super::messages::{failure, MessageError};
 
+/// The fix [`AuthError::NoSecret`] names.
+pub const GIVE_SECRET: &str = "give a host secret (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN)";
+
 /// Why DH-HMAC-CHAP authentication of a queue failed. Nothing but the authentication
 /// messages was sent on the queue.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuthError {
     /// The target requires authentication and no host secret is configured.
-    #[error("the target requires authentication (DH-HMAC-CHAP) for subsystem {subnqn}: give a host secret (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN); nothing else was sent")]
+    #[error("the target requires authentication (DH-HMAC-CHAP) for subsystem {subnqn}: {GIVE_SECRET}; nothing else was sent")]
     NoSecret {
         /// The subsystem NQN.
         subnqn: String,

@@ -60,7 +60,30 @@ impl Default for AuthConfig {
     }
 }
 
+/// Environment variable holding the host secret (`DHHC-1:...`).
+pub const ENV_SECRET: &str = "UBD_DHCHAP_SECRET";
+/// Environment variable holding the controller secret (`DHHC-1:...`).
+pub const ENV_CTRL_SECRET: &str = "UBD_DHCHAP_CTRL_SECRET";
+
 impl AuthConfig {
+    /// The secrets from files (`secret_file`, `ctrl_secret_file`), else from the environment
+    /// ([`ENV_SECRET`], [`ENV_CTRL_SECRET`]); none of either is no secret. Secrets never come
+    /// from arguments (they would show in `ps`).
+    pub fn from_sources(
+        secret_file: Option<&std::path::Path>,
+        ctrl_secret_file: Option<&std::path::Path>,
+    ) -> Result<AuthConfig, SecretError> {
+        let read = |file: Option<&std::path::Path>, var: &str| match file {
+            Some(f) => DhchapSecret::from_file(f).map(Some),
+            None => DhchapSecret::from_env(var),
+        };
+        Ok(AuthConfig {
+            secret: read(secret_file, ENV_SECRET)?,
+            ctrl_secret: read(ctrl_secret_file, ENV_CTRL_SECRET)?,
+            ..AuthConfig::default()
+        })
+    }
+
     /// Whether the host authenticates on a queue whose Connect response DW0 is `dw0`.
     pub fn wanted(&self, dw0: u32) -> bool {
         dw0 & CONNECT_AUTHREQ_ATR != 0 || self.ctrl_secret.is_some()

@@ -67,7 +67,14 @@ impl DhchapSecret {
         let transform = match hash {
             "00" => None,
             "01" | "02" | "03" => HashFn::from_id(hash.as_bytes()[1] - b'0'),
-            other => return Err(SecretError::Hash(other.chars().take(8).collect())),
+            // A longer field may be key material pasted in the wrong place: never echo it.
+            other if other.len() <= 2 => return Err(SecretError::Hash(other.into())),
+            other => {
+                return Err(SecretError::Hash(format!(
+                    "a field of {} bytes",
+                    other.len()
+                )))
+            }
         };
         let b64 = b64.strip_suffix(':').unwrap_or(b64);
         let mut raw = Zeroizing::new(

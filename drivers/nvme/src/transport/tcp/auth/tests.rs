@@ -238,3 +238,23 @@ fn auth_commands_carry_secp_and_lengths() {
     assert_eq!(s.as_bytes()[4], 0x06);
     assert_eq!(&s.as_bytes()[44..48], &4096u32.to_le_bytes());
 }
+
+#[test]
+fn secrets_come_from_files() {
+    let dir = std::env::temp_dir().join(format!("ubd-dhchap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("host.key");
+    std::fs::write(&good, format!("{S32_01}\n")).unwrap();
+    let bad = dir.join("bad.key");
+    std::fs::write(&bad, "DHHC-1:00:AAAA:\n").unwrap();
+    let c = super::AuthConfig::from_sources(Some(&good), Some(&good)).unwrap();
+    assert_eq!(c.secret.unwrap().len(), 32);
+    assert!(c.ctrl_secret.is_some());
+    assert!(matches!(
+        super::AuthConfig::from_sources(Some(&bad), None),
+        Err(SecretError::Length(3))
+    ));
+    let e = super::AuthConfig::from_sources(Some(&dir.join("absent")), None).unwrap_err();
+    assert!(e.to_string().contains("absent"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
