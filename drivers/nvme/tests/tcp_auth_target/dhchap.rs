@@ -97,7 +97,7 @@ impl Side {
     }
 
     fn challenge(&mut self) {
-        let hl = self.cfg.hash.len();
+        let hl = self.cfg.hash.digest_len();
         self.c1 = (0..hl)
             .map(|i| (i * 7 + self.t_id as usize) as u8)
             .collect();

@@ -38,7 +38,7 @@ impl HashFn {
     }
 
     /// Digest length, bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             HashFn::Sha256 => 32,
             HashFn::Sha384 => 48,

@@ -207,7 +207,7 @@ impl Transaction<'_> {
         let (c2, s2, expect) = match &self.cfg.ctrl_secret {
             None => (None, 0, None),
             Some(cs) => {
-                let (c2, s2) = random_challenge(hash.len())?;
+                let (c2, s2) = random_challenge(hash.digest_len())?;
                 let ckey = cs.transformed(self.subnqn);
                 let r2 = ResponseInput {
                     hash,
@@ -252,14 +252,14 @@ impl Transaction<'_> {
                 id: c.dh_group,
                 offered: names(&self.cfg.groups, DhGroup::name),
             })?;
-        if c.challenge.len() != hash.len() {
+        if c.challenge.len() != hash.digest_len() {
             return Err(AuthError::BadMessage {
                 step: "AUTH_Negotiate",
                 reason: format!(
                     "HL is {} but {} is {} bytes long",
                     c.challenge.len(),
                     hash.name(),
-                    hash.len()
+                    hash.digest_len()
                 ),
             });
         }
@@ -308,14 +308,14 @@ impl Transaction<'_> {
                 })
             }
         };
-        if s.hl as usize != p.hash.len() {
+        if s.hl as usize != p.hash.digest_len() {
             return Err(AuthError::BadMessage {
                 step: STEP,
                 reason: format!(
                     "HL is {} where {} has {}",
                     s.hl,
                     p.hash.name(),
-                    p.hash.len()
+                    p.hash.digest_len()
                 ),
             });
         }
