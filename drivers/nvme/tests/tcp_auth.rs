@@ -238,3 +238,14 @@ fn authentication_required_later_is_answered_by_authenticating_again() {
     let s = t.seen.lock().unwrap();
     assert_eq!(s.authenticated, 2, "{:?}", s.commands);
 }
+
+#[test]
+fn a_target_demanding_secure_channel_concatenation_is_refused() {
+    let mut cfg = config(KEY);
+    cfg.ascr = true;
+    let t = start(cfg);
+    let (_, e) = auth_error(connect(&t, &opts(key(KEY), None)));
+    assert_eq!(e, AuthError::ConcatenationRequired);
+    let s = t.seen.lock().unwrap();
+    assert_eq!(s.commands, vec![(0, 0x7f, 0x01)]);
+}

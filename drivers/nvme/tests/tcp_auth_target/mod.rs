@@ -95,6 +95,7 @@ pub fn config(host: &str) -> TargetAuth {
         group: DhGroup::Null,
         require: true,
         silent: false,
+        ascr: false,
         hostnqn: HOSTNQN.into(),
         subnqn: SUBNQN.into(),
     }
@@ -232,7 +233,8 @@ impl Conn {
             (0x7f, 0x01) => {
                 self.qid = (dw(10) >> 16) as u16;
                 let atr = if self.side.cfg.require { 1 << 17 } else { 0 };
-                resp(cid, 1 | atr, 0)
+                let ascr = if self.side.cfg.ascr { 1 << 18 } else { 0 };
+                resp(cid, 1 | atr | ascr, 0)
             }
             (0x7f, 0x05) => {
                 let len = dw(11) as usize;

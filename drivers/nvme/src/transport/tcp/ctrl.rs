@@ -13,7 +13,9 @@ use zerocopy::IntoBytes;
 
 use super::addr::TcpTarget;
 use super::assoc::Association;
-use super::auth::{authenticate_queue, AuthConfig, Authenticated, Parties};
+use super::auth::{
+    authenticate_queue, AuthConfig, AuthError, Authenticated, Parties, CONNECT_AUTHREQ_ASCR,
+};
 use super::buf::DataBuf;
 use super::error::{TcpError, TcpResult};
 use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
@@ -154,6 +156,12 @@ fn open_queue<B: DataBuf>(
         e => e,
     })?;
     q.set_incapsule(incap);
+    if cqe.result & CONNECT_AUTHREQ_ASCR != 0 {
+        return Err(TcpError::Auth {
+            qid,
+            source: AuthError::ConcatenationRequired,
+        });
+    }
     if opts.auth.wanted(cqe.result) {
         let who = Parties {
             hostnqn: &host.nqn,

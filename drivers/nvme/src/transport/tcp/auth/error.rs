@@ -62,6 +62,9 @@ pub enum AuthError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The target requires secure channel concatenation (the Connect response's ASCR bit).
+    #[error("the target requires secure channel concatenation (DH-HMAC-CHAP then TLS, the Connect response's ASCR bit), which this host does not implement: configure the target to accept this host without it; nothing else was sent")]
+    ConcatenationRequired,
     /// The host could not draw random bytes.
     #[error("the system random source failed: cannot make a challenge or a Diffie-Hellman key")]
     Random,
