@@ -249,3 +249,21 @@ fn a_target_demanding_secure_channel_concatenation_is_refused() {
     let s = t.seen.lock().unwrap();
     assert_eq!(s.commands, vec![(0, 0x7f, 0x01)]);
 }
+
+#[test]
+fn io_queues_without_in_capsule_data_authenticate_through_r2t() {
+    let mut cfg = config(KEY);
+    cfg.no_incapsule = true;
+    cfg.group = DhGroup::Ffdhe3072;
+    cfg.ctrl_secret = key(CTRL_KEY);
+    let t = start(cfg);
+    let c = connect(&t, &opts(key(KEY), key(CTRL_KEY))).unwrap();
+    drop(c.io_queue::<Vec<u8>>(4).unwrap());
+    let s = t.seen.lock().unwrap();
+    assert_eq!(
+        (s.authenticated, s.unauthenticated),
+        (2, 0),
+        "{:?}",
+        s.commands
+    );
+}

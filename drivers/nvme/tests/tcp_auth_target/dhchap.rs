@@ -19,6 +19,8 @@ pub struct TargetAuth {
     pub group: DhGroup,
     /// Whether the Connect response asks for authentication (ATR).
     pub require: bool,
+    /// I/O queues take no in-capsule data: the authentication messages come by R2T.
+    pub no_incapsule: bool,
     /// Ask for secure channel concatenation too (ASCR).
     pub ascr: bool,
     /// Answer a host challenge with a Success1 that carries no response.

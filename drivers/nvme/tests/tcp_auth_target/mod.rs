@@ -96,6 +96,7 @@ pub fn config(host: &str) -> TargetAuth {
         require: true,
         silent: false,
         ascr: false,
+        no_incapsule: false,
         hostnqn: HOSTNQN.into(),
         subnqn: SUBNQN.into(),
     }
@@ -276,8 +277,9 @@ impl Conn {
                 let mut page = vec![0u8; 4096];
                 if dw(10) & 0xff == 1 {
                     page[24..33].copy_from_slice(b"fake-auth");
-                    // IOCCSZ: 8 KiB of in-capsule data after the SQE.
-                    page[1792..1796].copy_from_slice(&((8192 + 64) / 16u32).to_le_bytes());
+                    // IOCCSZ: 8 KiB (or none) of in-capsule data after the SQE.
+                    let icd = if self.side.cfg.no_incapsule { 0 } else { 8192 };
+                    page[1792..1796].copy_from_slice(&((icd + 64) / 16u32).to_le_bytes());
                 } else {
                     page[0..8].copy_from_slice(&BLOCKS.to_le_bytes());
                     page[8..16].copy_from_slice(&BLOCKS.to_le_bytes());

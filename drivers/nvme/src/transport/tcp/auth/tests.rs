@@ -88,6 +88,24 @@ fn secrets_never_print() {
 }
 
 #[test]
+fn options_with_secrets_never_print_them() {
+    let o = crate::transport::tcp::ctrl::TcpOptions {
+        auth: super::AuthConfig {
+            secret: Some(DhchapSecret::parse(S32_01).unwrap()),
+            ctrl_secret: Some(DhchapSecret::parse(S48_02).unwrap()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let shown = format!("{o:?}");
+    assert!(
+        !shown.contains("AAEC") && !shown.contains("ZGVm"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("redacted").count(), 2, "{shown}");
+}
+
+#[test]
 fn responses_match_the_spec_definition() {
     let host = DhchapSecret::parse(S32_01).unwrap().transformed(HOSTNQN);
     let r1 = ResponseInput {
