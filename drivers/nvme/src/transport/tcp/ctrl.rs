@@ -116,7 +116,9 @@ fn open_queue<B: DataBuf>(
     let s = sock::connect(&target.addr, opts.connect_timeout)?;
     let neg = sock::initialize(&s, opts.hdgst, opts.ddgst, opts.connect_timeout)?;
     // The Connect itself carries 1 KiB in the capsule on every queue.
-    let mut q = TcpQueue::<B>::new(
+    // Connect and authentication run on a Vec-backed queue; the connection then goes to a
+    // queue of B.
+    let mut q = TcpQueue::<Vec<u8>>::new(
         s,
         neg,
         qid,
@@ -169,7 +171,7 @@ fn open_queue<B: DataBuf>(
         };
         authenticate_queue(&mut q, &opts.auth, who, opts.admin_timeout)?;
     }
-    Ok((q, cqe.result as u16))
+    Ok((q.into_typed(entries.saturating_sub(1))?, cqe.result as u16))
 }
 
 /// Which queue [`open_queue`] joins.
@@ -299,17 +301,14 @@ impl TcpController {
     }
 
     /// Run DH-HMAC-CHAP again on the admin queue (a controller may ask for it at any time,
-    /// e.g. after its keys changed); see [`TcpController::reauthenticate_queue`] for an I/O
-    /// queue.
+    /// e.g. after its keys changed; admin commands answered Authentication Required do it by
+    /// themselves). I/O queues authenticate when created.
     pub fn reauthenticate(&self) -> TcpResult<Authenticated> {
         self.reauthenticate_queue(&mut self.admin())
     }
 
-    /// Run DH-HMAC-CHAP again on queue `q` (one of this controller's).
-    pub fn reauthenticate_queue<B: DataBuf>(
-        &self,
-        q: &mut TcpQueue<B>,
-    ) -> TcpResult<Authenticated> {
+    /// Run DH-HMAC-CHAP on the admin queue `q`.
+    fn reauthenticate_queue(&self, q: &mut TcpQueue<Vec<u8>>) -> TcpResult<Authenticated> {
         let who = Parties {
             hostnqn: &self.host.nqn,
             subnqn: &self.target.subnqn,

@@ -133,19 +133,10 @@ fn keep_alive_expired(e: TcpError, idle: Option<(Duration, Duration)>) -> TcpErr
 /// CPU address of byte `off` of read `cid`'s buffer, where its C2HData payload lands. The
 /// receive machine checked that `off` plus the payload's length is within the command's length,
 /// which fits the buffer from the command's offset (checked at submit).
-fn read_dst<B: DataBuf>(
-    reqs: &mut InFlight<Req<B>>,
-    ctl: &mut [u8],
-    cid: u16,
-    off: u32,
-) -> *mut u8 {
+fn read_dst<B: DataBuf>(reqs: &mut InFlight<Req<B>>, cid: u16, off: u32) -> *mut u8 {
     let r = reqs
         .get_mut(cid as u64)
         .expect("rx names an active command");
-    if r.own {
-        // SAFETY: the command's length is ctl's (set in receive_control).
-        return unsafe { ctl.as_mut_ptr().add(off as usize) };
-    }
     let b = r.buf.as_mut().expect("a read carries a buffer");
     // SAFETY: r.off + off lies inside the buffer (see above); the buffer is the command's.
     unsafe { b.data_ptr().add(r.off + off as usize) }
@@ -809,7 +800,7 @@ impl<B: DataBuf> TcpQueue<B> {
                 }
                 Want::Data { cid, off, len } => {
                     let k = (len as usize).min(avail.len());
-                    let dst = read_dst(&mut self.reqs, &mut self.ctl, cid, off);
+                    let dst = read_dst(&mut self.reqs, cid, off);
                     // SAFETY: k <= len bytes from dst are inside the command's buffer (read_dst);
                     // the source is the receive buffer, which does not overlap it.
                     let landed = unsafe {
@@ -827,7 +818,7 @@ impl<B: DataBuf> TcpQueue<B> {
     /// `recv` a large payload straight into command `cid`'s buffer at `off` (at most `len`
     /// bytes); None when nothing arrived.
     fn recv_direct(&mut self, cid: u16, off: u32, len: u32) -> Result<Option<Event>, TcpError> {
-        let dst = read_dst(&mut self.reqs, &mut self.ctl, cid, off);
+        let dst = read_dst(&mut self.reqs, cid, off);
         self.recv_calls += 1;
         // SAFETY: len bytes from dst are inside the command's buffer (read_dst).
         match unsafe { sock::recv_raw(&self.sock, dst, len as usize) }

@@ -20,7 +20,6 @@ pub use dhchap::Authenticated;
 pub use error::AuthError;
 pub use secret::{DhchapSecret, SecretError};
 
-use super::buf::DataBuf;
 use super::error::TcpError;
 use super::fabrics::FABRICS_OPCODE;
 use super::queue::TcpQueue;
@@ -108,25 +107,40 @@ pub fn auth_command(receive: bool, len: u32) -> Sqe {
 /// Transaction identifiers, one per transaction of this process.
 static NEXT_TID: AtomicU16 = AtomicU16::new(1);
 
-/// Authentication Send / Receive on one queue.
-struct QueueChannel<'a, B: DataBuf> {
-    q: &'a mut TcpQueue<B>,
+/// Authentication Send / Receive on one queue (its control path: a `Vec<u8>` queue).
+struct QueueChannel<'a> {
+    q: &'a mut TcpQueue<Vec<u8>>,
     timeout: Duration,
 }
 
-impl<B: DataBuf> dhchap::AuthChannel for QueueChannel<'_, B> {
+impl dhchap::AuthChannel for QueueChannel<'_> {
     fn send(&mut self, msg: &[u8]) -> Result<(), TcpError> {
-        let sqe = auth_command(false, msg.len() as u32);
+        let n = msg.len() as u32;
+        let sqe = auth_command(false, n);
         self.q
-            .send_control(sqe, "Authentication Send", msg, self.timeout)
+            .run(
+                sqe,
+                "Authentication Send",
+                Some(true),
+                Some(msg.to_vec()),
+                n,
+                self.timeout,
+            )
             .map(|_| ())
     }
     fn receive(&mut self) -> Result<Vec<u8>, TcpError> {
-        let n = messages::MAX_MESSAGE;
-        let sqe = auth_command(true, n as u32);
-        self.q
-            .receive_control(sqe, "Authentication Receive", n, self.timeout)
-            .map(|(_, d)| d)
+        let n = messages::MAX_MESSAGE as u32;
+        let sqe = auth_command(true, n);
+        let buf = vec![0u8; messages::MAX_MESSAGE];
+        let (_, buf) = self.q.run(
+            sqe,
+            "Authentication Receive",
+            Some(false),
+            Some(buf),
+            n,
+            self.timeout,
+        )?;
+        Ok(buf.unwrap_or_default())
     }
 }
 
@@ -140,8 +154,8 @@ pub struct Parties<'a> {
 }
 
 /// Run one DH-HMAC-CHAP transaction on queue `q`, every command bounded by `timeout`.
-pub fn authenticate_queue<B: DataBuf>(
-    q: &mut TcpQueue<B>,
+pub fn authenticate_queue(
+    q: &mut TcpQueue<Vec<u8>>,
     cfg: &AuthConfig,
     who: Parties<'_>,
     timeout: Duration,
