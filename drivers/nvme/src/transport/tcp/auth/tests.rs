@@ -46,6 +46,25 @@ fn dhhc1_secrets_parse_and_transform_with_the_nqn() {
     assert!(DhchapSecret::parse(S32_01.trim_end_matches(':')).is_ok());
 }
 
+/// Keys nvme-cli 2.3 printed: `nvme gen-dhchap-key --secret=000102..1f --hmac=1 --nqn=HOSTNQN`
+/// (it stores the key already transformed with the NQN) and a random SHA-512 one.
+const NVME_CLI_01: &str = "DHHC-1:01:bHuByyp0b3RFSx1xQPMVO1HKmUWfzveoahfydpW4fNgSLMVm:";
+const NVME_CLI_03: &str = "DHHC-1:03:+/THltuWuylY59fga+ZHdN1GswqmxLqh1oX6uqW54TsimWsIe7NLmEGqVQ+1PAwyr3BKgJWvvuY0EG4lhlKyp5APkzg=:";
+
+#[test]
+fn nvme_cli_keys_parse_and_its_transform_is_ours() {
+    let ours = DhchapSecret::parse(S32_01).unwrap().transformed(HOSTNQN);
+    let s = DhchapSecret::from_key(&ours, Some(HashFn::Sha256));
+    assert_eq!(&s.to_text()[..], NVME_CLI_01);
+    assert!(DhchapSecret::parse(NVME_CLI_01).is_ok());
+    assert_eq!(DhchapSecret::parse(NVME_CLI_03).unwrap().len(), 64);
+    // nvme gen-dhchap-key --hmac=0 of the same secret is S32_00.
+    assert_eq!(
+        &DhchapSecret::from_key(&(0..32).collect::<Vec<u8>>(), None).to_text()[..],
+        S32_00
+    );
+}
+
 #[test]
 fn dhhc1_parser_refuses_bad_input() {
     assert_eq!(
