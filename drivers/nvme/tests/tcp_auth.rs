@@ -267,3 +267,32 @@ fn io_queues_without_in_capsule_data_authenticate_through_r2t() {
         s.commands
     );
 }
+
+#[test]
+fn io_queues_authenticate_when_the_admin_queue_did_even_without_atr() {
+    let mut cfg = config(KEY);
+    cfg.no_io_atr = true;
+    let t = start(cfg);
+    let c = connect(&t, &opts(key(KEY), None)).unwrap();
+    drop(c.io_queue::<Vec<u8>>(4).unwrap());
+    let s = t.seen.lock().unwrap();
+    assert_eq!(
+        (s.authenticated, s.unauthenticated),
+        (2, 0),
+        "{:?}",
+        s.commands
+    );
+}
+
+#[test]
+fn a_controller_secret_refuses_a_target_that_does_not_authenticate() {
+    let mut cfg = config(KEY);
+    cfg.require = false;
+    cfg.no_auth = true;
+    let t = start(cfg);
+    let (_, e) = auth_error(connect(&t, &opts(key(KEY), key(CTRL_KEY))));
+    assert!(matches!(e, AuthError::Unsupported { .. }), "{e:?}");
+    assert!(e.to_string().contains("controller secret is set"), "{e}");
+    let s = t.seen.lock().unwrap();
+    assert_eq!(s.commands, vec![(0, 0x7f, 0x01), (0, 0x7f, 0x05)]);
+}

@@ -21,6 +21,10 @@ pub struct TargetAuth {
     pub require: bool,
     /// I/O queues take no in-capsule data: the authentication messages come by R2T.
     pub no_incapsule: bool,
+    /// I/O queue Connect responses do not set ATR, though the queues need authenticating.
+    pub no_io_atr: bool,
+    /// No DH-HMAC-CHAP at all: Authentication Send / Receive fail with Invalid Field.
+    pub no_auth: bool,
     /// Ask for secure channel concatenation too (ASCR).
     pub ascr: bool,
     /// Answer a host challenge with a Success1 that carries no response.

@@ -96,6 +96,8 @@ pub fn config(host: &str) -> TargetAuth {
         require: true,
         silent: false,
         ascr: false,
+        no_io_atr: false,
+        no_auth: false,
         no_incapsule: false,
         hostnqn: HOSTNQN.into(),
         subnqn: SUBNQN.into(),
@@ -233,10 +235,16 @@ impl Conn {
         let out = match (sqe[0], fctype) {
             (0x7f, 0x01) => {
                 self.qid = (dw(10) >> 16) as u16;
-                let atr = if self.side.cfg.require { 1 << 17 } else { 0 };
+                let cfg = &self.side.cfg;
+                let atr = if cfg.require && !(cfg.no_io_atr && self.qid > 0) {
+                    1 << 17
+                } else {
+                    0
+                };
                 let ascr = if self.side.cfg.ascr { 1 << 18 } else { 0 };
                 resp(cid, 1 | atr | ascr, 0)
             }
+            (0x7f, 0x05 | 0x06) if self.side.cfg.no_auth => resp(cid, 0, 0x02),
             (0x7f, 0x05) => {
                 let len = dw(11) as usize;
                 let m = if data.is_empty() {

@@ -80,6 +80,8 @@ pub struct TcpController {
     last_keep_alive: Mutex<Instant>,
     /// Queue ids and keep-alive state shared with the I/O queues.
     assoc: Arc<Association>,
+    /// The admin queue authenticated (DH-HMAC-CHAP): every I/O queue does too.
+    authenticated: bool,
 }
 
 fn connect_hint(st: NvmeStatus) -> &'static str {
@@ -106,12 +108,13 @@ fn open_queue<B: DataBuf>(
     host: &HostIdentity,
     opts: &TcpOptions,
     spec: QueueSpec,
-) -> TcpResult<(TcpQueue<B>, u16)> {
+) -> TcpResult<(TcpQueue<B>, u16, bool)> {
     let QueueSpec {
         qid,
         entries,
         cntlid,
         incap,
+        auth,
     } = spec;
     let s = sock::connect(&target.addr, opts.connect_timeout)?;
     let neg = sock::initialize(&s, opts.hdgst, opts.ddgst, opts.connect_timeout)?;
@@ -164,14 +167,16 @@ fn open_queue<B: DataBuf>(
             source: AuthError::ConcatenationRequired,
         });
     }
-    if opts.auth.wanted(cqe.result) {
+    let authenticate = auth || opts.auth.wanted(cqe.result);
+    if authenticate {
         let who = Parties {
             hostnqn: &host.nqn,
             subnqn: &target.subnqn,
         };
         authenticate_queue(&mut q, &opts.auth, who, opts.admin_timeout)?;
     }
-    Ok((q.into_typed(entries.saturating_sub(1))?, cqe.result as u16))
+    let q = q.into_typed(entries.saturating_sub(1))?;
+    Ok((q, cqe.result as u16, authenticate))
 }
 
 /// Which queue [`open_queue`] joins.
@@ -185,6 +190,9 @@ struct QueueSpec {
     cntlid: u16,
     /// In-capsule data the queue accepts once connected, bytes.
     incap: u32,
+    /// Authenticate even when the Connect response does not ask (an I/O queue of a controller
+    /// whose admin queue authenticated).
+    auth: bool,
 }
 
 /// Run the Connect command, its 1 KiB data in the capsule.
@@ -205,7 +213,7 @@ impl TcpController {
         host: &HostIdentity,
         opts: &TcpOptions,
     ) -> TcpResult<TcpController> {
-        let (mut q, cntlid) = open_queue::<Vec<u8>>(
+        let (mut q, cntlid, authenticated) = open_queue::<Vec<u8>>(
             target,
             host,
             opts,
@@ -214,6 +222,7 @@ impl TcpController {
                 entries: 32,
                 cntlid: CNTLID_DYNAMIC,
                 incap: fabrics::ADMIN_ICDATA as u32,
+                auth: false,
             },
         )?;
         let mut f = Fabrics {
@@ -253,6 +262,7 @@ impl TcpController {
             ioccsz,
             last_keep_alive: Mutex::new(Instant::now()),
             assoc,
+            authenticated,
         })
     }
 
@@ -434,8 +444,9 @@ impl<B: DataBuf> IoQueueTransport for TcpIoQueue<'_, B> {
             entries,
             cntlid: c.cntlid,
             incap: c.ioccsz,
+            auth: c.authenticated,
         };
-        let (q, _) = open_queue::<B>(&c.target, &c.host, &c.opts, spec)?;
+        let (q, _, _) = open_queue::<B>(&c.target, &c.host, &c.opts, spec)?;
         Ok(q)
     }
 }

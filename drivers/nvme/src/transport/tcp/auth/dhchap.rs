@@ -131,7 +131,14 @@ impl Transaction<'_> {
             self.t_id,
             &self.cfg.hashes,
             &self.cfg.groups,
-        ))?;
+        ))
+        .map_err(|e| match e {
+            TcpError::Command { status, .. } => AuthError::Unsupported {
+                status: status.to_string(),
+            }
+            .into(),
+            e => e,
+        })?;
         let buf = ch.receive()?;
         let (reply, pending, agreed) = match self.on_challenge(&buf) {
             Ok(r) => r,

@@ -62,6 +62,13 @@ pub enum AuthError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The target refused the host's AUTH_Negotiate with a command status: it does not
+    /// authenticate this host.
+    #[error("the target refused to authenticate (Authentication Send failed: {status}): it holds no DH-HMAC-CHAP key for this host NQN; the host requires authentication because a controller secret is set (or the target asked for it)")]
+    Unsupported {
+        /// The command status, as text.
+        status: String,
+    },
     /// The target requires secure channel concatenation (the Connect response's ASCR bit).
     #[error("the target requires secure channel concatenation (DH-HMAC-CHAP then TLS, the Connect response's ASCR bit), which this host does not implement: configure the target to accept this host without it; nothing else was sent")]
     ConcatenationRequired,
