@@ -10,6 +10,10 @@ fn main() -> ExitCode {
     // Usage errors exit 2 and --help/--version exit 0 (clap's conventions).
     let args = cli::Cli::parse();
     init_tracing(args.verbose);
+    cli::nvmf::set_secret_files(cli::nvmf::SecretFiles {
+        host: args.dhchap_secret_file.clone(),
+        ctrl: args.dhchap_ctrl_secret_file.clone(),
+    });
     match args.command.run() {
         Ok(outcome) => outcome.exit_code(),
         Err(e) => {

@@ -72,6 +72,10 @@ const PHRASES: &[(&str, &str)] = &[
         "the command with --allow-noiommu (e.g. `ubdirect perf --allow-noiommu`)",
     ),
     (
+        ubdirect_nvme::transport::tcp::auth::error::GIVE_SECRET,
+        "give the host secret in a file with --dhchap-secret-file PATH, or in $UBD_DHCHAP_SECRET (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN)",
+    ),
+    (
         "is already in use (by another process, or by another DMA domain of this process)",
         "is already in use by another program (another ubdirect, QEMU, DPDK or SPDK): stop it and run again",
     ),

@@ -21,7 +21,7 @@ mod log;
 mod loopback;
 mod namespace;
 mod noiommu_arg;
-mod nvmf;
+pub mod nvmf;
 mod nvmf_perf;
 mod perf;
 mod pipeline;
@@ -40,6 +40,14 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+
+    /// NVMe/TCP: file holding the host's DH-HMAC-CHAP secret (DHHC-1:..., as `nvme gen-dhchap-key` writes it); else $UBD_DHCHAP_SECRET.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub dhchap_secret_file: Option<std::path::PathBuf>,
+
+    /// NVMe/TCP: file holding the controller's DH-HMAC-CHAP secret (the host then authenticates the target too); else $UBD_DHCHAP_CTRL_SECRET.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub dhchap_ctrl_secret_file: Option<std::path::PathBuf>,
 
     /// The subcommand.
     #[command(subcommand)]
@@ -237,7 +245,11 @@ mod tests {
         assert!(help.len() >= 7, "{} help texts", help.len());
         for (name, text) in &help {
             // The operator's no-IOMMU opt-in is a setting of setup.sh, not a test-bed hook.
-            let text = &text.replace("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh", "");
+            // Nor are the variables that hold the DH-HMAC-CHAP secrets (never flags: `ps`).
+            let text = &text
+                .replace("UBD_ALLOW_NOIOMMU=1 scripts/setup.sh", "")
+                .replace("$UBD_DHCHAP_CTRL_SECRET", "")
+                .replace("$UBD_DHCHAP_SECRET", "");
             for word in [
                 "hostcheck",
                 "HOSTCHECK",

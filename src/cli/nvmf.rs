@@ -1,9 +1,12 @@
 //! NVMe/TCP in the CLI: `ubdirect discover ADDR[:PORT]` and `identify nvmf-tcp://...`.
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::Serialize;
 use ubdirect_nvme::transport::tcp::addr::{discovery_address, is_tcp_address, TcpTarget};
+use ubdirect_nvme::transport::tcp::auth::{AuthConfig, ENV_CTRL_SECRET, ENV_SECRET};
 use ubdirect_nvme::transport::tcp::ctrl::{discover, TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics::DiscoveryRecord;
 use ubdirect_nvme::transport::tcp::host::HostIdentity;
@@ -52,6 +55,32 @@ pub fn host_identity() -> HostIdentity {
     h
 }
 
+/// Where the DH-HMAC-CHAP secrets are read from (`--dhchap-secret-file`,
+/// `--dhchap-ctrl-secret-file`; without them the environment).
+#[derive(Debug, Default)]
+pub struct SecretFiles {
+    /// The host secret's file.
+    pub host: Option<PathBuf>,
+    /// The controller secret's file.
+    pub ctrl: Option<PathBuf>,
+}
+
+static SECRET_FILES: OnceLock<SecretFiles> = OnceLock::new();
+
+/// Record the secret files of this run (once, from `main`).
+pub fn set_secret_files(f: SecretFiles) {
+    let _ = SECRET_FILES.set(f);
+}
+
+/// `base` with the DH-HMAC-CHAP secrets of this run.
+pub fn with_auth(base: TcpOptions) -> Result<TcpOptions, Box<dyn std::error::Error + Send + Sync>> {
+    let f = SECRET_FILES.get_or_init(SecretFiles::default);
+    let auth = AuthConfig::from_sources(f.host.as_deref(), f.ctrl.as_deref()).map_err(|e| {
+        format!("{e} (the secret comes from --dhchap-secret-file / --dhchap-ctrl-secret-file, else ${ENV_SECRET} / ${ENV_CTRL_SECRET})")
+    })?;
+    Ok(TcpOptions { auth, ..base })
+}
+
 fn options(timeout: u64, digests: bool) -> TcpOptions {
     TcpOptions {
         connect_timeout: Duration::from_secs(timeout),
@@ -73,7 +102,11 @@ struct DiscoverJson<'a> {
 pub fn run_discover(args: &DiscoverArgs) -> CliResult {
     let addr = discovery_address(&args.addr)?;
     let host = host_identity();
-    let recs = discover(&addr, &host, &options(args.timeout, args.digests))?;
+    let recs = discover(
+        &addr,
+        &host,
+        &with_auth(options(args.timeout, args.digests))?,
+    )?;
     if args.json {
         super::json::print(
             "discover",
@@ -123,7 +156,7 @@ struct IdentifyJson<'a> {
 pub fn run_identify(addr: &str, json: bool) -> CliResult {
     let target: TcpTarget = addr.parse()?;
     let host = host_identity();
-    let ctrl = TcpController::connect(&target, &host, &TcpOptions::default())?;
+    let ctrl = TcpController::connect(&target, &host, &with_auth(TcpOptions::default())?)?;
     let ids: Vec<u32> = match target.nsid {
         Some(n) => vec![n],
         None => (1..=ctrl.info().nn.min(16)).collect(),

@@ -98,12 +98,12 @@ pub fn run(p: &PerfSpec<'_>) -> CliResult {
         })?,
         Err(_) => 0,
     };
-    let opts = TcpOptions {
+    let opts = super::nvmf::with_auth(TcpOptions {
         hdgst: digests,
         ddgst: digests,
         kato_ms,
         ..TcpOptions::default()
-    };
+    })?;
     let ctrl = TcpController::connect(&target, &host, &opts)?;
     let nsid = target.nsid.unwrap_or(1);
     let ns = ctrl.namespace(nsid)?;

@@ -28,7 +28,11 @@ pub(super) fn run(
     let target: TcpTarget = addr.parse()?;
     let nsid = super::super::namespace::merge(args.ns, target.nsid)?.unwrap_or(1);
     let host = super::super::nvmf::host_identity();
-    let ctrl = TcpController::connect(&target, &host, &TcpOptions::default())?;
+    let ctrl = TcpController::connect(
+        &target,
+        &host,
+        &super::super::nvmf::with_auth(TcpOptions::default())?,
+    )?;
     let ns = ctrl.namespace(nsid)?;
     let depth = (args.qd * 2).clamp(2, 1024);
     let q = ctrl.io_queue(depth)?;

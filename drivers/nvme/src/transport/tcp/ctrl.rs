@@ -13,6 +13,9 @@ use zerocopy::IntoBytes;
 
 use super::addr::TcpTarget;
 use super::assoc::Association;
+use super::auth::{
+    authenticate_queue, AuthConfig, AuthError, Authenticated, Parties, CONNECT_AUTHREQ_ASCR,
+};
 use super::buf::DataBuf;
 use super::error::{TcpError, TcpResult};
 use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
@@ -44,6 +47,8 @@ pub struct TcpOptions {
     pub kato_ms: u32,
     /// I/O queues to ask for (Set Features, Number of Queues); the controller may grant fewer.
     pub io_queues: u16,
+    /// In-band authentication (DH-HMAC-CHAP): secrets and what the host accepts.
+    pub auth: AuthConfig,
 }
 
 impl Default for TcpOptions {
@@ -56,6 +61,7 @@ impl Default for TcpOptions {
             ddgst: false,
             kato_ms: 0,
             io_queues: 16,
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -74,6 +80,8 @@ pub struct TcpController {
     last_keep_alive: Mutex<Instant>,
     /// Queue ids and keep-alive state shared with the I/O queues.
     assoc: Arc<Association>,
+    /// The admin queue authenticated (DH-HMAC-CHAP): every I/O queue does too.
+    authenticated: bool,
 }
 
 fn connect_hint(st: NvmeStatus) -> &'static str {
@@ -86,6 +94,10 @@ fn connect_hint(st: NvmeStatus) -> &'static str {
     }
 }
 
+/// Status Authentication Required (SCT 1h, SC 91h): the controller wants the queue
+/// authenticated (again) before it runs commands.
+const AUTH_REQUIRED: (u8, u8) = (sct::COMMAND_SPECIFIC, 0x91);
+
 /// The largest queue (entries) this host connects: nvmet's own limit (NVMET_QUEUE_SIZE).
 const MAX_ENTRIES: u32 = 1024;
 
@@ -95,19 +107,21 @@ fn open_queue<B: DataBuf>(
     target: &TcpTarget,
     host: &HostIdentity,
     opts: &TcpOptions,
-    qid: u16,
-    entries: u16,
-    cntlid: u16,
-) -> TcpResult<(TcpQueue<B>, u16)> {
+    spec: QueueSpec,
+) -> TcpResult<(TcpQueue<B>, u16, bool)> {
+    let QueueSpec {
+        qid,
+        entries,
+        cntlid,
+        incap,
+        auth,
+    } = spec;
     let s = sock::connect(&target.addr, opts.connect_timeout)?;
     let neg = sock::initialize(&s, opts.hdgst, opts.ddgst, opts.connect_timeout)?;
-    let incap = if qid == 0 {
-        fabrics::ADMIN_ICDATA as u32
-    } else {
-        0
-    };
     // The Connect itself carries 1 KiB in the capsule on every queue.
-    let mut q = TcpQueue::<B>::new(
+    // Connect and authentication run on a Vec-backed queue; the connection then goes to a
+    // queue of B.
+    let mut q = TcpQueue::<Vec<u8>>::new(
         s,
         neg,
         qid,
@@ -147,7 +161,38 @@ fn open_queue<B: DataBuf>(
         e => e,
     })?;
     q.set_incapsule(incap);
-    Ok((q, cqe.result as u16))
+    if cqe.result & CONNECT_AUTHREQ_ASCR != 0 {
+        return Err(TcpError::Auth {
+            qid,
+            source: AuthError::ConcatenationRequired,
+        });
+    }
+    let authenticate = auth || opts.auth.wanted(cqe.result);
+    if authenticate {
+        let who = Parties {
+            hostnqn: &host.nqn,
+            subnqn: &target.subnqn,
+        };
+        authenticate_queue(&mut q, &opts.auth, who, opts.admin_timeout)?;
+    }
+    let q = q.into_typed(entries.saturating_sub(1))?;
+    Ok((q, cqe.result as u16, authenticate))
+}
+
+/// Which queue [`open_queue`] joins.
+#[derive(Debug, Clone, Copy)]
+struct QueueSpec {
+    /// Queue ID.
+    qid: u16,
+    /// Entries (the queue holds one command fewer).
+    entries: u16,
+    /// Controller ID: [`CNTLID_DYNAMIC`] for the admin queue.
+    cntlid: u16,
+    /// In-capsule data the queue accepts once connected, bytes.
+    incap: u32,
+    /// Authenticate even when the Connect response does not ask (an I/O queue of a controller
+    /// whose admin queue authenticated).
+    auth: bool,
 }
 
 /// Run the Connect command, its 1 KiB data in the capsule.
@@ -168,7 +213,18 @@ impl TcpController {
         host: &HostIdentity,
         opts: &TcpOptions,
     ) -> TcpResult<TcpController> {
-        let (mut q, cntlid) = open_queue::<Vec<u8>>(target, host, opts, 0, 32, CNTLID_DYNAMIC)?;
+        let (mut q, cntlid, authenticated) = open_queue::<Vec<u8>>(
+            target,
+            host,
+            opts,
+            QueueSpec {
+                qid: 0,
+                entries: 32,
+                cntlid: CNTLID_DYNAMIC,
+                incap: fabrics::ADMIN_ICDATA as u32,
+                auth: false,
+            },
+        )?;
         let mut f = Fabrics {
             q: &mut q,
             timeout: opts.admin_timeout,
@@ -206,6 +262,7 @@ impl TcpController {
             ioccsz,
             last_keep_alive: Mutex::new(Instant::now()),
             assoc,
+            authenticated,
         })
     }
 
@@ -253,15 +310,46 @@ impl TcpController {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Run DH-HMAC-CHAP again on the admin queue (a controller may ask for it at any time,
+    /// e.g. after its keys changed; admin commands answered Authentication Required do it by
+    /// themselves). I/O queues authenticate when created.
+    pub fn reauthenticate(&self) -> TcpResult<Authenticated> {
+        self.reauthenticate_queue(&mut self.admin())
+    }
+
+    /// Run DH-HMAC-CHAP on the admin queue `q`.
+    fn reauthenticate_queue(&self, q: &mut TcpQueue<Vec<u8>>) -> TcpResult<Authenticated> {
+        let who = Parties {
+            hostnqn: &self.host.nqn,
+            subnqn: &self.target.subnqn,
+        };
+        authenticate_queue(q, &self.opts.auth, who, self.opts.admin_timeout)
+    }
+
+    /// Run `f` on the admin queue; when the controller answers Authentication Required,
+    /// authenticate again and run it once more.
+    fn admin_authenticated<T>(
+        &self,
+        mut f: impl FnMut(&mut TcpQueue<Vec<u8>>) -> TcpResult<T>,
+    ) -> TcpResult<T> {
+        let mut q = self.admin();
+        match f(&mut q) {
+            Err(TcpError::Command { status, .. })
+                if (status.sct, status.sc) == AUTH_REQUIRED && self.opts.auth.secret.is_some() =>
+            {
+                self.reauthenticate_queue(&mut q)?;
+                f(&mut q)
+            }
+            r => r,
+        }
+    }
+
     /// Identify Namespace `nsid`.
     pub fn namespace(&self, nsid: u32) -> TcpResult<NamespaceInfo> {
-        let id = transport::identify_namespace(
-            &mut Fabrics {
-                q: &mut self.admin(),
-                timeout: self.opts.admin_timeout,
-            },
-            nsid,
-        )?;
+        let timeout = self.opts.admin_timeout;
+        let id = self.admin_authenticated(|q| {
+            transport::identify_namespace(&mut Fabrics { q, timeout }, nsid)
+        })?;
         NamespaceInfo::from_identify(nsid, &id).map_err(|_| TcpError::DeviceInput {
             field: "Identify Namespace",
             value: nsid as u64,
@@ -295,14 +383,16 @@ impl TcpController {
         if last.elapsed() < Duration::from_millis(self.opts.kato_ms as u64 / 2) {
             return Ok(());
         }
-        self.admin().run(
-            fabrics::keep_alive(),
-            "Keep Alive",
-            None,
-            None,
-            0,
-            self.opts.admin_timeout,
-        )?;
+        self.admin_authenticated(|q| {
+            q.run(
+                fabrics::keep_alive(),
+                "Keep Alive",
+                None,
+                None,
+                0,
+                self.opts.admin_timeout,
+            )
+        })?;
         *last = Instant::now();
         self.assoc.keep_alive_answered();
         Ok(())
@@ -349,8 +439,14 @@ impl<B: DataBuf> IoQueueTransport for TcpIoQueue<'_, B> {
     }
     fn create(&mut self, qid: u16, entries: u16) -> TcpResult<TcpQueue<B>> {
         let c = self.ctrl;
-        let (mut q, _) = open_queue::<B>(&c.target, &c.host, &c.opts, qid, entries, c.cntlid)?;
-        q.set_incapsule(c.ioccsz);
+        let spec = QueueSpec {
+            qid,
+            entries,
+            cntlid: c.cntlid,
+            incap: c.ioccsz,
+            auth: c.authenticated,
+        };
+        let (q, _, _) = open_queue::<B>(&c.target, &c.host, &c.opts, spec)?;
         Ok(q)
     }
 }

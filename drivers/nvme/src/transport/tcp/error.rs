@@ -177,10 +177,25 @@ pub enum TcpError {
         /// The keep-alive timeout given in the admin Connect.
         kato: std::time::Duration,
     },
+    /// DH-HMAC-CHAP authentication of a queue failed; nothing else was sent on it.
+    #[error("NVMe/TCP authentication of queue {qid} failed: {source}")]
+    Auth {
+        /// Queue ID.
+        qid: u16,
+        /// Why.
+        #[source]
+        source: super::auth::AuthError,
+    },
     /// A fault of the controller logic shared with PCIe (CSTS.RDY not reached within CAP.TO,
     /// CSTS.CFS, CSTS all-ones): the same error as on a local controller.
     #[error(transparent)]
     Controller(#[from] crate::error::NvmeError),
+}
+
+impl From<super::auth::AuthError> for TcpError {
+    fn from(source: super::auth::AuthError) -> TcpError {
+        TcpError::Auth { qid: 0, source }
+    }
 }
 
 impl TcpError {

@@ -1,10 +1,12 @@
 //! NVMe/TCP host (NVMe/TCP transport specification 1.0): PDUs ([`pdu`]), digests
 //! ([`digest`]), fabrics commands ([`fabrics`]), the validating receive state machine ([`rx`]).
 //!
-//! TLS (NVMe/TCP secure channels) is out of scope.
+//! In-band authentication (DH-HMAC-CHAP) is [`auth`]; TLS (NVMe/TCP secure channels) is out of
+//! scope.
 
 pub mod addr;
 mod assoc;
+pub mod auth;
 pub mod block;
 #[cfg(test)]
 mod block_tests;

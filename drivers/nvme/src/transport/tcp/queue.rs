@@ -31,6 +31,9 @@ use super::buf::DataBuf;
 use super::digest;
 use super::error::TcpError;
 use super::fabrics::{self, SGL_INCAPSULE, SGL_TRANSPORT};
+#[path = "queue_control.rs"]
+mod control;
+
 use super::pdu::{
     flags, pdu_type, CapsuleCmd, CommonHeader, DataHeader, CMD_HLEN, DIGEST_LEN, SHORT_HLEN,
 };
