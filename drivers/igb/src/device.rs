@@ -334,8 +334,9 @@ impl Igb {
     /// are leaked on purpose (the device may still write them).
     pub fn shutdown(mut self) -> Result<()> {
         let r = self.quiesce();
+        let pairs = std::mem::take(&mut self.pairs);
         if r.is_err() {
-            std::mem::forget(std::mem::take(&mut self.pairs));
+            std::mem::forget(pairs);
         }
         r
     }
