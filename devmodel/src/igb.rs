@@ -153,6 +153,11 @@ impl IgbModel {
         self.dma.faults()
     }
 
+    /// MMIO reads so far (what [`IgbHostile::all_ones_after`] counts).
+    pub fn reads(&self) -> u64 {
+        self.st().reads
+    }
+
     /// A register's value as stored, without a read's side effects.
     pub fn reg(&self, off: usize) -> u32 {
         self.st().regs.get(off)

@@ -11,10 +11,6 @@ use crate::error::{IgbError, Result};
 use crate::regs;
 use crate::ring::Ring;
 
-/// How long a PHY access through MDIC may take.
-const MDIC_TIMEOUT: Duration = Duration::from_millis(100);
-/// How long a queue-enable bit may take to read back set.
-const QUEUE_ENABLE_TIMEOUT: Duration = Duration::from_millis(100);
 /// The 82576's internal PHY address.
 const PHY_ADDR: u32 = 1;
 
@@ -54,8 +50,11 @@ pub(crate) fn reset(r: &Mmio, addr: PciAddress, deadline: Duration) -> Result<()
     r.write32(regs::RCTL, 0);
     r.write32(regs::TCTL, 0);
     r.write32(regs::CTRL, ctrl | regs::CTRL_RST);
-    // The datasheet asks for a short wait before the first access after a reset.
-    std::thread::sleep(Duration::from_micros(100));
+    // The datasheet asks for a few microseconds before the next access after a reset.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_micros(5) {
+        std::hint::spin_loop();
+    }
     let mut last = 0;
     let done = poll_until(deadline, || {
         last = r.read32(regs::CTRL);
@@ -88,7 +87,8 @@ pub(crate) fn read_mac(r: &Mmio) -> Option<[u8; 6]> {
 }
 
 /// Sets link up (CTRL.SLU) and restarts auto-negotiation in the PHY through MDIC.
-pub(crate) fn link_up(r: &Mmio, addr: PciAddress) -> Result<()> {
+/// Waits up to `deadline` for MDIC to finish.
+pub(crate) fn link_up(r: &Mmio, addr: PciAddress, deadline: Duration) -> Result<()> {
     let ctrl = r.read32(regs::CTRL);
     r.write32(regs::CTRL, ctrl | regs::CTRL_SLU | regs::CTRL_FD);
     let ext = r.read32(regs::CTRL_EXT);
@@ -100,7 +100,7 @@ pub(crate) fn link_up(r: &Mmio, addr: PciAddress) -> Result<()> {
             | regs::MDIC_OP_WRITE,
     );
     let mut mdic = 0;
-    let done = poll_until(MDIC_TIMEOUT, || {
+    let done = poll_until(deadline, || {
         mdic = r.read32(regs::MDIC);
         (mdic & regs::MDIC_READY != 0).then_some(())
     });
@@ -162,10 +162,10 @@ fn write_checked(
 
 fn enable_queue(
     r: &Mmio,
-    addr: PciAddress,
-    queue: usize,
+    (addr, queue): (PciAddress, usize),
     what: &'static str,
     off: usize,
+    deadline: Duration,
 ) -> Result<()> {
     let v = r.read32(off);
     if v == u32::MAX {
@@ -173,7 +173,7 @@ fn enable_queue(
     }
     r.write32(off, v | regs::QUEUE_ENABLE);
     let mut read = 0;
-    let on = poll_until(QUEUE_ENABLE_TIMEOUT, || {
+    let on = poll_until(deadline, || {
         read = r.read32(off);
         (read != u32::MAX && read & regs::QUEUE_ENABLE != 0).then_some(())
     });
@@ -193,10 +193,10 @@ fn enable_queue(
 /// dropping frames when no descriptor is posted) and enables it; the tail stays 0.
 pub(crate) fn setup_rx(
     r: &Mmio,
-    addr: PciAddress,
-    q: usize,
+    (addr, q): (PciAddress, usize),
     ring: &Ring,
     buf_len: usize,
+    deadline: Duration,
 ) -> Result<()> {
     let iova = ring.mem.iova();
     let len = u32::from(ring.size()) * 16;
@@ -220,11 +220,16 @@ pub(crate) fn setup_rx(
     )?;
     r.write32(regs::rdh(q), 0);
     r.write32(regs::rdt(q), 0);
-    enable_queue(r, addr, q, "RXDCTL", regs::rxdctl(q))
+    enable_queue(r, (addr, q), "RXDCTL", regs::rxdctl(q), deadline)
 }
 
 /// Programs TX queue `q` with `ring` (DD written back into the descriptors) and enables it.
-pub(crate) fn setup_tx(r: &Mmio, addr: PciAddress, q: usize, ring: &Ring) -> Result<()> {
+pub(crate) fn setup_tx(
+    r: &Mmio,
+    (addr, q): (PciAddress, usize),
+    ring: &Ring,
+    deadline: Duration,
+) -> Result<()> {
     let iova = ring.mem.iova();
     let len = u32::from(ring.size()) * 16;
     write_checked(r, addr, q, "TDBAL", (regs::tdbal(q), iova as u32, u32::MAX))?;
@@ -239,7 +244,7 @@ pub(crate) fn setup_tx(r: &Mmio, addr: PciAddress, q: usize, ring: &Ring) -> Res
     r.write32(regs::tdwbal(q), 0);
     r.write32(regs::tdh(q), 0);
     r.write32(regs::tdt(q), 0);
-    enable_queue(r, addr, q, "TXDCTL", regs::txdctl(q))
+    enable_queue(r, (addr, q), "TXDCTL", regs::txdctl(q), deadline)
 }
 
 /// Turns the receiver and transmitter on: CRC stripped, broadcast accepted, and unicast /

@@ -39,7 +39,7 @@ pub struct IgbConfig {
     pub tx_ring_size: u16,
     /// Receive every unicast and multicast frame, not only the device MAC's (default on).
     pub promiscuous: bool,
-    /// How long a reset may take (default 1 s).
+    /// How long a reset, a PHY access or a queue enable may take (default 1 s).
     pub reset_timeout: Duration,
     /// How long bring-up waits for the link (default 3 s; QEMU's emulated auto-negotiation
     /// takes 0.5 s). Zero: do not wait (check [`Igb::link_up`] yourself).
@@ -235,7 +235,7 @@ impl Igb {
         cfg: &IgbConfig,
     ) -> Result<()> {
         let (r, addr) = (&self.regs, self.info.addr);
-        bringup::link_up(r, addr)?;
+        bringup::link_up(r, addr, cfg.reset_timeout)?;
         let numa = self.dev.numa_node();
         for q in 0..cfg.queue_pairs as usize {
             let rx = Ring::new(registry, cfg.rx_ring_size, numa)?;
@@ -257,8 +257,8 @@ impl Igb {
                 discarding: false,
             });
             let p = self.pairs.last().expect("pushed above");
-            bringup::setup_rx(r, addr, q, &p.rx, self.info.rx_buf_len)?;
-            bringup::setup_tx(r, addr, q, &p.tx)?;
+            bringup::setup_rx(r, (addr, q), &p.rx, self.info.rx_buf_len, cfg.reset_timeout)?;
+            bringup::setup_tx(r, (addr, q), &p.tx, cfg.reset_timeout)?;
         }
         bringup::enable_rx_tx(r, cfg.promiscuous);
         for p in self.pairs.iter_mut() {

@@ -102,6 +102,7 @@ pub fn recv(q: &mut QueuePair<'_>, n: usize) -> Vec<NicFrame> {
     out
 }
 
+#[allow(unused_imports)] // not every test binary that includes this module needs it
 pub use ubdirect_devmodel::within;
 
 /// Case count of the model fuzz targets: `UBD_FUZZ_CASES` or 10,000.
