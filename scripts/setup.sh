@@ -841,6 +841,13 @@ default_driver() {
         echo virtio-pci
         return
     fi
+    # Intel 82576: the virtual function (0x10ca) has its own driver; the physical functions igb.
+    if [ "$dd_v" = 0x8086 ]; then
+        case $dd_d in
+        0x10ca) echo igbvf && return ;;
+        0x10c9 | 0x10e6 | 0x10e7 | 0x10e8 | 0x1526 | 0x150a | 0x1518 | 0x150d) echo igb && return ;;
+        esac
+    fi
     echo none
 }
 
