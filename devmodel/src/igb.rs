@@ -5,7 +5,8 @@
 //! the peer's RX queue 0 (two models [`connect`]ed) or, with no peer, on the sender's own.
 //!
 //! As QEMU's igb does, the link comes up only once the driver set CTRL.SLU and restarted
-//! auto-negotiation (after a reset STATUS.LU is clear), runts are padded to 60 bytes, and a
+//! auto-negotiation (after a reset STATUS.LU is clear), runts are padded to 60 bytes, frames
+//! over 1514 bytes are dropped unless RCTL.LPE raises the limit to RLPML, and a
 //! frame waits on the wire until an RX descriptor is posted for it. Everything runs
 //! synchronously inside the MMIO access that causes it (each model's state behind its own lock,
 //! never two held at once). An [`IgbHostile`] plan rewrites what the device shows the driver.
@@ -208,7 +209,8 @@ impl IgbModel {
             t
         };
         let State { regs, inbox, .. } = s;
-        let (n, bytes) = wire::receive(regs, &self.dma, 0, inbox, &mut tweak);
+        let q = (0, self.plan.oversized_rx);
+        let (n, bytes) = wire::receive(regs, &self.dma, q, inbox, &mut tweak);
         s.next_tweak = next;
         s.stats.rx_frames += n;
         let add = |s: &mut State, off: usize, v: u64| {

@@ -282,11 +282,13 @@ for d in $UBD_VM_DEVICES; do
     nvmecmb)
         dev_args+=(-drive "file=$run_dir/nvme-cmb.img,if=none,id=nvcmb,format=raw"
             -device "nvme,id=nvmecmb,serial=ubdcmb,cmb_size_mb=1,drive=nvcmb,addr=0b.0") ;;
-    igb) # two Intel 82576 PFs (PCIe endpoints on q35's root complex) on their own hub: what one
-        # sends the other receives
+    igb) # two Intel 82576 PFs on their own hub (what one sends the other receives), each below
+        # its own PCIe root port (00:0d.0, 00:0e.0): a PF claims slots 0x80 devfns above its own
+        # for its VFs, so two on one bus collide
         for n in 0 1; do
-            dev_args+=(-netdev "hubport,id=igbp$n,hubid=1"
-                -device "igb,netdev=igbp$n,mac=52:54:00:00:02:0$((n + 1)),romfile=,addr=$(printf %02x $((13 + n))).0")
+            dev_args+=(-device "pcie-root-port,id=igbrp$n,chassis=$((10 + n)),addr=$(printf %02x $((13 + n))).0"
+                -netdev "hubport,id=igbp$n,hubid=1"
+                -device "igb,bus=igbrp$n,netdev=igbp$n,mac=52:54:00:00:02:0$((n + 1)),romfile=")
         done ;;
     sata) # a disk on q35's built-in AHCI controller (00:1f.2): setup.sh's in-use checks of other classes
         dev_args+=(-drive "file=$run_dir/sata.img,if=none,id=sata0,format=raw" -device "ide-hd,bus=ide.0,drive=sata0") ;;

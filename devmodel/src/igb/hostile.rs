@@ -29,6 +29,9 @@ pub struct IgbHostile {
     pub mac_regs: Option<(u32, u32)>,
     /// BAR 0's length instead of 128 KiB.
     pub bar_len: Option<u64>,
+    /// Frames longer than the receiver accepts (1514 bytes, or RLPML - 4 with RCTL.LPE) are
+    /// delivered anyway, spread over as many descriptors as they need.
+    pub oversized_rx: bool,
     /// TX descriptors are never written back (no DD).
     pub tx_never_done: bool,
     /// After this many tail writes the device ignores them all (stops answering).

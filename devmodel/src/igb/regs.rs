@@ -11,6 +11,7 @@ pub(crate) const RCTL: usize = 0x0100;
 pub(crate) const TCTL: usize = 0x0400;
 pub(crate) const EIMS: usize = 0x1524;
 pub(crate) const EIMC: usize = 0x1528;
+pub(crate) const RLPML: usize = 0x5004;
 pub(crate) const RAL0: usize = 0x5400;
 pub(crate) const RAH0: usize = 0x5404;
 pub(crate) const GPRC: usize = 0x4074;

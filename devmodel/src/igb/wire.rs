@@ -93,7 +93,7 @@ fn rx_free(r: &Regs, q: usize, size: u32) -> u32 {
 pub(crate) fn receive(
     r: &mut Regs,
     dma: &HostDma,
-    q: usize,
+    (q, oversized_ok): (usize, bool),
     inbox: &mut VecDeque<Vec<u8>>,
     tweak: &mut dyn FnMut() -> RxTweak,
 ) -> (u64, u64) {
@@ -105,7 +105,18 @@ pub(crate) fn receive(
     let kb = r.get(srrctl(q)) & 0x7f;
     let bufsize = if kb == 0 { 2048 } else { kb as usize * 1024 };
     let base = r.base(rdbal(q), rdbah(q));
+    // Untagged frames over 1514 bytes are oversized unless RCTL.LPE raises the limit to RLPML
+    // (which counts the FCS).
+    let max = if r.get(RCTL) & (1 << 5) != 0 {
+        (r.get(RLPML) & 0x3fff).saturating_sub(4) as usize
+    } else {
+        1514
+    };
     while let Some(frame) = inbox.front() {
+        if frame.len() > max && !oversized_ok {
+            inbox.pop_front();
+            continue;
+        }
         let mut frame = frame.clone();
         if frame.len() < 60 {
             frame.resize(60, 0);

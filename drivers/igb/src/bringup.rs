@@ -247,10 +247,13 @@ pub(crate) fn setup_tx(
     enable_queue(r, (addr, q), "TXDCTL", regs::txdctl(q), deadline)
 }
 
-/// Turns the receiver and transmitter on: CRC stripped, broadcast accepted, and unicast /
-/// multicast promiscuous when `promiscuous`.
-pub(crate) fn enable_rx_tx(r: &Mmio, promiscuous: bool) {
-    let mut rctl = regs::RCTL_EN | regs::RCTL_BAM | regs::RCTL_SECRC;
+/// Turns the receiver and transmitter on: CRC stripped, broadcast accepted, frames up to
+/// `max_frame` bytes (without FCS) accepted whether VLAN-tagged or not (LPE with RLPML: without
+/// it an untagged frame over 1514 bytes is dropped as oversized), and unicast / multicast
+/// promiscuous when `promiscuous`.
+pub(crate) fn enable_rx_tx(r: &Mmio, promiscuous: bool, max_frame: usize) {
+    r.write32(regs::RLPML, max_frame as u32 + 4);
+    let mut rctl = regs::RCTL_EN | regs::RCTL_BAM | regs::RCTL_SECRC | regs::RCTL_LPE;
     if promiscuous {
         rctl |= regs::RCTL_UPE | regs::RCTL_MPE;
     }

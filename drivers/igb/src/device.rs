@@ -260,7 +260,7 @@ impl Igb {
             bringup::setup_rx(r, (addr, q), &p.rx, self.info.rx_buf_len, cfg.reset_timeout)?;
             bringup::setup_tx(r, (addr, q), &p.tx, cfg.reset_timeout)?;
         }
-        bringup::enable_rx_tx(r, cfg.promiscuous);
+        bringup::enable_rx_tx(r, cfg.promiscuous, self.info.max_frame);
         for p in self.pairs.iter_mut() {
             p.refill_rx();
         }

@@ -25,6 +25,8 @@ pub const EIMC: usize = 0x1528;
 pub const EIAC: usize = 0x152c;
 /// Multiple receive queues command (RSS / VMDq).
 pub const MRQC: usize = 0x5818;
+/// Receive long packet maximum length (bytes, FCS included; used with RCTL.LPE).
+pub const RLPML: usize = 0x5004;
 /// Receive address low, entry 0 (the MAC's first four bytes).
 pub const RAL0: usize = 0x5400;
 /// Receive address high, entry 0 (the MAC's last two bytes, AV in bit 31).
@@ -136,6 +138,8 @@ pub const RCTL_EN: u32 = 1 << 1;
 pub const RCTL_UPE: u32 = 1 << 3;
 /// RCTL: multicast promiscuous.
 pub const RCTL_MPE: u32 = 1 << 4;
+/// RCTL: long packet enable (frames up to RLPML instead of 1518 bytes with FCS, 1522 tagged).
+pub const RCTL_LPE: u32 = 1 << 5;
 /// RCTL: accept broadcast.
 pub const RCTL_BAM: u32 = 1 << 15;
 /// RCTL: strip the Ethernet CRC from received frames.

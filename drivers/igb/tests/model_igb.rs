@@ -227,7 +227,11 @@ fn exhausted_and_small_pools_are_refused_or_counted() {
 fn a_frame_spread_over_two_buffers_is_dropped_whole() {
     let reg = registry();
     let pool = pool(&reg, 64);
-    let (m, nic) = open_model(&reg, &pool, cfg(A), IgbHostile::default(), fast_cfg(16));
+    let plan = IgbHostile {
+        oversized_rx: true,
+        ..Default::default()
+    };
+    let (m, nic) = open_model(&reg, &pool, cfg(A), plan, fast_cfg(16));
     let mut nic = nic.unwrap();
     m.inject(&vec![0x5a; 5000]);
     m.inject(&[0x11; 100]);
@@ -493,8 +497,13 @@ fn the_nic_seam_drives_igb_like_any_nic() {
     let sent = v[0].data().to_vec();
     assert_eq!(qa.tx_burst(&mut v).unwrap(), 1);
     let mut out = Vec::with_capacity(4);
+    let start = std::time::Instant::now();
     while out.is_empty() {
         qb.rx_burst(&mut out).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the 1518-byte frame never arrived"
+        );
     }
     assert_eq!(out[0].data(), &sent[..]);
     let mut bad = vec![frame(&pool, 0, 2000, B, A, 1)];
