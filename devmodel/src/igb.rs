@@ -74,6 +74,7 @@ struct State {
     autoneg_done: bool,
     cable: bool,
     gone: bool,
+    decoding: bool,
     next_tweak: usize,
 }
 
@@ -120,6 +121,7 @@ impl IgbModel {
             autoneg_done: false,
             cable: cfg.link_up,
             gone: false,
+            decoding: true,
             next_tweak: 0,
         };
         let m = Arc::new(IgbModel {
@@ -177,6 +179,12 @@ impl IgbModel {
         self.st().gone = true;
     }
 
+    /// The BAR stops decoding (as with memory decoding turned off in the command register):
+    /// every register reads 0 from now on, writes are lost, nothing is sent or received.
+    pub fn stop_decoding(&self) {
+        self.st().decoding = false;
+    }
+
     /// Frames waiting on the wire for an RX descriptor.
     pub fn waiting(&self) -> usize {
         self.st().inbox.len()
@@ -198,7 +206,7 @@ impl IgbModel {
     }
 
     fn deliver(&self, s: &mut State) {
-        if s.gone || !self.link(s) || !self.config.bus_master() {
+        if s.gone || !s.decoding || !self.link(s) || !self.config.bus_master() {
             return;
         }
         let plan = &self.plan.rx;
@@ -227,7 +235,7 @@ impl IgbModel {
 
     fn transmit(&self, q: usize) {
         let mut s = self.st();
-        if s.gone || !self.config.bus_master() {
+        if s.gone || !s.decoding || !self.config.bus_master() {
             return;
         }
         let State { regs, gather, .. } = &mut *s;

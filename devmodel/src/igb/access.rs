@@ -123,7 +123,7 @@ impl DeviceModel for IgbModel {
         if s.gone || self.plan.all_ones_after.is_some_and(|n| s.reads > n) {
             return ones;
         }
-        if bar != 0 || size != 4 {
+        if bar != 0 || size != 4 || !s.decoding {
             return 0;
         }
         u64::from(self.read_reg(&mut s, off as usize))
@@ -134,7 +134,7 @@ impl DeviceModel for IgbModel {
             return;
         }
         let mut s = self.st();
-        if s.gone {
+        if s.gone || !s.decoding {
             return;
         }
         // Some(usize::MAX): RX may proceed; Some(q): TX queue q's tail moved.

@@ -28,6 +28,10 @@ pub(crate) fn poll_until<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// The cause of `DeviceGone` when STATUS reads 0.
+pub(crate) const STATUS_ZERO: &str =
+    "STATUS reads 0: the BAR no longer decodes (memory decoding off, or the device was removed)";
+
 fn gone(addr: PciAddress, cause: &'static str) -> IgbError {
     IgbError::DeviceGone { addr, cause }
 }
@@ -69,6 +73,11 @@ pub(crate) fn reset(r: &Mmio, addr: PciAddress, deadline: Duration) -> Result<()
             waited: deadline,
             ctrl: last,
         });
+    }
+    // A BAR that stopped decoding reads 0 in QEMU, which also passes for a finished reset:
+    // STATUS always has bits set (duplex, speed) on a live device.
+    if r.read32(regs::STATUS) == 0 {
+        return Err(gone(addr, STATUS_ZERO));
     }
     mask_interrupts(r);
     Ok(())

@@ -104,6 +104,9 @@ impl PairState {
         if status == u32::MAX {
             return Err(self.die(Dead::Gone("STATUS reads all-ones (0xffffffff)")));
         }
+        if status == 0 {
+            return Err(self.die(Dead::Gone(crate::bringup::STATUS_ZERO)));
+        }
         if self.regs.read32(regs::RCTL) & regs::RCTL_EN == 0 {
             return Err(self.die(Dead::Gone(
                 "RCTL.EN reads 0: the device was reset behind the driver's back",

@@ -275,3 +275,57 @@ fn igb_frames_received_into_the_gpu_bar_reach_the_host_file() {
         );
     }
 }
+
+/// NIC B stops decoding and DMAing (memory decoding and bus mastering cleared in its command
+/// register through sysfs) while frames move: its bursts end with `DeviceGone` naming the
+/// device within a bound, its shutdown refuses to call the reset confirmed, and after the
+/// command register is restored both NICs carry frames again.
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn igb_a_nic_that_stops_decoding_is_gone_not_a_quiet_link() {
+    use std::os::unix::fs::FileExt;
+    const PCI_COMMAND: u64 = 4;
+    let Some(bed) = bed() else { return };
+    let pool = hugepage_pool(&bed, 2048);
+    let mut a = open(&bed, &bed.a, &pool, IgbConfig::default());
+    let mut b = open(&bed, &bed.b, &pool, IgbConfig::default());
+    let seq = stream(&pool, &mut a, &mut b, 256, (0, 100));
+    let baddr = bed.b.address();
+    let config = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/sys/bus/pci/devices/{baddr}/config"))
+        .expect("open the NIC's config space");
+    let mut cmd = [0u8; 2];
+    config.read_exact_at(&mut cmd, PCI_COMMAND).unwrap();
+    let original = u16::from_le_bytes(cmd);
+    assert_eq!(
+        original & 0x6,
+        0x6,
+        "the driver enabled memory decoding and bus mastering"
+    );
+    config
+        .write_all_at(&(original & !0x6).to_le_bytes(), PCI_COMMAND)
+        .unwrap();
+    let vanished = Instant::now();
+    let mut out = Vec::with_capacity(8);
+    let e = loop {
+        if let Err(e) = b.pair(0).unwrap().rx_burst(&mut out) {
+            break e;
+        }
+        assert!(
+            vanished.elapsed() < Duration::from_secs(5),
+            "no error 5 s after the NIC vanished"
+        );
+    };
+    eprintln!("gone after {:?}: {e}", vanished.elapsed());
+    assert!(matches!(e, IgbError::DeviceGone { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("{baddr} is gone")), "{e}");
+    let sd = b.shutdown().unwrap_err();
+    assert!(matches!(sd, IgbError::DeviceGone { .. }), "{sd}");
+    config
+        .write_all_at(&original.to_le_bytes(), PCI_COMMAND)
+        .unwrap();
+    let mut b = open(&bed, &bed.b, &pool, IgbConfig::default());
+    stream(&pool, &mut a, &mut b, 256, (seq, 100));
+}

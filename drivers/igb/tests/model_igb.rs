@@ -328,6 +328,29 @@ fn a_device_that_vanishes_is_gone_for_every_later_burst() {
     );
 }
 
+/// A BAR that stops decoding reads 0 (QEMU), which would also pass for a finished reset: the
+/// burst calls report the device gone and the shutdown keeps the posted buffers out of the pool.
+#[test]
+fn a_bar_that_stops_decoding_is_gone_and_its_buffers_stay_out() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let (m, nic) = open_model(&reg, &pool, cfg(A), IgbHostile::default(), fast_cfg(16));
+    let mut nic = nic.unwrap();
+    m.stop_decoding();
+    let mut q = nic.pair(0).unwrap();
+    let mut out = Vec::with_capacity(8);
+    let e = within_loop(&mut q, &mut out);
+    assert!(matches!(e, IgbError::DeviceGone { .. }), "{e}");
+    assert!(e.to_string().contains("STATUS reads 0"), "{e}");
+    let sd = nic.shutdown().unwrap_err();
+    assert!(matches!(sd, IgbError::DeviceGone { .. }), "{sd}");
+    assert_eq!(
+        pool.stats().in_use,
+        15,
+        "the posted buffers stay out of the pool"
+    );
+}
+
 #[test]
 fn link_down_is_a_clear_error_at_open_and_while_polling() {
     let reg = registry();
