@@ -54,7 +54,7 @@ pub enum IgbError {
         ctrl: u32,
     },
     /// The device is gone: its registers read all-ones, or it was reset behind the driver.
-    #[error("{addr} is gone: {cause}. Drop the Igb (it returns its buffers only if a reset is confirmed, else they stay out of the pool since the device may still DMA), rebind the device to vfio-pci (scripts/setup.sh) and reopen")]
+    #[error("{addr} is gone: {cause}. Close the device (its buffers return to the pool only if a reset is confirmed, since the device may still DMA), rebind it to vfio-pci (scripts/setup.sh) and open it again")]
     DeviceGone {
         /// The device.
         addr: PciAddress,
@@ -92,7 +92,7 @@ pub enum IgbError {
         read: u32,
     },
     /// The device reported a received length beyond the buffer it was given.
-    #[error("{addr} RX queue {queue}: descriptor {index} reports a {len}-byte frame in a {buf}-byte buffer: malformed device; drop the Igb and reopen")]
+    #[error("{addr} RX queue {queue}: descriptor {index} reports a {len}-byte frame in a {buf}-byte buffer: malformed device; close it and open it again")]
     BadRxLength {
         /// The device.
         addr: PciAddress,
@@ -106,7 +106,7 @@ pub enum IgbError {
         buf: usize,
     },
     /// A head pointer reads beyond its ring.
-    #[error("{addr} queue {queue}: {reg} reads {head}, beyond the {size}-entry ring: malformed device; drop the Igb and reopen")]
+    #[error("{addr} queue {queue}: {reg} reads {head}, beyond the {size}-entry ring: malformed device; close it and open it again")]
     HeadOutOfRange {
         /// The device.
         addr: PciAddress,
