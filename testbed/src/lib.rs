@@ -286,6 +286,7 @@ mod tests {
             ("UBD_NVME_MDTS0", "0000:00:0a.0"),
             ("UBD_NIC_MQ", "0000:00:09.0"),
             ("UBD_NVME_CMB", "0000:00:0b.0"),
+            ("UBD_IGB", "0000:01:00.0,0000:02:00.0"),
             ("UBD_RUN_DIR", "/r"),
         ]))
         .expect("in guest");
@@ -294,6 +295,7 @@ mod tests {
         assert_eq!(tb.nics, ["0000:00:07.0", "0000:00:08.0"]);
         assert_eq!(tb.nvme_mdts0.as_deref(), Some("0000:00:0a.0"));
         assert_eq!(tb.nic_mq.as_deref(), Some("0000:00:09.0"));
+        assert_eq!(tb.igb, ["0000:01:00.0", "0000:02:00.0"]);
         assert_eq!(tb.run_dir.as_deref(), Some("/r"));
         assert_eq!(
             tb.all(),
@@ -305,7 +307,9 @@ mod tests {
                 "0000:00:08.0",
                 "0000:00:0a.0",
                 "0000:00:09.0",
-                "0000:00:0b.0"
+                "0000:00:0b.0",
+                "0000:01:00.0",
+                "0000:02:00.0"
             ]
         );
     }
