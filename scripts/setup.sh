@@ -990,6 +990,19 @@ default_driver() {
         echo virtio-pci
         return
     fi
+    # Intel 82576: the virtual function (0x10ca) has its own driver, the physical functions igb;
+    # when that driver is neither loaded nor installed, no driver.
+    dd_to=none
+    if [ "$dd_v" = 0x8086 ]; then
+        case $dd_d in
+        0x10ca) dd_to=igbvf ;;
+        0x10c9 | 0x10e6 | 0x10e7 | 0x10e8 | 0x1526 | 0x150a | 0x1518 | 0x150d) dd_to=igb ;;
+        esac
+    fi
+    if [ "$dd_to" != none ] && { [ -e "$SYS/bus/pci/drivers/$dd_to" ] || modinfo "$dd_to" >/dev/null 2>&1; }; then
+        echo "$dd_to"
+        return
+    fi
     echo none
 }
 

@@ -16,6 +16,7 @@
 pub mod config;
 pub mod dma;
 pub mod fuzz;
+pub mod igb;
 pub mod nvme;
 pub mod virtio_net;
 mod within;

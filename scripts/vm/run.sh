@@ -10,8 +10,8 @@
 #   --no-iommu             no emulated IOMMU; vfio in unsafe no-IOMMU mode
 #                          (vfio.enable_unsafe_noiommu_mode=1; needs --kernel ubd; the guest
 #                          sees UBD_VM_NO_IOMMU=1)                  (UBD_VM_NO_IOMMU=1)
-#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata
-#                          (nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
+#   --devices "LIST"       device blocks, any of: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata igb
+#                          (igb: two Intel 82576 NICs on their own hub; nvmemdts0: an MDTS-0 controller; nicmq: a 2-queue virtio-net NIC on a
 #                          tap in a private network namespace, needs root; nvmecmb: a controller
 #                          with a 1 MiB Controller Memory Buffer) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
@@ -50,7 +50,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata}
+UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata igb}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
 UBD_VM_MEM=${UBD_VM_MEM:-3584M}
@@ -115,8 +115,8 @@ if [[ -n $UBD_VM_PEER ]]; then
 fi
 command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/deps.sh"
 for d in $UBD_VM_DEVICES; do
-    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | nvmecmb | sata) ;; *)
-        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
+    case $d in nvme0 | nvme1 | ivshmem | nic0 | nic1 | nvmemdts0 | nicmq | nvmecmb | sata | igb) ;; *)
+        vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata igb)" ;;
     esac
 done
 # The multiqueue NIC's backend is a 2-queue tap that QEMU opens in a private network namespace
@@ -282,9 +282,17 @@ for d in $UBD_VM_DEVICES; do
     nvmecmb)
         dev_args+=(-drive "file=$run_dir/nvme-cmb.img,if=none,id=nvcmb,format=raw"
             -device "nvme,id=nvmecmb,serial=ubdcmb,cmb_size_mb=1,drive=nvcmb,addr=0b.0") ;;
+    igb) # two Intel 82576 PFs on their own hub (what one sends the other receives), each below
+        # its own PCIe root port (00:0d.0, 00:0e.0): a PF claims slots 0x80 devfns above its own
+        # for its VFs, so two on one bus collide
+        for n in 0 1; do
+            dev_args+=(-device "pcie-root-port,id=igbrp$n,chassis=$((10 + n)),addr=$(printf %02x $((13 + n))).0"
+                -netdev "hubport,id=igbp$n,hubid=1"
+                -device "igb,bus=igbrp$n,netdev=igbp$n,mac=52:54:00:00:02:0$((n + 1)),romfile=")
+        done ;;
     sata) # a disk on q35's built-in AHCI controller (00:1f.2): setup.sh's in-use checks of other classes
         dev_args+=(-drive "file=$run_dir/sata.img,if=none,id=sata0,format=raw" -device "ide-hd,bus=ide.0,drive=sata0") ;;
-    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata)" ;;
+    *) vm_die "unknown device block '$d' in --devices/UBD_VM_DEVICES (known: nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata igb)" ;;
     esac
 done
 

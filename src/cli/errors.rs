@@ -205,6 +205,7 @@ fn known(e: &(dyn Error + 'static)) -> Option<String> {
     if let Some(e) = e.downcast_ref::<LoopbackError>() {
         return Some(match e {
             LoopbackError::Driver(d) => net_message(d),
+            LoopbackError::Igb(d) => igb_message(d),
             LoopbackError::Core(c) => core_message(c),
             other => other.to_string(),
         });
@@ -368,6 +369,21 @@ fn net_message(e: &VirtioNetError) -> String {
         ),
         VirtioNetError::RxPoolTooSmall { need, blocks, .. } => format!(
             "the receive rings need {need} buffers but the pool has {blocks}: this is a bug in ubdirect: please report it with the command line"
+        ),
+        other => scrub(&other.to_string()),
+    }
+}
+
+/// igb driver errors.
+fn igb_message(e: &ubdirect_igb::IgbError) -> String {
+    use ubdirect_igb::IgbError;
+    match e {
+        IgbError::Core(c) => core_message(c),
+        IgbError::NotIgb { .. } | IgbError::VirtualFunction { .. } => {
+            format!("{e}: check the addresses with `ubdirect devices` (both NICs of a loop-back use one driver)")
+        }
+        IgbError::DeviceGone { addr, cause } => format!(
+            "{addr} is gone: {cause}: rebind it to vfio-pci (scripts/setup.sh) and run again"
         ),
         other => scrub(&other.to_string()),
     }

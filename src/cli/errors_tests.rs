@@ -403,6 +403,88 @@ fn nvme_errors() -> Vec<NvmeError> {
     v
 }
 
+fn igb_errors() -> Vec<ubdirect_igb::IgbError> {
+    use ubdirect_igb::IgbError as E;
+    let a = addr();
+    let mut v: Vec<E> = core_errors().into_iter().map(E::Core).collect();
+    v.extend([
+        E::NotIgb {
+            addr: a,
+            vendor: 0x1af4,
+            device: 0x1041,
+        },
+        E::VirtualFunction { addr: a },
+        E::BarTooSmall {
+            addr: a,
+            len: 0x4000,
+            need: 0x20000,
+        },
+        E::ResetTimeout {
+            addr: a,
+            waited: Duration::from_secs(1),
+            ctrl: 1 << 26,
+        },
+        E::DeviceGone {
+            addr: a,
+            cause: "STATUS reads all-ones (0xffffffff)",
+        },
+        E::LinkDown {
+            addr: a,
+            waited: Some(Duration::from_secs(3)),
+        },
+        E::LinkDown {
+            addr: a,
+            waited: None,
+        },
+        E::PhyAccess {
+            addr: a,
+            mdic: 1 << 30,
+        },
+        E::RingRejected {
+            addr: a,
+            queue: 0,
+            what: "RDLEN",
+            wrote: 0x10000,
+            read: 0,
+        },
+        E::BadRxLength {
+            addr: a,
+            queue: 0,
+            index: 3,
+            len: 5000,
+            buf: 4096,
+        },
+        E::HeadOutOfRange {
+            addr: a,
+            queue: 0,
+            reg: "RDH",
+            head: 999,
+            size: 256,
+        },
+        E::FrameTooLarge {
+            index: 1,
+            len: 1519,
+            max: 1518,
+        },
+        E::FrameTooShort {
+            index: 0,
+            len: 10,
+            min: 14,
+        },
+        E::RxBlocksTooSmall {
+            block_size: 1024,
+            need: 2048,
+        },
+        E::RxPoolTooSmall {
+            blocks: 10,
+            need: 255,
+        },
+        E::EmptyBurst("tx_burst got no frames"),
+        E::InvalidConfig("rx_ring_size 12 is not a multiple of 8".into()),
+    ]);
+    v
+}
+
 fn net_errors() -> Vec<VirtioNetError> {
     let mut v: Vec<VirtioNetError> = core_errors()
         .into_iter()
@@ -724,6 +806,11 @@ fn all_printed() -> Vec<(String, String)> {
         core_errors()
             .into_iter()
             .map(|e| LoopbackError::Core(e).into()),
+    );
+    errs.extend(
+        igb_errors()
+            .into_iter()
+            .map(|e| LoopbackError::Igb(e).into()),
     );
     errs.push(LoopbackError::Setup("--batch 0 is out of range (1..=4096)".into()).into());
     errs.push(LoopbackError::Failed("2 of 3 frames came back".into()).into());

@@ -1,8 +1,10 @@
 //! `ubdirect loopback`: the source document's loop-back demo. A pattern is written into UB
 //! buffers (in the GPU BAR region with `--gpu-bar`: the ivshmem BAR in the guest), sent on NIC
-//! A, received on NIC B into buffers of the same region, and verified byte-exact. `--kernel`
-//! runs the same frames through the kernel's virtio-net driver (AF_PACKET) as the A/B baseline.
+//! A, received on NIC B into buffers of the same region, and verified byte-exact. The driver
+//! follows the device id: virtio-net, or igb for Intel 82576 NICs. `--kernel` runs the same
+//! frames through the kernel's virtio-net driver (AF_PACKET) as the A/B baseline.
 
+mod igb_run;
 mod kernel;
 mod report;
 mod sysfs_bar;
@@ -70,6 +72,9 @@ pub enum LoopbackError {
     /// The userspace driver failed.
     #[error(transparent)]
     Driver(#[from] VirtioNetError),
+    /// The igb driver failed (82576 NICs).
+    #[error(transparent)]
+    Igb(#[from] ubdirect_igb::IgbError),
     /// The core crate failed (VFIO, pools, BAR registration).
     #[error(transparent)]
     Core(#[from] ubdirect_core::CoreError),
@@ -240,6 +245,17 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         })
     };
     let mut pool = make_pool(block)?;
+    // An Intel 82576 on either side: the igb driver (a virtio-net NIC opposite is refused by it).
+    if igb_run::is_igb(&tx_dev) || igb_run::is_igb(&rx_dev) {
+        let p = igb_run::IgbPair {
+            registry: &registry,
+            tx: &tx_dev,
+            rx: &rx_dev,
+            pool,
+            buffers,
+        };
+        return igb_run::run(args, limit, p);
+    }
     let open = |pool: &Arc<UbPool>, dev: &Arc<PciDevice>| {
         VirtioNet::from_device(&registry, dev.clone(), pool.clone(), NetConfig::default())
     };

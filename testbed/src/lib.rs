@@ -34,13 +34,16 @@ pub struct Testbed {
     pub nic_mq: Option<String>,
     /// The NVMe controller with a 1 MiB Controller Memory Buffer (serial `ubdcmb`).
     pub nvme_cmb: Option<String>,
+    /// The two Intel 82576 (igb) physical functions, on their own QEMU hub (what one sends, the
+    /// other receives).
+    pub igb: Vec<String>,
     /// The host's run directory holding the backing files (for messages only).
     pub run_dir: Option<String>,
 }
 
 impl Testbed {
-    /// Every test device, in the order NVMe, ivshmem, NICs, MDTS-0 NVMe, multiqueue NIC, CMB NVMe (the
-    /// order of the guest's `UBD_TEST_DEVICES`).
+    /// Every test device, in the order NVMe, ivshmem, NICs, MDTS-0 NVMe, multiqueue NIC, CMB NVMe,
+    /// igb NICs (the order of the guest's `UBD_TEST_DEVICES`).
     pub fn all(&self) -> Vec<String> {
         let mut v = self.nvme.clone();
         v.extend(self.ivshmem.iter().cloned());
@@ -48,6 +51,7 @@ impl Testbed {
         v.extend(self.nvme_mdts0.iter().cloned());
         v.extend(self.nic_mq.iter().cloned());
         v.extend(self.nvme_cmb.iter().cloned());
+        v.extend(self.igb.iter().cloned());
         v
     }
 }
@@ -105,6 +109,7 @@ pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<Testbed> {
         nvme_mdts0: list("UBD_NVME_MDTS0").into_iter().next(),
         nic_mq: list("UBD_NIC_MQ").into_iter().next(),
         nvme_cmb: list("UBD_NVME_CMB").into_iter().next(),
+        igb: list("UBD_IGB"),
         run_dir: get("UBD_RUN_DIR").filter(|s| !s.is_empty()),
     })
 }
@@ -281,6 +286,7 @@ mod tests {
             ("UBD_NVME_MDTS0", "0000:00:0a.0"),
             ("UBD_NIC_MQ", "0000:00:09.0"),
             ("UBD_NVME_CMB", "0000:00:0b.0"),
+            ("UBD_IGB", "0000:01:00.0,0000:02:00.0"),
             ("UBD_RUN_DIR", "/r"),
         ]))
         .expect("in guest");
@@ -289,6 +295,7 @@ mod tests {
         assert_eq!(tb.nics, ["0000:00:07.0", "0000:00:08.0"]);
         assert_eq!(tb.nvme_mdts0.as_deref(), Some("0000:00:0a.0"));
         assert_eq!(tb.nic_mq.as_deref(), Some("0000:00:09.0"));
+        assert_eq!(tb.igb, ["0000:01:00.0", "0000:02:00.0"]);
         assert_eq!(tb.run_dir.as_deref(), Some("/r"));
         assert_eq!(
             tb.all(),
@@ -300,7 +307,9 @@ mod tests {
                 "0000:00:08.0",
                 "0000:00:0a.0",
                 "0000:00:09.0",
-                "0000:00:0b.0"
+                "0000:00:0b.0",
+                "0000:01:00.0",
+                "0000:02:00.0"
             ]
         );
     }

@@ -40,7 +40,8 @@ t "one ivshmem device ($UBD_IVSHMEM)" '[ -n "$UBD_IVSHMEM" ] && [ -e "$(sysdev "
 t "two virtio-net NICs ($UBD_NICS)" '[ "$(count_words $nics)" = 2 ]'
 t "an MDTS-0 NVMe controller apart ($UBD_NVME_MDTS0) and a multiqueue NIC apart ($UBD_NIC_MQ)" \
     '[ -e "$(sysdev "$UBD_NVME_MDTS0")" ] && [ -e "$(sysdev "$UBD_NIC_MQ")" ] && [ "$(cat "$(sysdev "$UBD_NIC_MQ")/device")" = 0x1041 ]'
-t "UBD_TEST_DEVICES holds all 8 ($UBD_TEST_DEVICES)" '[ "$(count_words $UBD_TEST_DEVICES)" = 8 ]'
+t "two Intel 82576 NICs ($UBD_IGB)" '[ "$(count_words $(echo "$UBD_IGB" | tr , " "))" = 2 ]'
+t "UBD_TEST_DEVICES holds all 10 ($UBD_TEST_DEVICES)" '[ "$(count_words $UBD_TEST_DEVICES)" = 10 ]'
 
 # NVMe controllers in QEMU order: serials ubd0, ubd1; 1 and 2 namespaces, nsid 2 with 4 KiB LBA.
 serial_of() { cat "$(sysdev "$1")"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }

@@ -36,7 +36,7 @@ check "devices --json exits 0" [ "$rc" = 0 ]
 count=$(grep -c '^      "address": ' "$OUT")
 # shellcheck disable=SC2086 # count the words
 want=$(set -- $UBD_TEST_DEVICES && echo $#)
-check "devices --json lists exactly the test devices: 4 NVMe, 3 NICs and ivshmem ($want; got $count)" eval '[ "$count" = "$want" ] && [ "$want" = 8 ]'
+check "devices --json lists exactly the test devices: 4 NVMe, 3 virtio-net NICs, 2 igb NICs and ivshmem ($want; got $count)" eval '[ "$count" = "$want" ] && [ "$want" = 10 ]'
 for a in $NVME0 $NVME1 $NIC0 $NIC1 $IVSHMEM; do
     want_drv=$(drv "$a")
     [ -n "$want_drv" ] || want_drv=null

@@ -35,6 +35,7 @@ mod fuzz_cases;
 pub mod health;
 pub mod net_config;
 pub mod net_header;
+pub mod nic;
 mod pair_handle;
 pub mod pattern;
 pub mod pci_cap;
