@@ -68,7 +68,27 @@ pub const SUPPORTED: &[DriverMatch] = &[
             device: 0x1000,
         },
     },
+    igb(0x10c9),
+    igb(0x10e6),
+    igb(0x10e7),
+    igb(0x10e8),
+    igb(0x1526),
+    igb(0x150a),
+    igb(0x1518),
+    igb(0x150d),
 ];
+
+/// An Intel 82576 physical function (`ubdirect-igb`; the same ids as its `regs::PF_DEVICE_IDS`,
+/// which `tests/doctor_driver_ids.rs` compares).
+const fn igb(device: u16) -> DriverMatch {
+    DriverMatch {
+        driver: "igb",
+        ids: IdMatch::Id {
+            vendor: 0x8086,
+            device,
+        },
+    }
+}
 
 /// What ubdirect can do with a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ubdirect_core::pci::{PciAddress, PciDevice};
+use ubdirect_core::pci::{DeviceClaim, PciAddress, PciDevice};
 use ubdirect_core::seams::NicStats;
 use ubdirect_core::ub::{UbPool, UbRegistry};
 use ubdirect_core::Mmio;
@@ -126,13 +126,15 @@ pub struct IgbInfo {
 /// and frees the rings; when the reset cannot be confirmed (the device is gone) they are leaked
 /// instead, since the device may still write them.
 pub struct Igb {
-    dev: Arc<PciDevice>,
     regs: Arc<Mmio>,
     pairs: Vec<PairState>,
     info: IgbInfo,
     reset_timeout: Duration,
     hw: HwStats,
     span: tracing::Span,
+    /// This driver's claim on the device: the only way to program it while the NIC is open;
+    /// released last.
+    claim: DeviceClaim,
 }
 
 /// Checks the ids: an 82576 PF, not its VF, nothing else.
@@ -203,8 +205,11 @@ impl Igb {
                 need: regs::BAR0_LEN,
             });
         }
-        let regs = Arc::new(dev.map_bar(0)?);
-        dev.enable_bus_master()?;
+        // RX buffers go to the device by IOVA: they must be mapped in its domain.
+        rx_pool.region().check_dma(registry.domain().id())?;
+        let claim = dev.claim("igb")?;
+        let regs = Arc::new(claim.access().map_bar(0)?);
+        claim.access().enable_bus_master()?;
         bringup::reset(&regs, addr, cfg.reset_timeout)?;
         let info = IgbInfo {
             addr,
@@ -214,7 +219,7 @@ impl Igb {
             rx_buf_len: buf_len,
         };
         let mut igb = Igb {
-            dev,
+            claim,
             regs,
             pairs: Vec::with_capacity(cfg.queue_pairs as usize),
             info,
@@ -236,7 +241,7 @@ impl Igb {
     ) -> Result<()> {
         let (r, addr) = (&self.regs, self.info.addr);
         bringup::link_up(r, addr, cfg.reset_timeout)?;
-        let numa = self.dev.numa_node();
+        let numa = self.claim.device().numa_node();
         for q in 0..cfg.queue_pairs as usize {
             let rx = Ring::new(registry, cfg.rx_ring_size, numa)?;
             let tx = Ring::new(registry, cfg.tx_ring_size, numa)?;
@@ -249,6 +254,7 @@ impl Igb {
                 rx,
                 tx,
                 rx_pool: rx_pool.clone(),
+                domain: registry.domain().id(),
                 rx_buf_len: self.info.rx_buf_len,
                 max_frame: self.info.max_frame,
                 stats: NicStats::default(),

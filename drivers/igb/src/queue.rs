@@ -38,6 +38,8 @@ pub(crate) struct PairState {
     pub(crate) rx: Ring,
     pub(crate) tx: Ring,
     pub(crate) rx_pool: Arc<UbPool>,
+    /// The device's DMA domain: TX buffers of another domain are refused.
+    pub(crate) domain: ubdirect_core::DomainId,
     /// Receive buffer size programmed in SRRCTL (bytes).
     pub(crate) rx_buf_len: usize,
     pub(crate) max_frame: usize,
@@ -255,6 +257,7 @@ impl PairState {
                 let min = MIN_FRAME;
                 return Err(IgbError::FrameTooShort { index, len, min });
             }
+            f.buf().region().check_dma(self.domain)?;
         }
         Ok(())
     }

@@ -1,0 +1,22 @@
+//! The doctor's table of supported devices names exactly the devices the drivers accept.
+
+use ubdirect_diag::topology::drivers::{IdMatch, SUPPORTED};
+
+#[test]
+fn the_doctors_igb_ids_are_the_drivers() {
+    let mut doctor: Vec<u16> = SUPPORTED
+        .iter()
+        .filter(|m| m.driver == "igb")
+        .filter_map(|m| match m.ids {
+            IdMatch::Id {
+                vendor: 0x8086,
+                device,
+            } => Some(device),
+            _ => None,
+        })
+        .collect();
+    let mut driver = ubdirect_igb::regs::PF_DEVICE_IDS.to_vec();
+    doctor.sort_unstable();
+    driver.sort_unstable();
+    assert_eq!(doctor, driver);
+}
