@@ -181,8 +181,13 @@ mod tests {
         );
         assert_eq!(
             support(&dev(0x8086, 0x10c9, 0x020000)),
+            Support::Driver("igb"),
+            "82576 PF"
+        );
+        assert_eq!(
+            support(&dev(0x8086, 0x10ca, 0x020000)),
             Support::None,
-            "igb"
+            "82576 VF"
         );
         assert_eq!(
             support(&dev(0x8086, 0x10d3, 0x020000)),
