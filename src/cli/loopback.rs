@@ -2,13 +2,16 @@
 //! buffers (in the GPU BAR region with `--gpu-bar`: the ivshmem BAR in the guest), sent on NIC
 //! A, received on NIC B into buffers of the same region, and verified byte-exact. `--kernel`
 //! runs the same frames through the kernel's virtio-net driver as the A/B baseline: AF_PACKET
-//! sockets or PACKET_MMAP (TPACKET_V3) rings.
+//! sockets, PACKET_MMAP (TPACKET_V3) rings, or AF_XDP sockets.
 
+mod afxdp;
 mod kernel;
 mod report;
 mod sysfs_bar;
 mod tpacket;
 mod tpacket_ring;
+mod xdp_prog;
+mod xsk_ring;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,7 +64,8 @@ pub struct Args {
     pub window: Option<usize>,
     /// Run a kernel baseline on the NICs' kernel netdevs instead: `packet` (the default of a
     /// bare --kernel: AF_PACKET raw sockets, sendmmsg/recvmmsg through socket buffers) or
-    /// `tpacket-v3` (PACKET_MMAP: a TPACKET_V3 RX ring of blocks, a TX ring of frames).
+    /// `tpacket-v3` (PACKET_MMAP: a TPACKET_V3 RX ring of blocks, a TX ring of frames) or
+    /// `af-xdp` (XDP sockets in copy mode, an XDP program on the RX NIC redirecting to them).
     #[arg(long, value_enum, value_name = "PATH", num_args = 0..=1, default_missing_value = "packet")]
     pub kernel: Option<KernelPath>,
     /// Print the report as JSON.
@@ -77,6 +81,9 @@ pub enum KernelPath {
     /// PACKET_MMAP rings: TPACKET_V3 RX blocks, a TPACKET_V3 (or V2) TX frame ring.
     #[value(name = "tpacket-v3")]
     TpacketV3,
+    /// AF_XDP sockets in copy mode (UMEM, fill/completion/RX/TX rings).
+    #[value(name = "af-xdp")]
+    AfXdp,
 }
 
 /// Why a loop-back could not run.
@@ -201,6 +208,15 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
     if let Some(path) = args.kernel {
         let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;
         let window = args.window.unwrap_or(256).max(1);
+        let ring_run = tpacket::Run {
+            tx: args.tx,
+            rx: args.rx,
+            frame_size: args.frame_size,
+            batch: args.batch,
+            window,
+            limit,
+            gpu_bar: bar,
+        };
         return match path {
             KernelPath::Packet => kernel::run(
                 args.tx,
@@ -211,15 +227,8 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
                 limit,
                 bar,
             ),
-            KernelPath::TpacketV3 => tpacket::run(&tpacket::Run {
-                tx: args.tx,
-                rx: args.rx,
-                frame_size: args.frame_size,
-                batch: args.batch,
-                window,
-                limit,
-                gpu_bar: bar,
-            }),
+            KernelPath::TpacketV3 => tpacket::run(&ring_run),
+            KernelPath::AfXdp => afxdp::run(&ring_run),
         };
     }
     run_ubdirect(args, limit)
@@ -417,7 +426,7 @@ mod tests {
             );
         }
         let e = parse(&["--kernel", "netmap"]).unwrap_err().to_string();
-        assert!(e.contains("packet") && e.contains("tpacket-v3"), "{e}");
+        assert!(e.contains("tpacket-v3") && e.contains("af-xdp"), "{e}");
     }
 
     #[test]

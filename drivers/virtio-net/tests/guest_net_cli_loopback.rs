@@ -1,6 +1,6 @@
 //! Guest tests of `ubdirect loopback` end to end (the binary the test bed puts in PATH): the
 //! userspace path with GPU-BAR buffers, the kernel baselines (AF_PACKET sockets, PACKET_MMAP
-//! rings), and refused arguments.
+//! rings, AF_XDP sockets), and refused arguments.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -171,7 +171,8 @@ fn kernel_baseline_moves_the_same_frames() {
     assert!(stderr_of(&o).contains("too small"), "{}", stderr_of(&o));
 }
 
-/// Each kernel path of `--kernel` (AF_PACKET sockets, PACKET_MMAP TPACKET_V3 rings) carries
+/// Each kernel path of `--kernel` (AF_PACKET sockets, PACKET_MMAP TPACKET_V3 rings, AF_XDP
+/// sockets in copy mode) carries
 /// the pattern byte-exact and reports its CPU cost; then each path and the userspace driver run
 /// for the same time in this boot, their figures printed side by side (`UBD-FIGURE` lines).
 #[test]
@@ -186,7 +187,12 @@ fn kernel_ring_paths_move_the_same_frames() {
             .status()
             .expect("bind-kernel");
         assert!(st.success(), "bind-kernel failed");
-        for (path, mode) in [("packet", "kernel"), ("tpacket-v3", "kernel-tpacket-v3")] {
+        let paths = [
+            ("packet", "kernel"),
+            ("tpacket-v3", "kernel-tpacket-v3"),
+            ("af-xdp", "kernel-af-xdp"),
+        ];
+        for (path, mode) in paths {
             for bar in [None, Some(iv.as_str())] {
                 let mut args = vec!["--kernel", path, "--frames", "500", "--frame-size", "512"];
                 // A small window keeps the kernel path's own drops out of a correctness test.
@@ -201,7 +207,7 @@ fn kernel_ring_paths_move_the_same_frames() {
                 assert!(r["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{r}");
             }
         }
-        for path in ["packet", "tpacket-v3"] {
+        for (path, _) in paths {
             let o = loopback(&a, &b, &["--kernel", path, "--seconds", &figure_secs]);
             println!(
                 "UBD-FIGURE --kernel {path}: {}",

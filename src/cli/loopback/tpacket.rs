@@ -47,40 +47,62 @@ pub struct Run {
     pub gpu_bar: Option<(PciAddress, u8)>,
 }
 
-/// A shared mapping of a packet socket's ring, unmapped on drop.
-struct Mapping {
+/// A mapping shared with the kernel (a socket's ring, or anonymous memory it is given),
+/// unmapped on drop.
+pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 impl Mapping {
     fn new(fd: &OwnedFd, len: usize) -> Result<Mapping, LoopbackError> {
-        // SAFETY: a fresh shared mapping of the socket's ring (the kernel chooses the address);
-        // nothing else is mapped or aliased by it.
+        Self::map(Some(fd), len, 0)
+    }
+
+    /// Maps `len` bytes of `fd` at `offset` (a ring), or fresh zeroed memory with no `fd`.
+    pub fn map(fd: Option<&OwnedFd>, len: usize, offset: i64) -> Result<Mapping, LoopbackError> {
+        let (flags, raw) = match fd {
+            Some(f) => (libc::MAP_SHARED | libc::MAP_POPULATE, f.as_raw_fd()),
+            None => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+            ),
+        };
+        // SAFETY: a fresh mapping (the kernel chooses the address) of a socket's ring or of
+        // anonymous memory; nothing else is mapped or aliased by it.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
+                flags,
+                raw,
+                offset,
             )
         };
         if p == libc::MAP_FAILED {
             return Err(LoopbackError::Setup(format!(
-                "mmap of a {len}-byte packet ring: {}",
+                "mmap of a {len}-byte ring: {}",
                 io::Error::last_os_error()
             )));
         }
-        let ptr = NonNull::new(p.cast()).ok_or_else(|| {
-            LoopbackError::Setup("mmap of a packet ring returned address 0".into())
-        })?;
+        let ptr = NonNull::new(p.cast())
+            .ok_or_else(|| LoopbackError::Setup("mmap of a ring returned address 0".into()))?;
         Ok(Mapping { ptr, len })
     }
 
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
     /// The status word at `off` (4-byte aligned, inside the mapping), shared with the kernel.
-    fn status(&self, off: usize) -> &AtomicU32 {
+    pub fn status(&self, off: usize) -> &AtomicU32 {
         assert!(
             off % 4 == 0 && off + 4 <= self.len,
             "status word outside the ring"
@@ -92,7 +114,7 @@ impl Mapping {
     }
 
     /// `len` bytes at `off` (inside the mapping), while this process owns them.
-    fn bytes(&mut self, off: usize, len: usize) -> &mut [u8] {
+    pub fn bytes(&mut self, off: usize, len: usize) -> &mut [u8] {
         assert!(
             off <= self.len && len <= self.len - off,
             "range outside the ring"
