@@ -356,6 +356,32 @@ mod tests {
     }
 
     #[test]
+    fn every_mode_s_report_matches_the_json_schema() {
+        for mode in ["ubdirect", "kernel", "kernel-tpacket-v3", "kernel-af-xdp"] {
+            let mut t = Tally::new(1514);
+            t.sent = 2;
+            t.account(Check::Good(0));
+            t.account(Check::Good(1));
+            let r = t
+                .report(
+                    mode,
+                    "00:07.0".parse().unwrap(),
+                    "00:08.0".parse().unwrap(),
+                    1514,
+                    32,
+                    Duration::from_millis(10),
+                    Some("TPACKET_V3 RX ring".into()),
+                    None,
+                    None,
+                )
+                .with_cpu(0.01);
+            let doc = crate::cli::json::document("loopback", &r).unwrap();
+            crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert!(doc["cpu_s_per_gb"].as_f64().unwrap() > 0.0);
+        }
+    }
+
+    #[test]
     fn late_frames_are_reordered_not_lost() {
         let mut t = Tally::new(60);
         t.sent = 4;
