@@ -30,7 +30,8 @@ pub(crate) const STALL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Loop-back demo: a pattern written into UB buffers (in a GPU BAR with --gpu-bar) is sent on
 /// NIC A, received on NIC B into the same region and verified byte-exact; --kernel runs the
-/// same frames through the kernel driver (AF_PACKET) as the A/B baseline.
+/// same frames through the kernel driver (AF_PACKET, TPACKET_V3 rings or AF_XDP) as the A/B
+/// baseline.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -43,7 +44,8 @@ pub struct Args {
     pub rx: PciAddress,
     /// Put the TX and RX buffers in this device's BAR ("<bdf>" or "<bdf>/<bar>", default BAR 2:
     /// the ivshmem GPU-BAR stand-in). Default: a hugepage pool. With --kernel: the copy path,
-    /// frames copied by the CPU between socket buffers and the BAR (mapped through sysfs).
+    /// frames copied by the CPU between the kernel path's buffers (socket buffers, rings, UMEM)
+    /// and the BAR (mapped through sysfs).
     #[arg(long = "gpu-bar", value_name = "BDF[/BAR]")]
     pub gpu_bar: Option<String>,
     /// Frame size in bytes, Ethernet header included (default: the largest the devices allow:

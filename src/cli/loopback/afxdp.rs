@@ -524,3 +524,19 @@ fn exchange(
     }
     Ok(t)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_af_xdp_support_is_named() {
+        let e = xsk_err(
+            "socket(AF_XDP)",
+            io::Error::from_raw_os_error(libc::EAFNOSUPPORT),
+        );
+        assert!(e.to_string().contains("CONFIG_XDP_SOCKETS"), "{e}");
+        let e = xsk_err("socket(AF_XDP)", io::Error::from_raw_os_error(libc::EPERM));
+        assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
+    }
+}

@@ -282,6 +282,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_kernel_support_is_named() {
+        let e = bpf_err(
+            "bpf(BPF_PROG_LOAD)",
+            io::Error::from_raw_os_error(libc::ENOSYS),
+        );
+        assert!(e.to_string().contains("CONFIG_BPF_SYSCALL"), "{e}");
+        let e = bpf_err(
+            "bpf(BPF_MAP_CREATE)",
+            io::Error::from_raw_os_error(libc::EPERM),
+        );
+        assert!(e.to_string().contains("CAP_BPF"), "{e}");
+    }
+
+    #[test]
     fn program_encodes_the_redirect() {
         let p = redirect_program(7);
         assert_eq!(
