@@ -2,12 +2,18 @@
 //! buffers (in the GPU BAR region with `--gpu-bar`: the ivshmem BAR in the guest), sent on NIC
 //! A, received on NIC B into buffers of the same region, and verified byte-exact. The driver
 //! follows the device id: virtio-net, or igb for Intel 82576 NICs. `--kernel` runs the same
-//! frames through the kernel's virtio-net driver (AF_PACKET) as the A/B baseline.
+//! frames through the kernel's driver as the A/B baseline: AF_PACKET sockets, PACKET_MMAP
+//! (TPACKET_V3) rings, or AF_XDP sockets.
 
+mod afxdp;
 mod igb_run;
 mod kernel;
 mod report;
 mod sysfs_bar;
+mod tpacket;
+mod tpacket_ring;
+mod xdp_prog;
+mod xsk_ring;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +32,8 @@ pub(crate) const STALL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Loop-back demo: a pattern written into UB buffers (in a GPU BAR with --gpu-bar) is sent on
 /// NIC A, received on NIC B into the same region and verified byte-exact; --kernel runs the
-/// same frames through the kernel driver (AF_PACKET) as the A/B baseline.
+/// same frames through the kernel driver (AF_PACKET, TPACKET_V3 rings or AF_XDP) as the A/B
+/// baseline.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -39,7 +46,8 @@ pub struct Args {
     pub rx: PciAddress,
     /// Put the TX and RX buffers in this device's BAR ("<bdf>" or "<bdf>/<bar>", default BAR 2:
     /// the ivshmem GPU-BAR stand-in). Default: a hugepage pool. With --kernel: the copy path,
-    /// frames copied by the CPU between socket buffers and the BAR (mapped through sysfs).
+    /// frames copied by the CPU between the kernel path's buffers (socket buffers, rings, UMEM)
+    /// and the BAR (mapped through sysfs).
     #[arg(long = "gpu-bar", value_name = "BDF[/BAR]")]
     pub gpu_bar: Option<String>,
     /// Frame size in bytes, Ethernet header included (default: the largest the devices allow:
@@ -58,12 +66,28 @@ pub struct Args {
     /// Most frames in flight (sent, not yet received); default: the RX ring size.
     #[arg(long)]
     pub window: Option<usize>,
-    /// Run the kernel baseline (AF_PACKET raw sockets on the NICs' kernel netdevs) instead.
-    #[arg(long)]
-    pub kernel: bool,
+    /// Run a kernel baseline on the NICs' kernel netdevs instead: `packet` (the default of a
+    /// bare --kernel: AF_PACKET raw sockets, sendmmsg/recvmmsg through socket buffers) or
+    /// `tpacket-v3` (PACKET_MMAP: a TPACKET_V3 RX ring of blocks, a TX ring of frames) or
+    /// `af-xdp` (XDP sockets in copy mode, an XDP program on the RX NIC redirecting to them).
+    #[arg(long, value_enum, value_name = "PATH", num_args = 0..=1, default_missing_value = "packet")]
+    pub kernel: Option<KernelPath>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Which kernel path `--kernel` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelPath {
+    /// AF_PACKET raw sockets, sendmmsg/recvmmsg (copies through socket buffers).
+    Packet,
+    /// PACKET_MMAP rings: TPACKET_V3 RX blocks, a TPACKET_V3 (or V2) TX frame ring.
+    #[value(name = "tpacket-v3")]
+    TpacketV3,
+    /// AF_XDP sockets in copy mode (UMEM, fill/completion/RX/TX rings).
+    #[value(name = "af-xdp")]
+    AfXdp,
 }
 
 /// Why a loop-back could not run.
@@ -188,17 +212,31 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
         }
         (None, None) => Limit::Frames(10_000),
     };
-    if args.kernel {
+    if let Some(path) = args.kernel {
         let bar = args.gpu_bar.as_deref().map(parse_bar).transpose()?;
-        return kernel::run(
-            args.tx,
-            args.rx,
-            args.frame_size,
-            args.batch,
-            args.window.unwrap_or(256),
+        let window = args.window.unwrap_or(256).max(1);
+        let ring_run = tpacket::Run {
+            tx: args.tx,
+            rx: args.rx,
+            frame_size: args.frame_size,
+            batch: args.batch,
+            window,
             limit,
-            bar,
-        );
+            gpu_bar: bar,
+        };
+        return match path {
+            KernelPath::Packet => kernel::run(
+                args.tx,
+                args.rx,
+                args.frame_size,
+                args.batch,
+                window,
+                limit,
+                bar,
+            ),
+            KernelPath::TpacketV3 => tpacket::run(&ring_run),
+            KernelPath::AfXdp => afxdp::run(&ring_run),
+        };
     }
     run_ubdirect(args, limit)
 }
@@ -286,6 +324,7 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
     let mut txv: Vec<TxFrame> = Vec::with_capacity(batch);
     let mut rxv: Vec<RxFrame> = Vec::with_capacity(batch);
     let mut t = Tally::new(fs);
+    let cpu = report::CpuClock::start();
     let start = Instant::now();
     let mut last_progress = Instant::now();
     // Time per segment (the source document's advice: measure the pieces before the chain):
@@ -352,6 +391,7 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         }
     }
     let elapsed = start.elapsed();
+    let cpu_s = cpu.seconds();
     let (sa, sb) = (a.stats(), b.stats());
     a.shutdown()?;
     b.shutdown()?;
@@ -367,12 +407,45 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         Some(sb),
     );
     report.segments_ns_per_frame = seg.per_frame(t.sent.max(1));
-    Ok(report)
+    Ok(report.with_cpu(cpu_s))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        use clap::Parser;
+        let base = ["ubdirect", "loopback", "--tx", "00:07.0", "--rx", "00:08.0"];
+        let cli = crate::cli::Cli::try_parse_from(base.iter().chain(args).copied())?;
+        match cli.command {
+            crate::cli::Command::Loopback(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kernel_flag_selects_the_path_and_a_bare_flag_means_af_packet() {
+        assert_eq!(parse(&[]).unwrap().kernel, None);
+        assert_eq!(
+            parse(&["--kernel"]).unwrap().kernel,
+            Some(KernelPath::Packet)
+        );
+        let a = parse(&["--kernel", "--frames", "5"]).unwrap();
+        assert_eq!((a.kernel, a.frames), (Some(KernelPath::Packet), Some(5)));
+        for (v, want) in [
+            ("packet", KernelPath::Packet),
+            ("tpacket-v3", KernelPath::TpacketV3),
+        ] {
+            assert_eq!(parse(&["--kernel", v]).unwrap().kernel, Some(want));
+            assert_eq!(
+                parse(&[&format!("--kernel={v}")]).unwrap().kernel,
+                Some(want)
+            );
+        }
+        let e = parse(&["--kernel", "netmap"]).unwrap_err().to_string();
+        assert!(e.contains("tpacket-v3") && e.contains("af-xdp"), "{e}");
+    }
 
     #[test]
     fn bar_argument_parses() {

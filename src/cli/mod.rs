@@ -67,7 +67,7 @@ pub enum Command {
     Discover(nvmf::DiscoverArgs),
     /// Measure NVMe I/O like spdk_nvme_perf: -q depth, -o size, -w pattern, -t seconds, -c cores.
     Perf(perf::Args),
-    /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: AF_PACKET baseline).
+    /// Loop-back demo: pattern in GPU-BAR buffers, NIC A -> NIC B, verified byte-exact (--kernel: the kernel's AF_PACKET, TPACKET_V3 or AF_XDP path).
     Loopback(loopback::Args),
     /// Stream a source (NVMe via vfio, file via io_uring) through the UB pool into a sink (CUDA, BAR, null).
     Pipeline(pipeline::Args),

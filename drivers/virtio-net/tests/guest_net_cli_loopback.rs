@@ -1,5 +1,6 @@
 //! Guest tests of `ubdirect loopback` end to end (the binary the test bed puts in PATH): the
-//! userspace path with GPU-BAR buffers, the kernel AF_PACKET baseline, and refused arguments.
+//! userspace path with GPU-BAR buffers, the kernel baselines (AF_PACKET sockets, PACKET_MMAP
+//! rings, AF_XDP sockets), and refused arguments.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -168,6 +169,77 @@ fn kernel_baseline_moves_the_same_frames() {
     let o = loopback(&a, &b, &["--kernel", "--gpu-bar", &format!("{iv}/0")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr_of(&o).contains("too small"), "{}", stderr_of(&o));
+}
+
+/// Each kernel path of `--kernel` (AF_PACKET sockets, PACKET_MMAP TPACKET_V3 rings, AF_XDP
+/// sockets in copy mode) carries
+/// the pattern byte-exact and reports its CPU cost; then each path and the userspace driver run
+/// for the same time in this boot, their figures printed side by side (`UBD-FIGURE` lines).
+#[test]
+#[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
+fn kernel_ring_paths_move_the_same_frames() {
+    let (a, b, iv) = nics();
+    let figure_secs = std::env::var("UBD_LOOPBACK_FIGURE_SECS").unwrap_or_else(|_| "3".into());
+    {
+        let _back = BackToVfio(vec![a.clone(), b.clone(), iv.clone()]);
+        let st = Command::new("bind-kernel")
+            .args([&a, &b, &iv])
+            .status()
+            .expect("bind-kernel");
+        assert!(st.success(), "bind-kernel failed");
+        let paths = [
+            ("packet", "kernel"),
+            ("tpacket-v3", "kernel-tpacket-v3"),
+            ("af-xdp", "kernel-af-xdp"),
+        ];
+        let mut ran = Vec::new();
+        'paths: for (path, mode) in paths {
+            for bar in [None, Some(iv.as_str())] {
+                let mut args = vec!["--kernel", path, "--frames", "500", "--frame-size", "512"];
+                // A small window keeps the kernel path's own drops out of a correctness test.
+                args.extend(["--window", "32", "--json"]);
+                if let Some(bar) = bar {
+                    args.extend(["--gpu-bar", bar]);
+                }
+                let o = loopback(&a, &b, &args);
+                if path == "af-xdp" && !o.status.success() && lacks_xdp(&o) {
+                    println!(
+                        "{}",
+                        testbed::skip_line(
+                            "kernel_ring_paths_move_the_same_frames",
+                            "af-xdp: this kernel has no bpf() system call or AF_XDP sockets"
+                        )
+                    );
+                    continue 'paths;
+                }
+                let r = json_of_success(&o, &format!("{args:?}: "));
+                assert_eq!(r["mode"], mode, "{r}");
+                assert_eq!(r["frames_received"], 500, "{r}");
+                assert_eq!(r["mismatches"], 0, "{r}");
+                assert!(r["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{r}");
+            }
+            ran.push(path);
+        }
+        for path in ran {
+            let o = loopback(&a, &b, &["--kernel", path, "--seconds", &figure_secs]);
+            println!(
+                "UBD-FIGURE --kernel {path}: {}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+    }
+    let o = loopback(&a, &b, &["--seconds", &figure_secs]);
+    println!(
+        "UBD-FIGURE ubdirect: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(o.status.success(), "{}", stderr_of(&o));
+}
+
+/// Whether a failed `loopback --kernel af-xdp` says the kernel lacks what AF_XDP needs.
+fn lacks_xdp(o: &Output) -> bool {
+    let e = String::from_utf8_lossy(&o.stderr);
+    e.contains("CONFIG_BPF_SYSCALL") || e.contains("CONFIG_XDP_SOCKETS")
 }
 
 /// The receiving NIC stops decoding and DMAing (its PCI command register cleared through sysfs)

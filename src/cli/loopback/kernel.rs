@@ -14,12 +14,12 @@ use nix::sys::socket::{
 use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
-use super::report::{LoopbackReport, Tally};
+use super::report::{CpuClock, LoopbackReport, Tally};
 use super::sysfs_bar::SysfsBar;
 use super::{Limit, LoopbackError};
 
 /// Bytes per BAR slot of the copy path (a frame fits).
-const SLOT: usize = 16 << 10;
+pub const SLOT: usize = 16 << 10;
 
 /// A NIC as the kernel sees it.
 pub struct Netdev {
@@ -78,7 +78,7 @@ pub fn netdev_of(addr: PciAddress) -> Result<Netdev, LoopbackError> {
     Err(not_found())
 }
 
-fn os_err(what: &str, e: nix::Error) -> LoopbackError {
+pub fn os_err(what: &str, e: nix::Error) -> LoopbackError {
     LoopbackError::Setup(format!(
         "{what}: {} (needs root / CAP_NET_RAW)",
         io::Error::from(e)
@@ -134,7 +134,7 @@ fn wait_oper_up(name: &str) -> Result<(), LoopbackError> {
 
 /// The link-layer address an AF_PACKET socket binds to: interface `ifindex`, EtherType
 /// `proto` (0: receive nothing, for a send-only socket).
-fn link_addr(ifindex: i32, proto: u16) -> LinkAddr {
+pub fn link_addr(ifindex: i32, proto: u16) -> LinkAddr {
     // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
@@ -171,19 +171,25 @@ fn packet_socket(ifindex: i32, proto: u16) -> Result<OwnedFd, LoopbackError> {
     Ok(fd)
 }
 
-/// Runs the kernel-path loop-back and returns its report.
-pub fn run(
+/// The two kernel interfaces of a kernel-path run, up, with the frame size checked.
+pub struct Link {
+    /// The sending interface (NIC A).
+    pub a: Netdev,
+    /// The receiving interface (NIC B).
+    pub b: Netdev,
+    /// The largest frame both carry (MTU + 14).
+    pub max_frame: usize,
+    /// The frame size of the run.
+    pub fs: usize,
+}
+
+/// Finds both NICs' netdevs, checks the frame size, brings both interfaces up and waits
+/// (bounded) for their links.
+pub fn open_link(
     tx: PciAddress,
     rx: PciAddress,
     frame_size: Option<usize>,
-    batch: usize,
-    window: usize,
-    limit: Limit,
-    gpu_bar: Option<(PciAddress, u8)>,
-) -> Result<LoopbackReport, LoopbackError> {
-    // The copy path: pattern written in "GPU memory", copied to the socket buffer; received
-    // frames copied from the socket buffer into "GPU memory" and verified there.
-    let mut bar = gpu_bar.map(|(d, b)| SysfsBar::open(d, b)).transpose()?;
+) -> Result<Link, LoopbackError> {
     let a = netdev_of(tx)?;
     let b = netdev_of(rx)?;
     let max_frame = a.mtu.min(b.mtu) + 14;
@@ -204,6 +210,34 @@ pub fn run(
     }
     wait_oper_up(&a.name)?;
     wait_oper_up(&b.name)?;
+    Ok(Link {
+        a,
+        b,
+        max_frame,
+        fs,
+    })
+}
+
+/// Runs the kernel-path loop-back and returns its report.
+pub fn run(
+    tx: PciAddress,
+    rx: PciAddress,
+    frame_size: Option<usize>,
+    batch: usize,
+    window: usize,
+    limit: Limit,
+    gpu_bar: Option<(PciAddress, u8)>,
+) -> Result<LoopbackReport, LoopbackError> {
+    // The copy path: pattern written in "GPU memory", copied to the socket buffer; received
+    // frames copied from the socket buffer into "GPU memory" and verified there.
+    let mut bar = gpu_bar.map(|(d, b)| SysfsBar::open(d, b)).transpose()?;
+    let Link {
+        a,
+        b,
+        max_frame,
+        fs,
+    } = open_link(tx, rx, frame_size)?;
+    let cpu = CpuClock::start();
     let txs = packet_socket(a.ifindex, 0)?;
     let rxs = packet_socket(b.ifindex, PATTERN_ETHERTYPE)?;
 
@@ -327,5 +361,6 @@ pub fn run(
         gpu_bar.map(|(d, b)| format!("socket buffers + CPU copies to/from gpu-bar {d}/{b}"));
     Ok(t.report(
         "kernel", tx, rx, max_frame, batch, elapsed, buffers, None, None,
-    ))
+    )
+    .with_cpu(cpu.seconds()))
 }

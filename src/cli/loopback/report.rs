@@ -51,6 +51,35 @@ pub struct SegmentsNs {
     pub verify: f64,
 }
 
+/// CPU time (user + system) this process has used since `start`: the driver's polling, the
+/// copies, and the kernel work done on its behalf (system calls, and softirq work run in its
+/// context).
+#[derive(Debug, Clone, Copy)]
+pub struct CpuClock(f64);
+
+impl CpuClock {
+    fn now() -> f64 {
+        // SAFETY: rusage is plain old data; all-zero is valid, and getrusage only writes it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_SELF with a valid, owned rusage: the call only fills it.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return 0.0;
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    }
+
+    /// Starts counting.
+    pub fn start() -> CpuClock {
+        CpuClock(Self::now())
+    }
+
+    /// CPU seconds used since `start`.
+    pub fn seconds(&self) -> f64 {
+        (Self::now() - self.0).max(0.0)
+    }
+}
+
 /// Running counts of a loop-back.
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -162,6 +191,8 @@ impl Tally {
             tx_stats,
             rx_stats,
             segments_ns_per_frame: None,
+            cpu_seconds: 0.0,
+            cpu_s_per_gb: None,
         }
     }
 }
@@ -169,7 +200,8 @@ impl Tally {
 /// What `ubdirect loopback` prints (text or `--json`).
 #[derive(Debug, Serialize)]
 pub struct LoopbackReport {
-    /// "ubdirect" (userspace driver, zero copy) or "kernel" (AF_PACKET baseline).
+    /// "ubdirect" (userspace driver, zero copy), "kernel" (AF_PACKET sendmmsg/recvmmsg) or
+    /// "kernel-tpacket-v3" (PACKET_MMAP rings).
     pub mode: &'static str,
     /// Sending NIC.
     pub tx: String,
@@ -215,9 +247,21 @@ pub struct LoopbackReport {
     pub rx_stats: Option<NetStats>,
     /// Where the time went, per frame (ubdirect mode).
     pub segments_ns_per_frame: Option<SegmentsNs>,
+    /// CPU seconds (user + system) the process used during the run.
+    pub cpu_seconds: f64,
+    /// CPU seconds per GB (1e9 bytes) received byte-exact; none when nothing was received.
+    pub cpu_s_per_gb: Option<f64>,
 }
 
 impl LoopbackReport {
+    /// Records the CPU time of the run and its cost per GB received.
+    pub fn with_cpu(mut self, cpu_seconds: f64) -> LoopbackReport {
+        self.cpu_seconds = cpu_seconds;
+        self.cpu_s_per_gb =
+            (self.bytes_received > 0).then(|| cpu_seconds / (self.bytes_received as f64 / 1e9));
+        self
+    }
+
     /// True when every frame sent came back byte-exact.
     pub fn ok(&self) -> bool {
         self.mismatches == 0
@@ -249,6 +293,10 @@ impl LoopbackReport {
             self.tx_full,
             if self.stalled { " (stalled: nothing moved for the deadline)" } else { "" },
         );
+        s += &format!("\n  CPU {:.3} s", self.cpu_seconds);
+        if let Some(c) = self.cpu_s_per_gb {
+            s += &format!(", {c:.2} CPU-s/GB");
+        }
         if let Some(g) = &self.segments_ns_per_frame {
             s += &format!(
                 "\n  per frame: pattern fill {:.0} ns, tx_burst {:.0} ns, rx_burst {:.0} ns, verify {:.0} ns",
@@ -301,6 +349,36 @@ mod tests {
         assert_eq!(r.first_mismatch, Some(m));
         assert!(r.text().contains("frame 5 offset 30"));
         assert_eq!(r.bytes_received, 180);
+        assert_eq!(r.cpu_s_per_gb, None);
+        let r = r.with_cpu(0.9);
+        assert!((r.cpu_s_per_gb.unwrap() - 0.9 / 180e-9).abs() < 1.0);
+        assert!(r.text().contains("CPU-s/GB"), "{}", r.text());
+    }
+
+    #[test]
+    fn every_mode_s_report_matches_the_json_schema() {
+        for mode in ["ubdirect", "kernel", "kernel-tpacket-v3", "kernel-af-xdp"] {
+            let mut t = Tally::new(1514);
+            t.sent = 2;
+            t.account(Check::Good(0));
+            t.account(Check::Good(1));
+            let r = t
+                .report(
+                    mode,
+                    "00:07.0".parse().unwrap(),
+                    "00:08.0".parse().unwrap(),
+                    1514,
+                    32,
+                    Duration::from_millis(10),
+                    Some("TPACKET_V3 RX ring".into()),
+                    None,
+                    None,
+                )
+                .with_cpu(0.01);
+            let doc = crate::cli::json::document("loopback", &r).unwrap();
+            crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert!(doc["cpu_s_per_gb"].as_f64().unwrap() > 0.0);
+        }
     }
 
     #[test]
