@@ -20,9 +20,11 @@ use ubdirect_nvme::{
 use super::json::LatencyNs;
 use super::units::{parse_offset, parse_size, parse_usize_size};
 use super::{CliResult, Outcome};
-use report::{direction, latency_ns, Direction, HistogramJson};
+use report::{direction, latency_ns, window, Direction, HistogramJson};
 
 mod floor;
+#[cfg(test)]
+mod model_loop;
 mod report;
 mod uring;
 
@@ -284,6 +286,11 @@ struct CoreResult {
     sq_doorbell_writes_per_io: f64,
     cq_doorbell_writes_per_io: f64,
     shadow_only_updates_per_io: f64,
+    /// IOPS x mean latency / queue depth (at QD1: IOPS x mean latency; 1.0 = all of each
+    /// I/O's time inside its latency window).
+    window_fraction: f64,
+    /// Cycle-counter ticks per I/O spent outside the latency window.
+    outside_window_cycles_per_io: f64,
     verified_blocks: u64,
     verify_errors: u64,
     /// Controller resets this worker's queue went through (its requests were requeued).
@@ -342,6 +349,12 @@ struct Total {
     complete_cycles_per_io: f64,
     submit_ns_per_io: f64,
     complete_ns_per_io: f64,
+    /// IOPS x mean latency / queue depth of all cores (the cores' depths added up).
+    window_fraction: f64,
+    /// Cycle-counter ticks per I/O spent outside the latency window.
+    outside_window_cycles_per_io: f64,
+    /// The same in ns.
+    outside_window_ns_per_io: f64,
     errors: u64,
     verify_errors: u64,
     /// Controller resets during the run (recoveries from timeouts or a reset under the run).
@@ -576,7 +589,7 @@ fn run_perf(args: &Args) -> CliResult {
         nsid,
         ShadowInfo::of(&ctrl),
         &tsc,
-        &cores,
+        &mut cores,
         ctrl.resets(),
     )
 }
@@ -608,9 +621,11 @@ fn finish(
     nsid: u32,
     shadow: ShadowInfo,
     tsc: &Tsc,
-    cores: &[CoreResult],
+    cores: &mut [CoreResult],
     resets: u64,
 ) -> CliResult {
+    fill_windows(cores, tsc);
+    let cores = &*cores;
     let mut total = summarize(cores, tsc, args.io_size);
     total.controller_resets = resets;
     let report = PerfReport {
@@ -658,6 +673,17 @@ fn capped_depth_line(asked: usize, effective: usize) -> Option<String> {
     })
 }
 
+/// Each core's latency window (and its directions') from its IOPS, mean latency and depth.
+fn fill_windows(cores: &mut [CoreResult], tsc: &Tsc) {
+    for c in cores {
+        let w = window(c.iops, c.latency_ns.mean, c.queue_depth, tsc.hz);
+        (c.window_fraction, c.outside_window_cycles_per_io) = (w.fraction, w.outside_cycles_per_io);
+        for d in [&mut c.read, &mut c.write] {
+            d.window_fraction = window(d.iops, d.latency_ns.mean, c.queue_depth, tsc.hz).fraction;
+        }
+    }
+}
+
 fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
     let (mut hr, mut hw) = (LatencyHistogram::new(), LatencyHistogram::new());
     for c in cores {
@@ -671,20 +697,31 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
     let submit = per_io(cores.iter().map(|c| c.submit_cycles).sum());
     let complete = per_io(cores.iter().map(|c| c.complete_cycles).sum());
+    let depth: usize = cores.iter().map(|c| c.queue_depth).sum();
+    let latency = latency_ns(&h, tsc);
+    let w = window(iops, latency.mean, depth, tsc.hz);
+    let mut read = report::sum_directions(cores.iter().map(|c| &c.read), &hr, tsc);
+    let mut write = report::sum_directions(cores.iter().map(|c| &c.write), &hw, tsc);
+    for d in [&mut read, &mut write] {
+        d.window_fraction = window(d.iops, d.latency_ns.mean, depth, tsc.hz).fraction;
+    }
     Total {
         ios,
         iops,
         bytes_per_s: iops * io_size as f64,
-        latency_ns: latency_ns(&h, tsc),
+        latency_ns: latency,
         submit_cycles_per_io: submit,
         complete_cycles_per_io: complete,
         submit_ns_per_io: tsc.to_ns(submit),
         complete_ns_per_io: tsc.to_ns(complete),
+        window_fraction: w.fraction,
+        outside_window_cycles_per_io: w.outside_cycles_per_io,
+        outside_window_ns_per_io: tsc.to_ns(w.outside_cycles_per_io),
         errors: cores.iter().map(|c| c.errors).sum(),
         verify_errors: cores.iter().map(|c| c.verify_errors).sum(),
         controller_resets: 0,
-        read: report::sum_directions(cores.iter().map(|c| &c.read), &hr, tsc),
-        write: report::sum_directions(cores.iter().map(|c| &c.write), &hw, tsc),
+        read,
+        write,
         hist: h,
     }
 }
@@ -782,6 +819,7 @@ fn print_report(r: &PerfReport<'_>) {
         t.complete_cycles_per_io,
         t.complete_ns_per_io
     );
+    println!("{}", window_line(t, r.workload == Workload::Rw));
     for c in r.cores {
         println!(
             "core {:>2} qid {}: doorbell MMIO writes per I/O: SQ {:.3} CQ {:.3}, shadow-only updates {:.3}",
@@ -813,6 +851,25 @@ fn print_report(r: &PerfReport<'_>) {
             t.verify_errors
         );
     }
+}
+
+/// The table line of the latency window: IOPS x mean latency / depth (per direction with
+/// `-w rw`) and the time per I/O outside it.
+fn window_line(t: &Total, rw: bool) -> String {
+    format!(
+        "latency window: IOPS x mean latency / depth {:.3}{}; outside it per I/O: {:.0} cycles ({:.0} ns)",
+        t.window_fraction,
+        if rw {
+            format!(
+                " (reads {:.3}, writes {:.3})",
+                t.read.window_fraction, t.write.window_fraction
+            )
+        } else {
+            String::new()
+        },
+        t.outside_window_cycles_per_io,
+        t.outside_window_ns_per_io
+    )
 }
 
 /// One table line of one direction: I/Os, IOPS, MiB/s, average, p99 and max latency.
@@ -860,6 +917,8 @@ fn plain_core(
         sq_doorbell_writes_per_io: per_io(sq_db),
         cq_doorbell_writes_per_io: per_io(cq_db),
         shadow_only_updates_per_io: 0.0,
+        window_fraction: 0.0,
+        outside_window_cycles_per_io: 0.0,
         verified_blocks: 0,
         verify_errors: 0,
         resets: 0,
@@ -986,9 +1045,18 @@ fn worker(
     let deadline = measure_from + job.tsc.ticks(job.duration);
     let mut stopping = false;
     let mut done = 0u64;
+    // The last cycle-counter reading: taken at the end of each poll and after each ring, it
+    // starts the next step's figures, so the loop reads the counter once per poll and once
+    // per batch of submissions (plus once per batch of completions, in the closure).
+    let mut last = rdtsc();
+    let (mut reaped, mut succeeded) = (0usize, 0u64);
     loop {
-        if !stopping {
-            let s0 = rdtsc();
+        // Resubmit first: the slots freed by the last poll go out before any bookkeeping, which
+        // then runs while the device works on them.
+        if !stopping && !free.is_empty() {
+            // The reading that ended the poll which freed these slots: every request of the
+            // batch is timed from before its set-up, so no latency is understated.
+            let s0 = last;
             while let Some((slot, mut buf)) = free.pop() {
                 let io = match job.workload {
                     Workload::Read | Workload::Write => {
@@ -1012,8 +1080,6 @@ fn worker(
                         blocks_per_io,
                     );
                 }
-                // One counter read per batch (s0): every request of the batch is timed from
-                // its start, so no latency is understated.
                 slots[slot] = Slot {
                     submitted: s0,
                     lba,
@@ -1029,13 +1095,35 @@ fn worker(
                 }
             }
             qp.ring();
-            submit_cycles += rdtsc() - s0;
+            last = rdtsc();
+            submit_cycles += last - s0;
         }
-        let p0 = rdtsc();
+        // The last poll's bookkeeping, after its slots went out again.
+        if reaped > 0 {
+            done += succeeded;
+            job.done[index].0.store(done, Ordering::Relaxed);
+        }
+        if warming && last >= measure_from {
+            // The warm-up is over: count from here.
+            warming = false;
+            std::mem::swap(&mut hist_r, &mut fresh_r);
+            std::mem::swap(&mut hist_w, &mut fresh_w);
+            (ios, reads, writes, submit_cycles, complete_cycles) = (0, 0, 0, 0, 0);
+            stats0 = qp.stats();
+            t_start = Instant::now();
+        }
+        if !stopping && last >= deadline {
+            stopping = true;
+        }
+        if stopping && qp.in_flight() == 0 {
+            break;
+        }
+        // From the last reading: the completion cycles include the few checks above.
+        let p0 = last;
         // Read the counter once per batch of completions, at the first one.
         let mut now = 0u64;
-        let mut succeeded = 0u64;
-        let n = qp
+        succeeded = 0;
+        reaped = qp
             .poll(depth, |c| {
                 if now == 0 {
                     now = rdtsc();
@@ -1080,26 +1168,9 @@ fn worker(
                 free.push((slot, buf));
             })
             .map_err(|e| e.to_string())?;
-        let p1 = rdtsc();
-        if n > 0 {
-            complete_cycles += p1 - p0;
-            done += succeeded;
-            job.done[index].0.store(done, Ordering::Relaxed);
-        }
-        if warming && p1 >= measure_from {
-            // The warm-up is over: count from here.
-            warming = false;
-            std::mem::swap(&mut hist_r, &mut fresh_r);
-            std::mem::swap(&mut hist_w, &mut fresh_w);
-            (ios, reads, writes, submit_cycles, complete_cycles) = (0, 0, 0, 0, 0);
-            stats0 = qp.stats();
-            t_start = Instant::now();
-        }
-        if !stopping && p1 >= deadline {
-            stopping = true;
-        }
-        if stopping && qp.in_flight() == 0 {
-            break;
+        last = rdtsc();
+        if reaped > 0 {
+            complete_cycles += last - p0;
         }
     }
     let secs = t_start.elapsed().as_secs_f64();
@@ -1127,6 +1198,8 @@ fn worker(
         sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
         cq_doorbell_writes_per_io: per_io(st.cq_doorbell_writes - stats0.cq_doorbell_writes),
         shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
+        window_fraction: 0.0,
+        outside_window_cycles_per_io: 0.0,
         verified_blocks: verified,
         verify_errors,
         resets: st.resets - stats0.resets,
@@ -1274,7 +1347,8 @@ mod tests {
         for t in [40_000u64, 50_000, 60_000] {
             hist.record(t);
         }
-        let core = plain_core(0, 1, (3, 0), 1.0, hist, 4096, &tsc, (1, 3));
+        let mut core = plain_core(0, 1, (3, 0), 1.0, hist, 4096, &tsc, (1, 3));
+        core.queue_depth = 1;
         assert_eq!(core.iops, 3.0);
         assert!((core.sq_doorbell_writes_per_io - 1.0 / 3.0).abs() < 1e-9);
         assert!(
@@ -1287,9 +1361,14 @@ mod tests {
         assert!((sd - 4_082.0).abs() < 200.0, "{:?}", core.latency_ns);
         let p9999 = core.latency_ns.p9999.unwrap();
         assert!((p9999 - 30_000.0).abs() < 1_000.0, "{:?}", core.latency_ns);
-        let cores = [core];
+        let mut cores = [core];
+        fill_windows(&mut cores, &tsc);
+        // 3 IOPS at QD1 with a 25 us mean: 75 us of each second inside the window.
+        assert!((cores[0].window_fraction - 75e-6).abs() < 1e-6);
         let total = summarize(&cores, &tsc, 4096);
         assert_eq!((total.read.ios, total.write.ios), (3, 0));
+        assert!((total.read.window_fraction - total.window_fraction).abs() < 1e-12);
+        assert!((total.outside_window_ns_per_io - (1e9 / 3.0 - 25_000.0)).abs() < 1_000.0);
         for engine in ["floor", "uring-iopoll", "uring-cmd", "ubdirect"] {
             let args = parse(&["00:04.0", "--engine", engine, "-o", "4K", "-q", "32"]);
             let report = PerfReport {
@@ -1313,6 +1392,9 @@ mod tests {
             };
             let doc = crate::cli::json::document("perf", &report).unwrap();
             assert_eq!(doc["engine"], engine);
+            assert!(doc["total"]["window_fraction"].as_f64().unwrap() > 0.0);
+            assert!(doc["cores"][0]["outside_window_cycles_per_io"].is_number());
+            assert!(doc["total"]["read"]["window_fraction"].is_number());
             crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{engine}: {e}"));
         }
     }
@@ -1377,6 +1459,22 @@ mod tests {
         );
         let h = report::histogram(&t.hist, &tsc, false);
         assert_eq!(h.rows.iter().map(|r| r.count).sum::<u64>(), 2000);
+    }
+
+    /// The table says the window and the time outside it; per direction with -w rw.
+    #[test]
+    fn the_window_line_gives_the_fraction_and_the_time_outside() {
+        let tsc = Tsc { hz: 1.0e9 };
+        let mut hist = LatencyHistogram::new();
+        (0..27).for_each(|_| hist.record(31_600));
+        let mut cores = [plain_core(0, 1, (27, 0), 0.001, hist, 4096, &tsc, (0, 0))];
+        cores[0].queue_depth = 1;
+        fill_windows(&mut cores, &tsc);
+        let t = summarize(&cores, &tsc, 4096);
+        let l = window_line(&t, false);
+        assert!(l.contains("depth 0.853;"), "{l}");
+        assert!(l.contains("5437 cycles (5437 ns)"), "{l}");
+        assert!(window_line(&t, true).contains("(reads 0.853, writes 0.000)"));
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(super) fn run(
         nsid,
         ShadowInfo::not_used("the floor loop writes the doorbell registers"),
         &tsc,
-        &cores,
+        &mut cores,
         ctrl.resets(),
     )
 }

@@ -1,6 +1,6 @@
-//! Pure helpers of `ubdirect perf`'s output: figures per direction (`-w rw`), the latency
-//! histogram of `-L` (power-of-two buckets) and `-LL` (every bucket), and the once-a-second
-//! status line.
+//! Pure helpers of `ubdirect perf`'s output: figures per direction (`-w rw`), the share of the
+//! run's time inside the I/Os' latency windows, the latency histogram of `-L` (power-of-two
+//! buckets) and `-LL` (every bucket), and the once-a-second status line.
 
 use serde::Serialize;
 use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
@@ -18,6 +18,9 @@ pub struct Direction {
     pub bytes_per_s: f64,
     /// Latency of these I/Os.
     pub latency_ns: LatencyNs,
+    /// IOPS x mean latency / queue depth of these I/Os alone: their share of the queue slots'
+    /// time spent inside latency windows (the directions' shares add up to the total's).
+    pub window_fraction: f64,
 }
 
 /// The figures of `h` (TSC ticks) over `secs` seconds of `io_size`-byte I/Os.
@@ -32,6 +35,7 @@ pub fn direction(h: &LatencyHistogram, secs: f64, io_size: usize, tsc: &Tsc) -> 
         iops,
         bytes_per_s: iops * io_size as f64,
         latency_ns: latency_ns(h, tsc),
+        window_fraction: 0.0,
     }
 }
 
@@ -52,6 +56,32 @@ pub fn sum_directions<'a>(
         d.bytes_per_s += x.bytes_per_s;
     }
     d
+}
+
+/// How much of a run's time lay inside its I/Os' latency windows (Little's law).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    /// IOPS x mean latency / queue depth: 1.0 when each queue slot always holds an I/O whose
+    /// latency is being measured; at QD1, IOPS x mean latency.
+    pub fraction: f64,
+    /// Cycle-counter ticks per I/O that a queue slot spends outside any latency window: from
+    /// the moment a completion is seen to the start of the next request in that slot
+    /// (reaping, the callback, the loop's bookkeeping, the next request's set-up).
+    pub outside_cycles_per_io: f64,
+}
+
+/// The latency window of `iops` I/Os per second at a mean latency of `mean_latency_ns` with
+/// `depth` requests in flight, on a cycle counter of `tsc_hz`. All zero when nothing ran.
+pub fn window(iops: f64, mean_latency_ns: f64, depth: usize, tsc_hz: f64) -> Window {
+    if iops <= 0.0 || depth == 0 || !iops.is_finite() {
+        return Window::default();
+    }
+    let mean_s = mean_latency_ns * 1e-9;
+    let slot_s_per_io = depth as f64 / iops;
+    Window {
+        fraction: mean_s / slot_s_per_io,
+        outside_cycles_per_io: (slot_s_per_io - mean_s) * tsc_hz,
+    }
 }
 
 /// A histogram of TSC ticks as nanoseconds.
@@ -244,6 +274,27 @@ mod tests {
         );
         let empty = direction(&LatencyHistogram::new(), 0.0, 4096, &tsc);
         assert_eq!((empty.ios, empty.iops), (0, 0.0));
+    }
+
+    #[test]
+    fn the_window_is_iops_times_latency_per_slot_and_the_rest_is_outside() {
+        // QD1, 27,000 IOPS at 31.6 us: 37.04 us per I/O, 85.3 % of it inside the window, the
+        // other 5.44 us (10,874 ticks at 2 GHz) outside.
+        let w = window(27_000.0, 31_600.0, 1, 2.0e9);
+        assert!((w.fraction - 0.8532).abs() < 1e-4, "{w:?}");
+        assert!((w.outside_cycles_per_io - 10_874.07).abs() < 0.1, "{w:?}");
+        // Every I/O's time inside the window: 1.0 and nothing outside.
+        let w = window(1e6 / 25.0, 25_000.0, 1, 3.0e9);
+        assert!((w.fraction - 1.0).abs() < 1e-12, "{w:?}");
+        assert!(w.outside_cycles_per_io.abs() < 1e-6, "{w:?}");
+        // At depth, each slot's share: 32 in flight, 200k IOPS at 150 us: 30 of 32 slots busy,
+        // each slot 160 us per I/O of which 10 us (10,000 ticks at 1 GHz) outside.
+        let w = window(200_000.0, 150_000.0, 32, 1.0e9);
+        assert!((w.fraction - 0.9375).abs() < 1e-12, "{w:?}");
+        assert!((w.outside_cycles_per_io - 10_000.0).abs() < 1e-6, "{w:?}");
+        // Nothing ran.
+        assert_eq!(window(0.0, 0.0, 1, 1.0e9), Window::default());
+        assert_eq!(window(1000.0, 10.0, 0, 1.0e9), Window::default());
     }
 
     #[test]

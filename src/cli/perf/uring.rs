@@ -241,7 +241,7 @@ pub(super) fn run(args: &Args) -> CliResult {
         nsid,
         ShadowInfo::not_used("the kernel's nvme driver rings the doorbells"),
         &tsc,
-        &cores,
+        &mut cores,
         0,
     )
 }
