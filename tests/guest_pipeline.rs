@@ -358,11 +358,11 @@ fn nvme_pipeline_refuses_bad_settings() {
         ),
         (
             cfg(1000, 2, 0, 1 << 20),
-            "--block-size 1000 must be a positive multiple of the source's 512-byte logical block",
+            "PipelineConfig::block_size 1000 must be a positive multiple of the source's 512-byte logical block",
         ),
         (
             cfg(1 << 20, 2, 0, NVME0_NS1.len + 1),
-            "--verify checks one pass over the source: --bytes 67108865 exceeds its 67108864 bytes",
+            "PipelineConfig::verify checks one pass over the source: Limit::Bytes 67108865 exceeds its 67108864 bytes",
         ),
     ] {
         let e = run_direct(&mut n.qp, &mut sink, &pool, &c, "bad", "nvme0").unwrap_err();

@@ -83,19 +83,25 @@ if ((${#explicit_bins[@]} == 0)); then
             | select(endswith("/libubdirect.so"))' "$json" | tail -n1)
         [[ -n $capi_so ]] || vm_die "cargo build -p ubdirect-capi built no libubdirect.so"
         capi_dir=$(dirname "$capi_so")
-        mkdir -p "$capi_dir/capi-c"
+        # The programs find the library beside them ($ORIGIN): in the guest both sit in /ubd/bin
+        # (the library through --files), whatever the checkout's path (the guest mounts a tmpfs
+        # on /tmp, which would hide a library staged at a /tmp path).
+        capi_c="$capi_dir/capi-c" && capi_files="$capi_dir/capi-files"
+        mkdir -p "$capi_c" "$capi_files/bin"
+        cp -f "$capi_so" "$capi_c/libubdirect.so"
+        cp -f "$capi_so" "$capi_files/bin/libubdirect.so"
         for v in plain asan; do
-            out="$capi_dir/capi-c/ubd_capi_test" && san=()
+            out="$capi_c/ubd_capi_test" && san=()
             [[ $v == asan ]] && out+=_asan && san=(-fsanitize=address -fno-omit-frame-pointer)
             cc -std=c11 -Wall -Wextra -Werror -g "${san[@]}" -Icapi/include capi/tests/c/api_test.c \
-                -o "$out" -L"$capi_dir" -Wl,-rpath,"$capi_dir" -lubdirect ||
+                -o "$out" -L"$capi_c" -Wl,-rpath,'$ORIGIN' -lubdirect ||
                 vm_die "cc capi/tests/c/api_test.c ($v) failed"
             test_bins+=(--bin "$out")
         done
         cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include examples/c/perf_loop.c \
-            -o "$capi_dir/capi-c/ubd_capi_perf_loop" -L"$capi_dir" -Wl,-rpath,"$capi_dir" -lubdirect ||
+            -o "$capi_c/ubd_capi_perf_loop" -L"$capi_c" -Wl,-rpath,'$ORIGIN' -lubdirect ||
             vm_die "cc examples/c/perf_loop.c failed"
-        test_bins+=(--bin "$capi_dir/capi-c/ubd_capi_perf_loop")
+        test_bins+=(--bin "$capi_c/ubd_capi_perf_loop" --files "$capi_files")
     fi
     cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json-render-diagnostics >"$json" ||
         vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
