@@ -78,17 +78,25 @@ bar2_size() {
 }
 t "ivshmem BAR2 is 64 MiB (got $(bar2_size "$UBD_IVSHMEM"))" '[ "$(bar2_size "$UBD_IVSHMEM")" = $((64 << 20)) ]'
 
-# IOMMU: every test device alone in its group.
+# IOMMU: every test device alone in its group, but for the PCIe root port above it (a kernel
+# without ACS on QEMU's root ports groups the igb NICs with theirs; vfio allows a bridge there).
 alone=1
 for a in $UBD_TEST_DEVICES; do
     g=$(group_of "$a")
-    members=$(ls "/sys/kernel/iommu_groups/$g/devices" 2>/dev/null | tr '\n' ' ')
-    if [ -z "$g" ] || [ "$members" != "$a " ]; then
-        echo "# $a: group '$g' holds: $members"
+    others=""
+    for m in $(ls "/sys/kernel/iommu_groups/$g/devices" 2>/dev/null); do
+        [ "$m" = "$a" ] && continue
+        case $(cat "/sys/bus/pci/devices/$m/class" 2>/dev/null) in
+        0x0604*) ;;
+        *) others="$others $m" ;;
+        esac
+    done
+    if [ -z "$g" ] || [ ! -e "/sys/kernel/iommu_groups/$g/devices/$a" ] || [ -n "$others" ]; then
+        echo "# $a: group '$g' holds: $(ls "/sys/kernel/iommu_groups/$g/devices" 2>/dev/null | tr '\n' ' ')"
         alone=0
     fi
 done
-t "every test device is alone in its IOMMU group (intel-iommu on)" '[ $alone = 1 ]'
+t "every test device is alone in its IOMMU group (intel-iommu on), bridges above it aside" '[ $alone = 1 ]'
 
 # Hugepages: 768 x 2 MiB and 1 x 1 GiB, hugetlbfs mounted.
 hp() { cat "/sys/kernel/mm/hugepages/hugepages-$1/$2" 2>/dev/null; }

@@ -201,7 +201,16 @@ fn kernel_ring_paths_move_the_same_frames() {
                 if let Some(bar) = bar {
                     args.extend(["--gpu-bar", bar]);
                 }
-                let o = loopback(&a, &b, &args);
+                // The kernel's own ring paths may drop a frame under load (its drops, not a
+                // corruption): a run that lost frames but mismatched none is tried again, twice.
+                let mut o = loopback(&a, &b, &args);
+                for _ in 0..2 {
+                    if o.status.success() || !stderr_of(&o).contains("dropped, 0 mismatched)") {
+                        break;
+                    }
+                    println!("{args:?}: frames dropped, tried again: {}", stderr_of(&o));
+                    o = loopback(&a, &b, &args);
+                }
                 if path == "af-xdp" && !o.status.success() && lacks_xdp(&o) {
                     println!(
                         "{}",
