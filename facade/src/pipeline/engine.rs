@@ -328,7 +328,7 @@ where
         pb.finish_and_clear();
     }
     if let Some(e) = err {
-        return Err(e);
+        return Err(name_removal(e, devices));
     }
     let mut r = PipelineReport::new(
         label,
@@ -347,6 +347,20 @@ where
         r.cycles_per_completion = Some(poll_cycles as f64 / completions as f64);
     }
     Ok(r)
+}
+
+/// A source error raised because the kernel asked for a watched device back (the queue pair
+/// noticed the request before the engine's own check) is reported as that request.
+fn name_removal(e: PipelineError, devices: &[Arc<PciDevice>]) -> PipelineError {
+    if !matches!(e, PipelineError::Source(_)) {
+        return e;
+    }
+    match devices.iter().find(|d| d.removal_requested()) {
+        Some(d) => PipelineError::RemovalRequested {
+            device: d.address(),
+        },
+        None => e,
+    }
 }
 
 #[cfg(test)]
