@@ -640,7 +640,9 @@ sed 's/^/host: /' "$hlog" | grep -v '"return"' | tail -n 30
 sum=$(grep '^SOAK-SUMMARY' "$CON" | tail -n1)
 get() { echo "$sum" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 if [ -z "$sum" ]; then
-    echo "$me: the guest printed no summary (run.sh status $vmrc); log: $CON"
+    echo "$me: the guest printed no summary (run.sh status $vmrc); log: $CON; its last lines:"
+    tail -n 40 "$CON" | sed 's/^/console: /'
+    echo "$me: the guest printed no summary (run.sh status $vmrc)"
     echo "soak: 0 passed, 1 failed"
     exit 1
 fi
