@@ -12,6 +12,8 @@
 # per-read busy-waiting (engine "floor+N"), then ubdirect perf (auto, off); no kernel engines.
 # MODE=cmb (nvme.sh --cmb): per depth, ubdirect perf with the I/O SQ in host memory (engine
 # "host") and in the controller's CMB ("cmb", --sq-in-cmb), the order alternating between rounds.
+# MODE=capi (nvme.sh --capi): per depth, ubdirect perf and the C API's perf loop ("capi",
+# ubd_capi_perf_loop beside libubdirect.so in /ubd/bin), the order alternating between rounds.
 MODE=${MODE:-floor}
 ADDR=${ADDR:-0000:00:10.0}
 ROUNDS=${ROUNDS:-3}
@@ -57,6 +59,36 @@ if [ "$MODE" = cmb ]; then
             else
                 one "$r" cmb "$q" --sq-in-cmb
                 one "$r" host "$q"
+            fi
+        done
+        r=$((r + 1))
+    done
+    exit 0
+fi
+
+# capi_one ROUND QD: the C API's perf loop (examples/c/perf_loop.c); it prints IOPS only, so
+# the latency fields are 0 ("n/a" in the table).
+capi_one() {
+    if ubd_capi_perf_loop "$ADDR" "$2" "$SECS" >/tmp/b.out 2>/tmp/b.err; then
+        iops=$(sed -n 's/^perf_loop: .*: \([0-9.]*\) IOPS.*/\1/p' /tmp/b.out)
+        echo "R $1 capi $2 ${iops:-0} 0 0 0"
+    else
+        echo "FAIL $1 capi $2 $? $(head -n1 /tmp/b.err)"
+    fi
+}
+
+if [ "$MODE" = capi ]; then
+    echo "# cpus=$(nproc) kernel=$(uname -r)"
+    bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
+    r=1
+    while [ "$r" -le "$ROUNDS" ]; do
+        for q in $DEPTHS; do
+            if [ $((r % 2)) = 1 ]; then
+                one "$r" ubdirect "$q"
+                capi_one "$r" "$q"
+            else
+                capi_one "$r" "$q"
+                one "$r" ubdirect "$q"
             fi
         done
         r=$((r + 1))

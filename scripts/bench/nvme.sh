@@ -23,6 +23,14 @@
 #   scripts/bench/nvme.sh --pad      (env: ROUNDS=3 DEPTHS="1 32 128" PADS="250 500 1000 2000 4000" SECS=2)
 #   scripts/bench/nvme.sh --cmb      (env: ROUNDS=3 DEPTHS="1 32 128" SECS=2 BIN=target/release/ubdirect)
 #
+# With --capi: what the C API's boundary costs: per round and depth, `ubdirect perf` (shadow
+# doorbells auto) and the C perf loop examples/c/perf_loop.c (random reads through libubdirect,
+# release build, one callback per I/O that submits the next, as SPDK programs do) on the same
+# controller. Prints every run, the medians and the ratio C API / ubdirect perf.
+#
+#   scripts/bench/nvme.sh --capi     (env: ROUNDS=3 DEPTHS="1 32" SECS=2 BIN=target/release/ubdirect)
+#                                    (build first: cargo build --release --bin ubdirect -p ubdirect-capi)
+#
 # OLD_BIN=path/to/an/older/ubdirect adds engine "ubdirect-old" (that binary, shadow doorbells
 # auto) to every round: a before/after comparison of a driver change in one boot.
 #
@@ -34,7 +42,8 @@ case ${1:-} in
     "") ;;
     --cmb) MODE=cmb ;;
     --pad) MODE=pad ;;
-    *) echo "nvme.sh: unknown argument '$1': --cmb (SQs in host memory vs in the CMB) or --pad (the floor with per-I/O padding)" >&2; exit 2 ;;
+    --capi) MODE=capi ;;
+    *) echo "nvme.sh: unknown argument '$1': --cmb (SQs in host memory vs in the CMB), --pad (the floor with per-I/O padding) or --capi (the C API's perf loop beside ubdirect perf)" >&2; exit 2 ;;
 esac
 BIN=${BIN:-target/release/ubdirect}
 [[ -x $BIN ]] || { echo "nvme.sh: $BIN missing: cargo build --release --bin ubdirect" >&2; exit 2; }
@@ -45,6 +54,9 @@ if [[ $MODE == cmb ]]; then
     ctrl="serial=ubdnullcmb,drive=nullb,cmb_size_mb=1,addr=0x10"
 elif [[ $MODE == pad ]]; then
     DEPTHS=${DEPTHS:-"1 32 128"}
+    ctrl="serial=ubdnull,drive=nullb,addr=0x10"
+elif [[ $MODE == capi ]]; then
+    DEPTHS=${DEPTHS:-"1 32"}
     ctrl="serial=ubdnull,drive=nullb,addr=0x10"
 else
     DEPTHS=${DEPTHS:-"1 32 128 256"}
@@ -59,6 +71,17 @@ if [[ -n ${OLD_BIN:-} ]]; then
     [[ -x $OLD_BIN ]] || { echo "nvme.sh: OLD_BIN=$OLD_BIN is not an executable" >&2; exit 2; }
     cp "$OLD_BIN" "$old/ubdirect-old"
     extra=(--bin "$old/ubdirect-old" --env OLD=1)
+fi
+if [[ $MODE == capi ]]; then
+    so=$(dirname "$BIN")/libubdirect.so
+    [[ -f $so ]] || { echo "nvme.sh: $so missing: cargo build --release -p ubdirect-capi" >&2; exit 2; }
+    # The loop finds libubdirect.so beside it ($ORIGIN): the guest's /ubd/bin holds both.
+    mkdir -p "$old/capi/bin"
+    cp "$so" "$old/capi/bin/libubdirect.so"
+    cc -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include examples/c/perf_loop.c \
+        -o "$old/ubd_capi_perf_loop" -L"$old/capi/bin" -Wl,-rpath,'$ORIGIN' -lubdirect ||
+        { echo "nvme.sh: cc examples/c/perf_loop.c failed" >&2; exit 2; }
+    extra+=(--bin "$old/ubd_capi_perf_loop" --files "$old/capi")
 fi
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
@@ -76,6 +99,8 @@ for line in open(sys.argv[1]):
         runs[(f[2], int(f[3]))].append(tuple(float(x) for x in f[4:]))
 if mode == "cmb":
     column, engines = "SQ in", ["host", "cmb"]
+elif mode == "capi":
+    column, engines = "engine", ["ubdirect", "capi"]
 elif mode == "pad":
     pads = sorted({int(e[6:]) for e, _ in runs if e.startswith("floor+")})
     column, engines = "engine", ["floor"] + [f"floor+{p}" for p in pads] + ["ubdirect", "ubdirect-nosh"]
@@ -96,8 +121,9 @@ for q in depths:
                 continue  # no OLD_BIN given
             print(f"| {q} | {e} | 0 | failed | | | |"); continue
         io = [r[0] for r in v]
+        us = lambda i: f"{med(e,q,i)/1e3:.1f}" if med(e, q, i) else "n/a"
         print(f"| {q} | {e} | {len(v)} | {st.median(io):,.0f} ({min(io):,.0f}-{max(io):,.0f}) | "
-              f"{med(e,q,1)/1e3:.1f} | {med(e,q,2)/1e3:.1f} | {med(e,q,3)/1e3:.1f} |")
+              f"{us(1)} | {us(2)} | {us(3)} |")
 cyc = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
@@ -117,6 +143,12 @@ if mode == "cmb":
     print("| ---: | ---: | ---: |")
     for q in depths:
         print(f"| {q} | {r(med('cmb', q, 0), med('host', q, 0))} | {r(med('cmb', q, 1), med('host', q, 1))} |")
+    sys.exit(0)
+if mode == "capi":
+    print("\n| QD | C API / ubdirect perf (IOPS) |")
+    print("| ---: | ---: |")
+    for q in depths:
+        print(f"| {q} | {r(med('capi', q, 0), med('ubdirect', q, 0))} |")
     sys.exit(0)
 if mode == "pad":
     print("\n| QD | engine | padding cycles/IO | IOPS / bare floor | driver's own cycles/IO (submit + complete) |")
