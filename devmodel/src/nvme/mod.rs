@@ -138,6 +138,8 @@ pub struct Stats {
     pub bad_doorbells: u64,
     /// Register writes outside the defined registers and doorbells.
     pub bad_writes: u64,
+    /// Times commands waited in an SQ because its CQ was full (the head doorbell lagged).
+    pub cq_full_waits: u64,
 }
 
 impl Stats {

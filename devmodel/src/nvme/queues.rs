@@ -97,7 +97,11 @@ impl State {
             }
             match self.cqs.get(&sq.cqid) {
                 Some(cq) if !cq.full() => {}
-                _ => return,
+                Some(_) => {
+                    self.stats.cq_full_waits += 1;
+                    return;
+                }
+                None => return,
             }
             let mut sqe = [0u8; 64];
             if m.dma.read(sq.base + sq.head as u64 * 64, &mut sqe).is_err() {

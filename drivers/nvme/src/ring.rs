@@ -77,6 +77,10 @@ impl SqRing {
             SqMem::Cmb(_) => None,
         }
     }
+    /// Entries of the ring.
+    pub(crate) fn entries(&self) -> u16 {
+        self.entries
+    }
     /// True when the ring lies in the Controller Memory Buffer.
     pub(crate) fn in_cmb_memory(&self) -> bool {
         matches!(self.mem, SqMem::Cmb(_))
@@ -148,6 +152,10 @@ impl CqRing {
         unsafe { std::ptr::write_bytes(self.mem.as_ptr(), 0, self.entries as usize * 16) };
         self.head = 0;
         self.phase = true;
+    }
+    /// Entries of the ring.
+    pub(crate) fn entries(&self) -> u16 {
+        self.entries
     }
     /// Current head index (the value the head doorbell gets).
     #[inline]

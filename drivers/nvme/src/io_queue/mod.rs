@@ -139,6 +139,13 @@ pub struct IoQueuePair<P: IoPayload = IoBufs> {
     pub(crate) default_ns: usize,
     in_flight: usize,
     rung_tail: u16,
+    /// Completion entries reaped since the CQ head doorbell was last written.
+    cq_unrung: u32,
+    /// How many reaped entries the CQ head doorbell may lag behind: the CQ's entries beyond
+    /// the SQ's ([`cq_entries`]); 0 (every batch) with shadow doorbells. The controller never
+    /// finds the CQ full while the lag stays below it, as at most `depth` more entries can be
+    /// posted.
+    cq_slack: u32,
     auto_ring: bool,
     recovery: Recovery,
     /// Deadlines in cycle-counter ticks.
@@ -220,6 +227,12 @@ impl<P: IoPayload> IoQueuePair<P> {
         let (sq, cq, lists) = made.queue;
         let depth = entries as usize - 1;
         let (sq_db, cq_db) = doorbells(ctrl, qid, opts.shadow_doorbells);
+        // With shadow doorbells the controller's EventIdx already says which head updates it
+        // needs by MMIO: each batch updates the shadow slot as before.
+        let cq_slack = match cq_db.is_shadowed() {
+            true => 0,
+            false => u32::from(cq.entries() - entries),
+        };
         let mut reqs = Vec::with_capacity(depth);
         reqs.resize_with(depth, ReqSlot::default);
         Ok(IoQueuePair {
@@ -248,6 +261,8 @@ impl<P: IoPayload> IoQueuePair<P> {
             default_ns,
             in_flight: 0,
             rung_tail: 0,
+            cq_unrung: 0,
+            cq_slack,
             auto_ring: opts.auto_ring,
             recovery: opts.recovery,
             ticks,
@@ -386,32 +401,43 @@ impl transport::IoQueueTransport for PcieIoQueue<'_> {
         } else {
             SqRing::new(registry, entries, numa)?
         };
-        let cq = CqRing::new(registry, entries, numa)?;
+        let cq = CqRing::new(registry, cq_entries(entries, ctrl.cap()), numa)?;
         let lists = DmaMem::alloc_on(registry, depth * self.lpp * PAGE_SIZE, numa)?;
         clear_shadow_slots(ctrl, qid);
-        create_device_queues(ctrl, qid, entries, &sq, &cq)?;
+        create_device_queues(ctrl, qid, &sq, &cq)?;
         Ok((sq, cq, lists))
     }
 }
 
-/// Create I/O CQ (polled) then I/O SQ `qid` on the device over the given rings; on an SQ
-/// failure the CQ is deleted again.
+/// Completion queue entries for an I/O queue pair whose SQ has `sq_entries`: one page of
+/// entries ([`CQ_ENTRIES_MIN`]) where the controller's MQES allows, never fewer than the SQ's.
+/// The entries beyond the SQ's let the CQ head doorbell be written once per many completions
+/// instead of once per poll (at queue depth 1, once per I/O).
+pub(crate) fn cq_entries(sq_entries: u16, cap: crate::spec::regs::Cap) -> u16 {
+    let most = cap.max_queue_entries().clamp(2, 65535) as u16;
+    sq_entries.max(CQ_ENTRIES_MIN.min(most))
+}
+
+/// Completion queue entries wanted at least: 256 entries of 16 bytes fill one 4 KiB page.
+pub(crate) const CQ_ENTRIES_MIN: u16 = 256;
+
+/// Create I/O CQ (polled) then I/O SQ `qid` on the device over the given rings, each sized as
+/// its ring; on an SQ failure the CQ is deleted again.
 pub(crate) fn create_device_queues(
     ctrl: &Controller,
     qid: u16,
-    entries: u16,
     sq: &SqRing,
     cq: &CqRing,
 ) -> Result<()> {
     // Create I/O CQ: QSIZE (0-based) and QID; PC=1, IEN=0 (polled).
     let mut c = Sqe::new(admin_opcode::CREATE_IO_CQ);
     c.prp1 = cq.iova();
-    c.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+    c.cdw10 = (cq.entries() as u32 - 1) << 16 | qid as u32;
     c.cdw11 = 1;
     ctrl.admin_exec(c, "Create I/O Completion Queue")?;
     let mut s = Sqe::new(admin_opcode::CREATE_IO_SQ);
     s.prp1 = sq.iova();
-    s.cdw10 = (entries as u32 - 1) << 16 | qid as u32;
+    s.cdw10 = (sq.entries() as u32 - 1) << 16 | qid as u32;
     s.cdw11 = (qid as u32) << 16 | 1;
     if let Err(e) = ctrl.admin_exec(s, "Create I/O Submission Queue") {
         let mut d = Sqe::new(admin_opcode::DELETE_IO_CQ);

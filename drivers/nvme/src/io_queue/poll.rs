@@ -1,4 +1,5 @@
-//! Reaping completions (phase tags, one CQ head doorbell per batch) and the deadline slow path.
+//! Reaping completions (phase tags, the CQ head doorbell once per many entries) and the deadline
+//! slow path.
 //!
 //! Every command is timed from its own submission (a cycle-counter stamp in its slot), so a
 //! queue that keeps completing other commands still notices one that never comes back. Every
@@ -32,7 +33,8 @@ const DURING: &str = "waiting for I/O completions";
 
 impl<P: IoPayload> IoQueuePair<P> {
     /// Reap up to `max` finished requests, calling `f` for each; writes the CQ head doorbell
-    /// once for the batch. Returns how many requests finished. An error means a malformed
+    /// at most once for the batch, and only once the entries reaped since it was last written
+    /// reach the CQ's spare entries (a CQ as large as its SQ: every batch). Returns how many requests finished. An error means a malformed
     /// completion was skipped (the completions of the same batch were delivered to `f` all the
     /// same), a timeout (Abort was sent), or a dead/wedged controller. A recovery
     /// ([`Recovery::FailBack`]) may deliver more than `max` requests at once.
@@ -75,7 +77,12 @@ impl<P: IoPayload> IoQueuePair<P> {
             done += self.finish_command(cid, cqe.status, &mut f) as usize;
         }
         if reaped > 0 {
-            self.cq_db.write(self.cq.head());
+            // The head doorbell lags by fewer than `cq_slack` entries (see the field).
+            self.cq_unrung += reaped;
+            if self.cq_unrung >= self.cq_slack {
+                self.cq_db.write(self.cq.head());
+                self.cq_unrung = 0;
+            }
             self.stats.completions += reaped as u64;
             if self.pending_len > 0 && self.free_cid_top > 0 {
                 self.send_pending();

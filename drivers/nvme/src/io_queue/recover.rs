@@ -64,8 +64,8 @@ impl<P: IoPayload> IoQueuePair<P> {
         self.sq.reset();
         self.cq.reset();
         self.rung_tail = 0;
-        let entries = (self.depth + 1) as u16;
-        if let Err(e) = create_device_queues(&self.ctrl, self.qid, entries, &self.sq, &self.cq) {
+        self.cq_unrung = 0;
+        if let Err(e) = create_device_queues(&self.ctrl, self.qid, &self.sq, &self.cq) {
             tracing::warn!(qid = self.qid, error = %e, "re-creating the NVMe I/O queue after a reset failed; the queue is dead");
             return Err(self.die(e));
         }

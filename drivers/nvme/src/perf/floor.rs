@@ -98,7 +98,11 @@ impl FloorQueue {
         let mem = (|| -> Result<_> {
             Ok((
                 SqRing::new(&registry, entries, numa)?,
-                CqRing::new(&registry, entries, numa)?,
+                CqRing::new(
+                    &registry,
+                    crate::io_queue::cq_entries(entries, ctrl.cap()),
+                    numa,
+                )?,
                 DmaMem::alloc_on(&registry, depth * PAGE_SIZE, numa)?,
             ))
         })();
@@ -111,7 +115,7 @@ impl FloorQueue {
         };
         // As the driver's queue pairs: no stale shadow values under a reused id.
         crate::io_queue::clear_shadow_slots(ctrl, qid);
-        if let Err(e) = crate::io_queue::create_device_queues(ctrl, qid, entries, &sq, &cq) {
+        if let Err(e) = crate::io_queue::create_device_queues(ctrl, qid, &sq, &cq) {
             ctrl.free_qid(qid);
             return Err(e);
         }
@@ -210,6 +214,9 @@ impl FloorQueue {
         let mut in_flight = self.depth;
         let mut last = rdtsc();
         let mut empty = 0u32;
+        // The CQ head doorbell lags by fewer than the CQ's spare entries, as in the driver.
+        let cq_slack = usize::from(self.cq.entries() - self.sq.entries());
+        let mut cq_unrung = 0usize;
         while in_flight > 0 {
             let (mut reaped, mut pushed) = (0usize, false);
             while let Some(c) = self.cq.peek() {
@@ -257,8 +264,12 @@ impl FloorQueue {
                 continue;
             }
             last = rdtsc();
-            self.ring(false, self.cq.head());
-            out.cq_doorbell_writes += 1;
+            cq_unrung += reaped;
+            if cq_unrung >= cq_slack {
+                self.ring(false, self.cq.head());
+                out.cq_doorbell_writes += 1;
+                cq_unrung = 0;
+            }
             if pushed {
                 barrier::wmb();
                 self.ring(true, self.sq.tail());
