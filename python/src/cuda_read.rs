@@ -44,15 +44,28 @@ impl Done {
 /// the CLI's `--io auto` does: mapped when the range is at least 90 % in the page cache (and
 /// the driver registers read-only host memory), else O_DIRECT, else buffered.
 ///
+/// `after`: the destination's stream (CUDA Array Interface v3 `stream`: 1 the legacy default
+/// stream, 2 the per-thread one, else a handle): the copies start after the work queued on it,
+/// which may still use the memory (a tensor's previous owner in torch's caching allocator).
+///
 /// # Safety
-/// `[dst, dst + req.len)` is device memory of GPU `ordinal` that nothing else uses during the
-/// call.
-pub unsafe fn read(req: &Request, dst: u64, ordinal: usize, io: Io) -> Result<Done> {
+/// `[dst, dst + req.len)` is device memory of GPU `ordinal` that nothing but the work queued on
+/// `after` uses during the call; `after` is a live stream of that GPU's primary context.
+pub unsafe fn read(
+    req: &Request,
+    dst: u64,
+    ordinal: usize,
+    io: Io,
+    after: Option<u64>,
+) -> Result<Done> {
     let state = gpu_state::gpu(ordinal)?;
     let mut g = state.lock().unwrap_or_else(|p| p.into_inner());
     g.gpu.bind()?;
     if req.len == 0 {
         return Ok(Done::Buffered);
+    }
+    if let Some(s) = after {
+        g.wait_for_stream(s)?;
     }
     let mapped = match io {
         Io::Mapped => true,

@@ -86,6 +86,21 @@ impl Gpu {
         })
     }
 
+    /// Make the copy stream wait for the work queued so far on `stream` (a CUDA Array
+    /// Interface stream value: 1 legacy default, 2 per-thread default, else a handle).
+    pub fn wait_for_stream(&mut self, stream: u64) -> Result<()> {
+        let s = stream as usize as sys::CUstream;
+        // SAFETY: `done` is a live event of the bound context; `s` is the caller's stream of
+        // the same context (the CUDA Array Interface contract), or one of the two special
+        // default-stream handles the driver accepts.
+        check(unsafe { sys::cuEventRecord(self.done, s) }, "cuEventRecord")?;
+        // SAFETY: live stream and event of the bound context.
+        check(
+            unsafe { sys::cuStreamWaitEvent(self.stream, self.done, 0) },
+            "cuStreamWaitEvent",
+        )
+    }
+
     /// Make the staging buffers (once).
     pub fn ensure_stages(&mut self) -> Result<()> {
         while self.stages.len() < STAGES {

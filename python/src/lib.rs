@@ -36,10 +36,12 @@ fn read_host(
     Ok(n)
 }
 
-/// Read a file range into CUDA device memory at `ptr` (`nbytes` bytes); returns (bytes read,
+/// Read a file range into CUDA device memory at `ptr` (`nbytes` bytes), after the work queued
+/// on `stream` (the destination's CUDA Array Interface stream, if any); returns (bytes read,
 /// the path taken: "mapped", "direct" or "buffered").
 #[pyfunction]
-#[pyo3(signature = (path, ptr, nbytes, offset, length, io))]
+#[pyo3(signature = (path, ptr, nbytes, offset, length, io, stream=None))]
+#[allow(clippy::too_many_arguments)]
 fn read_cuda(
     py: Python<'_>,
     path: String,
@@ -48,14 +50,15 @@ fn read_cuda(
     offset: u64,
     length: Option<u64>,
     io: &str,
+    stream: Option<u64>,
 ) -> PyResult<(u64, &'static str)> {
     let io = Io::parse(io)?;
     let r = py.detach(|| {
         let req = Request::open(&path, offset, length, nbytes)?;
         let ordinal = gpu_state::ordinal_of(ptr)?;
         // SAFETY: the caller's object owns [ptr, ptr + nbytes) of device memory and keeps it
-        // alive during the call.
-        let done = unsafe { cuda_read::read(&req, ptr, ordinal, io) }?;
+        // alive during the call; `stream` is its CUDA Array Interface stream.
+        let done = unsafe { cuda_read::read(&req, ptr, ordinal, io, stream) }?;
         Ok::<_, errors::Error>((req.len, done.name()))
     })?;
     Ok(r)

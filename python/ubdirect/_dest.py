@@ -3,6 +3,7 @@ arrays, :class:`ubdirect.DeviceBuffer`) or a writable, C-contiguous buffer (nump
 bytearray, memoryview, torch CPU tensors through numpy)."""
 
 import ctypes
+import sys
 from typing import Any, NamedTuple, Optional
 
 from ._errors import InvalidArgument
@@ -15,6 +16,8 @@ class Dest(NamedTuple):
     addr: int
     nbytes: int
     keep: Any
+    # CUDA Array Interface v3 "stream": work queued on it may still use the memory.
+    stream: Optional[int] = None
 
 
 def _itemsize(typestr: str) -> int:
@@ -48,7 +51,12 @@ def _cuda(obj: Any) -> Optional[Dest]:
     ptr, readonly = cai["data"]
     if readonly:
         raise InvalidArgument("the CUDA destination is read-only")
-    return Dest(True, int(ptr or 0), n * size, obj)
+    stream = cai.get("stream")
+    torch = sys.modules.get("torch")
+    if stream is None and torch is not None and isinstance(obj, torch.Tensor):
+        # torch's interface names no stream: its current stream (0: the legacy default one).
+        stream = torch.cuda.current_stream(obj.device).cuda_stream
+    return Dest(True, int(ptr or 0), n * size, obj, None if stream is None else int(stream))
 
 
 def _host(obj: Any) -> Dest:

@@ -52,14 +52,16 @@ def read_into(
       cache, else direct (buffered where the file system refuses O_DIRECT). Host buffers: direct
       when the request is aligned and mostly not cached, else buffered.
 
-    The GIL is released while the bytes move; the call returns once they are in ``dst``.
+    The GIL is released while the bytes move; the call returns once they are in ``dst``. A CUDA
+    destination's ``__cuda_array_interface__`` stream (torch: the current stream) is waited for
+    first: work queued there before the call still sees the old contents.
     """
     check_io(io)
     check_range(offset, length)
     d = resolve(dst)
     p = os.fsdecode(os.fspath(path))
     if d.cuda:
-        n, _how = _native.read_cuda(p, d.addr, d.nbytes, offset, length, io)
+        n, _how = _native.read_cuda(p, d.addr, d.nbytes, offset, length, io, d.stream)
     else:
         n = _native.read_host(p, d.addr, d.nbytes, offset, length, io)
     return n
