@@ -4,9 +4,12 @@
 # /dev/shm file: the CLI's mapped pipeline, ubdirect.Loader, and a PyTorch-style threaded loader.
 #
 # Usage: python/bench/h200.sh CARRY_DIR [OUT_DIR]
-#   CARRY_DIR holds the wheel (pip wheel ./python) and `ubdirect` (the release CLI).
-# Env: SHM_GIB (8), ITEM_MIB (256), THREADS ("8,16"), PASSES (3).
+#   CARRY_DIR holds the wheel (pip wheel ./python) and `ubdirect` (the release CLI); TESTS
+#   (python/tests beside this script) the pytest suite.
+# Env: SHM_GIB (8), ITEM_MIB ("256,64": Loader item sizes), THREADS ("8,16"), PASSES (3).
 set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TESTS=${TESTS:-$here/../tests}
 CARRY=${1:?usage: h200.sh CARRY_DIR [OUT_DIR]}
 OUT=${2:-${OUT:-/tmp/ubd-py}}
 SHM_GIB=${SHM_GIB:-8}
@@ -32,8 +35,8 @@ if ! python3 -c 'import pytest' 2>/dev/null; then
     python3 -m pip install -q --no-index --find-links "$CARRY/wheels" --target "$OUT/pytest" pytest >> "$LOG" 2>&1
     export PYTHONPATH="$PKG:$OUT/pytest"
 fi
-log "pytest python/tests"
-timeout 150 python3 -m pytest -q -p no:cacheprovider python/tests 2>&1 | tail -n 25 | tee -a "$LOG"
+log "pytest $TESTS"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rs "$TESTS" 2>&1 | tail -n 25 | tee -a "$LOG"
 
 SHM=/dev/shm/ubd-src.bin
 log "making $SHM (${SHM_GIB} GiB of random data)"
@@ -54,12 +57,13 @@ import json, sys
 try:
     for r in json.load(open(sys.argv[1]))["runs"]:
         m = r.get("mapped") or {}
-        print(json.dumps({k: r.get(k) for k in ("label", "bytes", "seconds", "gb_per_s", "cpu_s_per_gb", "cores")}
-                         | {"registered": m.get("windows_registered"), "gb_per_s_with_register": m.get("gb_per_s_with_register")}))
+        print(json.dumps({"label": r["label"], "bytes": r["bytes"], "seconds": r["seconds"],
+                          "gb_per_s": round(r["bytes_per_s"] / 1e9, 2), "cpu_s_per_gb": round(r["cpu_ns_per_byte"], 4),
+                          "cores": round(r["cores_used"], 2), "registered": m.get("windows_registered")}))
 except Exception as e:
     print("cli: no JSON:", e, open(sys.argv[1].replace(".json", ".err")).read()[-2000:])
 PY
 
-log "python/bench/loader_bench.py $SHM ${ITEM_MIB:-256} ${THREADS:-8,16} ${PASSES:-3}"
-timeout 150 python3 python/bench/loader_bench.py "$SHM" "${ITEM_MIB:-256}" "${THREADS:-8,16}" "${PASSES:-3}" 2>&1 | tee -a "$LOG"
+log "loader_bench.py $SHM ${ITEM_MIB:-256,64} ${THREADS:-8,16} ${PASSES:-3}"
+timeout 150 python3 "$here/loader_bench.py" "$SHM" "${ITEM_MIB:-256,64}" "${THREADS:-8,16}" "${PASSES:-3}" 2>&1 | tee -a "$LOG"
 rm -f "$SHM"

@@ -3,7 +3,7 @@ finds it registered), one read_into of the whole file, and a PyTorch-style threa
 (N threads, pread into pinned tensors, non_blocking copies on per-thread streams). One JSON
 line per run: GB/s, CPU-s/GB (process user+sys over the run), cores.
 
-Usage: python3 loader_bench.py FILE [ITEM_MIB=256] [THREADS=8] [PASSES=3]
+Usage: python3 loader_bench.py FILE [ITEM_MIBS=256] [THREADS=8] [PASSES=3]   (lists: comma-separated)
 """
 
 import json
@@ -96,16 +96,18 @@ def threaded(path, size, nthreads, bs=4 << 20):
 
 def main():
     path = sys.argv[1]
-    item = int(sys.argv[2]) << 20 if len(sys.argv) > 2 else 256 << 20
+    item_mibs = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [256]
     nthreads = [int(x) for x in sys.argv[3].split(",")] if len(sys.argv) > 3 else [8]
     passes = int(sys.argv[4]) if len(sys.argv) > 4 else 3
     size = os.path.getsize(path)
-    items = [(path, off, min(item, size - off)) for off in range(0, size, item)]
     torch.cuda.init()
     torch.empty(1, device="cuda:0")
-    for p in range(passes):
-        what = "registers the page cache" if p == 0 else "windows registered"
-        loader_pass(items, f"ubdirect.Loader pass {p + 1}, {len(items)} items of {item >> 20} MiB ({what})")
+    for k, mib in enumerate(item_mibs):
+        item = mib << 20
+        items = [(path, off, min(item, size - off)) for off in range(0, size, item)]
+        for p in range(passes if k == 0 else 1):
+            what = "registers the page cache" if p == 0 and k == 0 else "windows registered"
+            loader_pass(items, f"ubdirect.Loader pass {p + 1}, {len(items)} items of {mib} MiB ({what})")
     whole_file(path, size)
     ubdirect.release_windows()
     for n in nthreads:
