@@ -118,10 +118,8 @@ unsafe fn copy(g: &Gpu, dst: u64, src: *const u8, len: u64) -> Result<()> {
 /// Record the stream's end and wait for it.
 fn finish(g: &Gpu, what: &str) -> Result<()> {
     // SAFETY: live event and stream of the bound context.
-    check(
-        unsafe { sys::cuEventRecord(g.done, g.stream) },
-        "cuEventRecord",
-    )?;
+    let r = unsafe { sys::cuEventRecord(g.done, g.stream) };
+    check(r, "cuEventRecord")?;
     wait(g.done, what)
 }
 

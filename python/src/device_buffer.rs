@@ -27,10 +27,8 @@ impl DeviceBuffer {
         let mut ptr: sys::CUdeviceptr = 0;
         if nbytes > 0 {
             // SAFETY: out-pointer to a local; the context is bound.
-            check(
-                unsafe { sys::cuMemAlloc_v2(&mut ptr, nbytes) },
-                "cuMemAlloc",
-            )?;
+            let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, nbytes) };
+            check(r, "cuMemAlloc")?;
         }
         Ok(DeviceBuffer {
             gpu,
@@ -93,10 +91,8 @@ impl DeviceBuffer {
             if n > 0 {
                 gpu.bind()?;
                 // SAFETY: `v` holds n bytes; [ptr, ptr + n) is this buffer's device memory.
-                check(
-                    unsafe { sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), ptr, n) },
-                    "cuMemcpyDtoH",
-                )?;
+                let r = unsafe { sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), ptr, n) };
+                check(r, "cuMemcpyDtoH")?;
             }
             Ok(v)
         })?;

@@ -56,10 +56,9 @@ unsafe impl Send for Gpu {}
 fn event() -> Result<sys::CUevent> {
     let mut ev = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; the calling thread has the context bound.
-    check(
-        unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) },
-        "cuEventCreate",
-    )?;
+    let r =
+        unsafe { sys::cuEventCreate(&mut ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) };
+    check(r, "cuEventCreate")?;
     Ok(ev)
 }
 
@@ -69,15 +68,13 @@ impl Gpu {
         gpu.bind()?;
         let mut stream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the context is bound.
-        check(
-            unsafe {
-                sys::cuStreamCreate(
-                    &mut stream,
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                )
-            },
-            "cuStreamCreate",
-        )?;
+        let r = unsafe {
+            sys::cuStreamCreate(
+                &mut stream,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+            )
+        };
+        check(r, "cuStreamCreate")?;
         Ok(Gpu {
             gpu,
             stream,
@@ -95,10 +92,8 @@ impl Gpu {
         // default-stream handles the driver accepts.
         check(unsafe { sys::cuEventRecord(self.done, s) }, "cuEventRecord")?;
         // SAFETY: live stream and event of the bound context.
-        check(
-            unsafe { sys::cuStreamWaitEvent(self.stream, self.done, 0) },
-            "cuStreamWaitEvent",
-        )
+        let r = unsafe { sys::cuStreamWaitEvent(self.stream, self.done, 0) };
+        check(r, "cuStreamWaitEvent")
     }
 
     /// Make the staging buffers (once).
@@ -106,10 +101,9 @@ impl Gpu {
         while self.stages.len() < STAGES {
             let mut p = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; the context is bound by the caller.
-            check(
-                unsafe { sys::cuMemHostAlloc(&mut p, STAGE + 8192, sys::CU_MEMHOSTALLOC_PORTABLE) },
-                "cuMemHostAlloc",
-            )?;
+            let r =
+                unsafe { sys::cuMemHostAlloc(&mut p, STAGE + 8192, sys::CU_MEMHOSTALLOC_PORTABLE) };
+            check(r, "cuMemHostAlloc")?;
             self.stages.push(Stage {
                 ptr: p.cast(),
                 event: event()?,

@@ -74,7 +74,7 @@ impl Request {
         }
         let len = match length {
             Some(l) => {
-                let end = offset.checked_add(l).unwrap_or(u64::MAX);
+                let end = offset.saturating_add(l);
                 if end > size {
                     return Err(Error::invalid(format!(
                         "bytes {offset}..{end} are not inside {path} ({size} bytes): pick a range within it"
