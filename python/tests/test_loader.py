@@ -83,7 +83,11 @@ def test_no_thread_left_after_close(data_file):
     assert len(loader_threads()) == before
     # Exhausted and abandoned iterators leave nothing either.
     assert len(list(ubdirect.Loader(items_of(data_file, 3, 10), device=None))) == 3
+    kept = ubdirect.Loader(items_of(data_file, 50, 1000), device=None)
+    for _ in kept:
+        break  # the iterator goes with the loop; the loader stays
     assert len(loader_threads()) == before
+    kept.close()
 
 
 def test_host_buffers_without_torch(data_file, monkeypatch):

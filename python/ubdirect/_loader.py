@@ -188,6 +188,13 @@ class _Iter:
     def __iter__(self) -> "_Iter":
         return self
 
+    def __del__(self) -> None:
+        # An iterator dropped before the end (a `break`) stops its thread.
+        try:
+            self.epoch.close()
+        except Exception:
+            pass
+
     def __next__(self) -> Any:
         try:
             return self.epoch.next()
