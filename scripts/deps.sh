@@ -28,7 +28,7 @@ KBUILD_PKGS=(make gcc libc6-dev bc bison flex libelf-dev libssl-dev)
 # - pkgconf: the C API's pkg-config file is checked by building the C example with its flags;
 # - ca-certificates, apt-utils are not needed: packages come through apt itself.
 BASE_PKGS=(busybox-static cpio kmod xz-utils zstd binutils jq perl diffutils gzip bzip2 lz4 lzop valgrind
-    coreutils util-linux pkgconf)
+    coreutils util-linux pkgconf python3-venv python3-pip)
 
 log() { printf 'deps: %s\n' "$*"; }
 die() {

@@ -7,6 +7,9 @@
 #   4. cargo test --workspace                           host tests  -> "host: N passed, N failed,
 #                                                       N skipped" (skipped: the GPU tests, named)
 #      scripts/vm/selftest.sh                           the test bed's logic -> "vm-selftest: ..."
+#      scripts/python-check.sh                          the wheel (pip wheel ./python) and pytest
+#                                                       python/tests -> "python: N passed, N failed,
+#                                                       N skipped" (skipped: the GPU tests)
 #      scripts/embedder-check.sh                        an nvme-only embedder compiles no clap,
 #                                                       indicatif, cudarc, io-uring -> "embedder: ..."
 #      scripts/bench/nvme-insn.sh --check               NVMe instructions per I/O (callgrind) under
@@ -132,6 +135,13 @@ if ((host == 1)); then
     grep '^not ok' "$logs/vm-selftest.log"
     line=$(tail -n1 "$logs/vm-selftest.log")
     [[ $line == vm-selftest:* ]] || line="vm-selftest: 0 passed, 1 failed (see $logs/vm-selftest.log)"
+    note "$line" "$rc"
+
+    step "scripts/python-check.sh (pip wheel ./python, pytest python/tests)"
+    scripts/python-check.sh 2>&1 | tee "$logs/python.log"
+    rc=${PIPESTATUS[0]}
+    line=$(grep '^python: ' "$logs/python.log" | tail -n1)
+    [[ -n $line ]] || line="python: 0 passed, 1 failed, 0 skipped (scripts/python-check.sh exited $rc; see $logs/python.log)"
     note "$line" "$rc"
 
     step "scripts/embedder-check.sh (the facade's nvme feature alone)"

@@ -161,6 +161,8 @@ expect "total: guest[K] and guest-pair[K] lines count, hostcheck and guest-rust 
     "$(tot 1 'guest-rust: 9 passed, 9 failed, 9 skipped\nhostcheck: 9 passed, 0 failed\nguest[6.12]: 4 passed, 1 failed, 2 skipped\nguest-pair[ubd]: 3 passed, 1 failed, 1 skipped\n')"
 expect "total: the host line's skipped (GPU tests not run) count" "total: 10 passed, 0 failed, 5 skipped" \
     "$(tot 0 'host: 10 passed, 0 failed, 5 skipped (not run: 5 GPU tests need an NVIDIA GPU and driver, run them with --ignored on a GPU machine: a b c d e) (12s)\n')"
+expect "total: the python line counts, its skips too" "total: 13 passed, 1 failed, 2 skipped" \
+    "$(tot 1 'host: 10 passed, 0 failed\npython: 3 passed, 1 failed, 2 skipped (wheel ubdirect-0.1.0-cp39-abi3-linux_x86_64.whl, 30s)\n')"
 expect "total: each FAILED step is one failure" "total: 10 passed, 2 failed, 0 skipped" \
     "$(tot 1 'deps: FAILED (run it as root)\nclippy: FAILED (40s)\nhost: 10 passed, 0 failed\n')"
 expect "total: a failed step with no counted failure still shows one" "total: 10 passed, 1 failed, 0 skipped" \

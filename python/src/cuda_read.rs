@@ -1,0 +1,280 @@
+//! Reading a file range into CUDA device memory the caller owns (a torch tensor, a cupy array):
+//! mapped (the page cache registered in windows, copied in place by the copy engines) or staged
+//! (pread / O_DIRECT into pinned buffers, each copied while the next is read).
+
+use std::fs::File;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use ubdirect::cuda::FileWindow;
+
+use crate::errors::{Error, Result};
+use crate::gpu_state::{self, check, wait, Gpu, STAGE};
+use crate::request::{Io, Request, AUTO_MAPPED_RESIDENT, DIRECT_ALIGN};
+
+/// File windows are this long (the last one of a file ends with it), so that reads of any
+/// ranges of a file share their windows and a second pass finds them registered.
+pub const WINDOW: u64 = 256 << 20;
+/// Bytes per copy out of a window (the CLI's default copy size).
+pub const COPY: u64 = 64 << 20;
+
+/// How a CUDA read was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// Copied out of registered page cache.
+    Mapped,
+    /// Read with O_DIRECT into pinned buffers, then copied.
+    Direct,
+    /// Read through the page cache into pinned buffers, then copied.
+    Buffered,
+}
+
+impl Done {
+    /// The mode's name, as `io=` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Done::Mapped => "mapped",
+            Done::Direct => "direct",
+            Done::Buffered => "buffered",
+        }
+    }
+}
+
+/// Read `req` into device memory `[dst, dst + req.len)` of GPU `ordinal`, choosing the path as
+/// the CLI's `--io auto` does: mapped when the range is at least 90 % in the page cache (and
+/// the driver registers read-only host memory), else O_DIRECT, else buffered.
+///
+/// `after`: the destination's stream (CUDA Array Interface v3 `stream`: 1 the legacy default
+/// stream, 2 the per-thread one, else a handle): the copies start after the work queued on it,
+/// which may still use the memory (a tensor's previous owner in torch's caching allocator).
+///
+/// # Safety
+/// `[dst, dst + req.len)` is device memory of GPU `ordinal` that nothing but the work queued on
+/// `after` uses during the call; `after` is a live stream of that GPU's primary context.
+pub unsafe fn read(
+    req: &Request,
+    dst: u64,
+    ordinal: usize,
+    io: Io,
+    after: Option<u64>,
+) -> Result<Done> {
+    let state = gpu_state::gpu(ordinal)?;
+    let mut g = state.lock().unwrap_or_else(|p| p.into_inner());
+    g.gpu.bind()?;
+    if req.len == 0 {
+        return Ok(Done::Buffered);
+    }
+    if let Some(s) = after {
+        g.wait_for_stream(s)?;
+    }
+    let mapped = match io {
+        Io::Mapped => true,
+        Io::Auto => req.resident() >= AUTO_MAPPED_RESIDENT && gpu_state::registry(&g.gpu).is_ok(),
+        _ => false,
+    };
+    if mapped {
+        // SAFETY: forwarded contract.
+        unsafe { read_mapped(req, dst, &g) }?;
+        return Ok(Done::Mapped);
+    }
+    let direct = match io {
+        Io::Direct => Some(req.open_direct()?.ok_or_else(|| req.direct_refused())?),
+        Io::Auto => req.open_direct()?,
+        _ => None,
+    };
+    // SAFETY: forwarded contract.
+    unsafe { read_staged(req, dst, &mut g, direct.as_ref()) }?;
+    Ok(if direct.is_some() {
+        Done::Direct
+    } else {
+        Done::Buffered
+    })
+}
+
+/// Queue copies of `len` bytes from `src` to `dst` in `COPY`-byte pieces.
+///
+/// # Safety
+/// `src` stays mapped and registered, and `dst` is device memory nothing else uses, until the
+/// stream's copies complete.
+unsafe fn copy(g: &Gpu, dst: u64, src: *const u8, len: u64) -> Result<()> {
+    let mut done = 0u64;
+    while done < len {
+        let n = COPY.min(len - done);
+        // SAFETY: the caller's contract; `done + n <= len`.
+        let r = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                dst + done,
+                src.add(done as usize).cast(),
+                n as usize,
+                g.stream,
+            )
+        };
+        check(r, "cuMemcpyHtoDAsync")?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Record the stream's end and wait for it.
+fn finish(g: &Gpu, what: &str) -> Result<()> {
+    // SAFETY: live event and stream of the bound context.
+    let r = unsafe { sys::cuEventRecord(g.done, g.stream) };
+    check(r, "cuEventRecord")?;
+    wait(g.done, what)
+}
+
+/// The mapped path: each window the range touches is acquired (registered on first use, kept
+/// for later reads) and copied from in place; the windows are held until every copy completed.
+///
+/// # Safety
+/// As [`read`].
+unsafe fn read_mapped(req: &Request, dst: u64, g: &Gpu) -> Result<()> {
+    let registry = gpu_state::registry(&g.gpu)?;
+    let end = req.offset + req.len;
+    let mut held: Vec<Arc<FileWindow>> = Vec::new();
+    let mut pos = req.offset;
+    let mut queued: Result<()> = Ok(());
+    while pos < end {
+        let wstart = pos / WINDOW * WINDOW;
+        let wlen = WINDOW.min(req.size - wstart);
+        let win = match registry.acquire(&req.file, wstart, wlen) {
+            Ok(w) => w,
+            Err(e) => {
+                queued = Err(Error::new(
+                    crate::errors::Kind::File,
+                    format!(
+                        "{}: the window of file bytes {wstart}..{}: {e}",
+                        req.path,
+                        wstart + wlen
+                    ),
+                ));
+                break;
+            }
+        };
+        let n = (wstart + wlen).min(end) - pos;
+        // SAFETY: `win` maps file bytes [wstart, wstart + wlen) and is held in `held` until
+        // the copies completed (or leaked if they never do); pos - wstart + n <= wlen.
+        let r = unsafe {
+            copy(
+                g,
+                dst + (pos - req.offset),
+                win.as_ptr().add((pos - wstart) as usize),
+                n,
+            )
+        };
+        held.push(win);
+        if let Err(e) = r {
+            queued = Err(e);
+            break;
+        }
+        pos += n;
+    }
+    if let Err(e) = finish(g, &format!("copying {} bytes of {}", req.len, req.path)) {
+        // Copies may still read the windows: they must outlive them.
+        std::mem::forget(held);
+        return Err(e);
+    }
+    queued
+}
+
+/// Read `need` bytes at `offset` of an O_DIRECT file into `buf` (whose length is a multiple of
+/// 4096), tolerating a short final read at the end of the file.
+fn read_direct(file: &File, buf: &mut [u8], offset: u64, need: usize, path: &str) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0usize;
+    while got < need {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => {
+                return Err(Error::file(
+                    format!("{path}: short read at offset {}", offset + got as u64),
+                    std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                ))
+            }
+            Ok(n) => {
+                got += n;
+                // An O_DIRECT read ends short (unaligned) only at the end of the file.
+                if n % DIRECT_ALIGN as usize != 0 && got < need {
+                    return Err(Error::file(
+                        format!("{path}: short read at offset {}", offset + got as u64),
+                        std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Error::file(
+                    format!("{path}: O_DIRECT read at offset {}", offset + got as u64),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The staged path: `STAGE`-byte pieces read into the pinned buffers in turn, each copied to
+/// the GPU while the next is read.
+///
+/// # Safety
+/// As [`read`].
+unsafe fn read_staged(req: &Request, dst: u64, g: &mut Gpu, direct: Option<&File>) -> Result<()> {
+    g.ensure_stages()?;
+    let end = req.offset + req.len;
+    let what = format!("copying {} bytes of {}", req.len, req.path);
+    let mut pos = req.offset;
+    let mut i = 0usize;
+    let mut res = Ok(());
+    while pos < end {
+        let n = (STAGE as u64).min(end - pos);
+        let k = i % g.stages.len();
+        if g.stages[k].busy {
+            res = wait(g.stages[k].event, &what);
+            g.stages[k].busy = false;
+            if res.is_err() {
+                break;
+            }
+        }
+        let stage = g.stages[k].ptr;
+        // SAFETY: the stage holds STAGE + 8192 bytes and no copy reads it (its event completed).
+        let buf = unsafe { std::slice::from_raw_parts_mut(stage, STAGE + 8192) };
+        let lead = match direct {
+            Some(f) => {
+                let a0 = pos / DIRECT_ALIGN * DIRECT_ALIGN;
+                let lead = (pos - a0) as usize;
+                let alen = (lead as u64 + n).next_multiple_of(DIRECT_ALIGN) as usize;
+                res = read_direct(f, &mut buf[..alen], a0, lead + n as usize, &req.path);
+                lead
+            }
+            None => {
+                res =
+                    crate::request::pread_exact(&req.file, &mut buf[..n as usize], pos, &req.path);
+                0
+            }
+        };
+        if res.is_err() {
+            break;
+        }
+        // SAFETY: the stage is pinned memory we own, not reused before its event completes.
+        res = unsafe { copy(g, dst + (pos - req.offset), stage.add(lead), n) };
+        if res.is_ok() {
+            // SAFETY: live event and stream of the bound context.
+            res = check(
+                unsafe { sys::cuEventRecord(g.stages[k].event, g.stream) },
+                "cuEventRecord",
+            );
+        }
+        g.stages[k].busy = true;
+        if res.is_err() {
+            break;
+        }
+        pos += n;
+        i += 1;
+    }
+    let fin = finish(g, &what);
+    if fin.is_ok() {
+        for s in &mut g.stages {
+            s.busy = false;
+        }
+    }
+    res.and(fin)
+}
