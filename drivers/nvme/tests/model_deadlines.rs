@@ -458,14 +458,17 @@ fn a_queue_answers_the_kernels_request_for_the_device_within_its_deadline_check(
     m.request_removal();
     let t0 = std::time::Instant::now();
     let e = loop {
+        // The read in flight gets the removal's drain (2 s), which a silent device runs out.
         assert!(
-            t0.elapsed() < Duration::from_secs(2),
+            t0.elapsed() < Duration::from_secs(4),
             "the removal request went unanswered"
         );
         if let Err(e) = q.poll(4, |_| {}) {
             break e;
         }
     };
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
     assert!(matches!(e, NvmeError::RemovalRequested { .. }), "{e}");
     assert!(e.to_string().contains("asked for"), "{e}");
     // Every later call says the same.
@@ -473,4 +476,74 @@ fn a_queue_answers_the_kernels_request_for_the_device_within_its_deadline_check(
         q.poll(4, |_| {}),
         Err(NvmeError::RemovalRequested { .. })
     ));
+    let b = IoBuf::prefix(pool.get().unwrap(), 4096).unwrap();
+    let r = q
+        .submit_read(&ns, Lba(0), b, IoFlags::empty(), 2)
+        .unwrap_err();
+    assert!(
+        matches!(r.error, NvmeError::RemovalRequested { .. }),
+        "{}",
+        r.error
+    );
+}
+
+#[test]
+fn after_a_removal_request_the_reads_in_flight_complete_and_new_ones_are_refused() {
+    use ubdirect_devmodel::nvme::Hostile;
+    let (reg, m, dev) = model_support::hostile(NvmeConfig::default(), Hostile::default());
+    let ctrl = Controller::open_device(&reg, dev, model_support::fast_opts()).unwrap();
+    let pool = model_support::anon_pool(&reg, 4096, 4);
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = IoQueuePair::new(
+        &ctrl,
+        QueueOptions {
+            depth: 4,
+            io_timeout: Duration::from_millis(400),
+            ..QueueOptions::default()
+        },
+    )
+    .unwrap();
+    // The read's doorbell is lost: it stays in flight until the queue's kick (io_timeout / 4),
+    // after the removal request is seen.
+    m.set_tamper(Some(
+        Hostile {
+            lost_sq_doorbells: vec![0],
+            ..Hostile::default()
+        }
+        .into_tamper(),
+    ));
+    let b = IoBuf::prefix(pool.get().unwrap(), 4096).unwrap();
+    q.submit_read(&ns, Lba(0), b, IoFlags::empty(), 7).unwrap();
+    q.ring();
+    m.request_removal();
+    let t0 = std::time::Instant::now();
+    let mut done = Vec::new();
+    let e = loop {
+        assert!(t0.elapsed() < Duration::from_secs(3), "no end: {done:?}");
+        match q.poll(4, |c| done.push((c.tag, c.result.is_ok()))) {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+        if done.is_empty() {
+            continue;
+        }
+        // Drained: nothing new goes to a device the kernel wants back.
+        let b = IoBuf::prefix(pool.get().unwrap(), 4096).unwrap();
+        let r = q
+            .submit_read(&ns, Lba(1), b, IoFlags::empty(), 8)
+            .unwrap_err();
+        assert!(
+            matches!(r.error, NvmeError::RemovalRequested { .. }),
+            "{}",
+            r.error
+        );
+    };
+    assert_eq!(done, vec![(7, true)], "the read in flight completed");
+    assert!(matches!(e, NvmeError::RemovalRequested { .. }), "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(q.in_flight(), 0);
 }

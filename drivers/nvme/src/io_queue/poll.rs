@@ -31,6 +31,9 @@ pub(crate) const CHECK_EVERY: u32 = 32;
 
 const DURING: &str = "waiting for I/O completions";
 
+/// How long a queue stopped by a removal request keeps reaping the requests in flight.
+pub(crate) const REMOVAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl<P: IoPayload> IoQueuePair<P> {
     /// Reap up to `max` finished requests, calling `f` for each; writes the CQ head doorbell
     /// at most once for the batch, and only once the entries reaped since it was last written
@@ -38,6 +41,10 @@ impl<P: IoPayload> IoQueuePair<P> {
     /// completion was skipped (the completions of the same batch were delivered to `f` all the
     /// same), a timeout (Abort was sent), or a dead/wedged controller. A recovery
     /// ([`Recovery::FailBack`]) may deliver more than `max` requests at once.
+    ///
+    /// When the kernel asks for the device back (unbind, hot-unplug, sysfs remove), every
+    /// later submission is refused with [`NvmeError::RemovalRequested`], the requests in flight
+    /// still complete (for up to 2 s), then polls fail with that error too.
     ///
     /// Once the controller is found gone, fatal, not ready, or an Abort timed out, and the
     /// queue does not recover ([`Recovery::Report`], or the reset failed), the queue is dead:
@@ -47,7 +54,7 @@ impl<P: IoPayload> IoQueuePair<P> {
     /// dropping the queue pair leaks them.
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(IoCompletion<P>)) -> Result<usize> {
-        if self.dead.is_some() {
+        if self.dead.is_some() && !self.draining_for_removal() {
             if let Some(e) = self.dead_error() {
                 return Err(e);
             }
@@ -162,6 +169,14 @@ impl<P: IoPayload> IoQueuePair<P> {
         true
     }
 
+    /// True while a queue stopped by a removal request still has requests in flight to reap,
+    /// for up to `REMOVAL_DRAIN`: the device still works, and the kernel waits for it.
+    #[cold]
+    fn draining_for_removal(&self) -> bool {
+        matches!(self.dead, Some((Dead::Removed, since))
+            if self.in_flight > 0 && since.elapsed() < REMOVAL_DRAIN)
+    }
+
     /// The error of a dead queue (None while it is alive). Cold: only on error paths.
     #[cold]
     pub(super) fn dead_error(&self) -> Option<NvmeError> {
@@ -218,9 +233,12 @@ impl<P: IoPayload> IoQueuePair<P> {
         self.last_check = now;
         // The kernel waits for the device until this process lets go of it: answer at once
         // (one eventfd read per check, at most every 50 ms).
-        if self.ctrl.device().removal_requested() {
+        if self.dead.is_none() && self.ctrl.device().removal_requested() {
             let addr = self.ctrl.device().address().to_string();
-            return Err(self.die(NvmeError::RemovalRequested { addr }));
+            let e = self.die(NvmeError::RemovalRequested { addr });
+            if self.in_flight == 0 {
+                return Err(e);
+            }
         }
         let ages = Ages::scan(
             self.cmds.iter().map(|c| (c.active, c.aborted, c.stamp)),
