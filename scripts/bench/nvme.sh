@@ -29,7 +29,7 @@
 # controller. Prints every run, the medians and the ratio C API / ubdirect perf.
 #
 #   scripts/bench/nvme.sh --capi     (env: ROUNDS=3 DEPTHS="1 32" SECS=2 BIN=target/release/ubdirect)
-#                                    (build first: cargo build --release --bin ubdirect -p ubdirect-capi)
+#                                    (build first: cargo build --release -p ubdirect-cli --bin ubdirect && cargo build --release -p ubdirect-capi)
 #
 # OLD_BIN=path/to/an/older/ubdirect adds engine "ubdirect-old" (that binary, shadow doorbells
 # auto) to every round: a before/after comparison of a driver change in one boot.
