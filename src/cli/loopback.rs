@@ -24,7 +24,7 @@ use ubdirect_virtio_net::pattern::{self, MIN_PATTERN_FRAME};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
 pub use report::LoopbackReport;
-use report::{Segments, Tally};
+use report::{RunInfo, Segments, Tally};
 
 /// How long a run may go without any frame moving before it stops and counts what is missing
 /// as dropped.
@@ -499,17 +499,16 @@ impl Pump {
         let (sa, sb) = (self.a.stats(), self.b.stats());
         self.a.shutdown()?;
         self.b.shutdown()?;
-        let mut report = self.t.report(
-            "ubdirect",
-            args.tx,
-            args.rx,
-            self.max_frame,
-            self.batch,
+        let mut report = self.t.report(RunInfo {
+            mode: "ubdirect",
+            tx: args.tx,
+            rx: args.rx,
+            max_frame: self.max_frame,
+            batch: self.batch,
             elapsed,
-            Some(buffers),
-            Some(sa),
-            Some(sb),
-        );
+            buffers: Some(buffers),
+        });
+        (report.tx_stats, report.rx_stats) = (Some(sa), Some(sb));
         report.segments_ns_per_frame = self.seg.per_frame(self.t.sent.max(1));
         Ok(report)
     }

@@ -972,18 +972,30 @@ fn print_direction(label: &str, d: &Direction) {
     );
 }
 
-/// The result of an engine other than the driver (one core; no driver cycle counts).
-#[allow(clippy::too_many_arguments)]
-fn plain_core(
+/// What an engine other than the driver counted on its one core.
+#[derive(Debug, Clone, Copy)]
+struct PlainRun {
     core: usize,
     qid: u16,
-    (ios, errors): (u64, u64),
+    ios: u64,
+    errors: u64,
     secs: f64,
-    hist: LatencyHistogram,
     io_size: usize,
-    tsc: &Tsc,
-    (sq_db, cq_db): (u64, u64),
-) -> CoreResult {
+    /// SQ and CQ doorbell writes.
+    doorbells: (u64, u64),
+}
+
+/// The result of an engine other than the driver (one core; no driver cycle counts).
+fn plain_core(run: PlainRun, hist: LatencyHistogram, tsc: &Tsc) -> CoreResult {
+    let PlainRun {
+        core,
+        qid,
+        ios,
+        errors,
+        secs,
+        io_size,
+        doorbells: (sq_db, cq_db),
+    } = run;
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
     let iops = if secs > 0.0 { ios as f64 / secs } else { 0.0 };
     CoreResult {
@@ -1485,6 +1497,19 @@ fn check_stamps(s: &[u8], lba: u64, lba_size: usize, blocks: u64) -> (u64, u64) 
 mod tests {
     use super::*;
 
+    /// A one-core run of 4 KiB I/Os on queue 1 without errors.
+    fn plain(core: usize, ios: u64, secs: f64, doorbells: (u64, u64)) -> PlainRun {
+        PlainRun {
+            core,
+            qid: 1,
+            ios,
+            errors: 0,
+            secs,
+            io_size: 4096,
+            doorbells,
+        }
+    }
+
     fn parse(args: &[&str]) -> Args {
         use clap::Parser;
         let cli = crate::cli::Cli::try_parse_from(["ubdirect", "perf"].iter().chain(args).copied())
@@ -1590,7 +1615,7 @@ mod tests {
         for t in [40_000u64, 50_000, 60_000] {
             hist.record(t);
         }
-        let mut core = plain_core(0, 1, (3, 0), 1.0, hist, 4096, &tsc, (1, 3));
+        let mut core = plain_core(plain(0, 3, 1.0, (1, 3)), hist, &tsc);
         core.queue_depth = 1;
         assert_eq!(core.iops, 3.0);
         assert!((core.sq_doorbell_writes_per_io - 1.0 / 3.0).abs() < 1e-9);
@@ -1675,16 +1700,7 @@ mod tests {
             let (mut hr, mut hw) = (LatencyHistogram::new(), LatencyHistogram::new());
             (0..r).for_each(|i| hr.record(10_000 + i));
             (0..w).for_each(|i| hw.record(50_000 + i));
-            let mut c = plain_core(
-                n,
-                1,
-                (r + w, 0),
-                2.0,
-                LatencyHistogram::new(),
-                4096,
-                &tsc,
-                (0, 0),
-            );
+            let mut c = plain_core(plain(n, r + w, 2.0, (0, 0)), LatencyHistogram::new(), &tsc);
             c.read = direction(&hr, 2.0, 4096, &tsc);
             c.write = direction(&hw, 2.0, 4096, &tsc);
             (c.hist_read, c.hist_write) = (hr, hw);
@@ -1710,7 +1726,7 @@ mod tests {
         let tsc = Tsc { hz: 1.0e9 };
         let mut hist = LatencyHistogram::new();
         (0..27).for_each(|_| hist.record(31_600));
-        let mut cores = [plain_core(0, 1, (27, 0), 0.001, hist, 4096, &tsc, (0, 0))];
+        let mut cores = [plain_core(plain(0, 27, 0.001, (0, 0)), hist, &tsc)];
         cores[0].queue_depth = 1;
         fill_windows(&mut cores, &tsc);
         let t = summarize(&cores, &tsc, 4096);

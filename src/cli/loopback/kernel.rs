@@ -14,7 +14,7 @@ use nix::sys::socket::{
 use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
-use super::report::{CpuClock, LoopbackReport, Tally};
+use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};
 use super::sysfs_bar::SysfsBar;
 use super::tpacket::Run;
 use super::LoopbackError;
@@ -245,17 +245,15 @@ pub fn run(r: &Run) -> Result<LoopbackReport, LoopbackError> {
         .gpu_bar
         .map(|(d, b)| format!("socket buffers + CPU copies to/from gpu-bar {d}/{b}"));
     Ok(x.t
-        .report(
-            "kernel",
-            r.tx,
-            r.rx,
-            link.max_frame,
-            r.batch,
+        .report(RunInfo {
+            mode: "kernel",
+            tx: r.tx,
+            rx: r.rx,
+            max_frame: link.max_frame,
+            batch: r.batch,
             elapsed,
             buffers,
-            None,
-            None,
-        )
+        })
         .with_cpu(cpu.seconds()))
 }
 

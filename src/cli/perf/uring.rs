@@ -17,7 +17,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 
-use super::{finish, plain_core, single_core_randread, Args, Engine, ShadowInfo};
+use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, ShadowInfo};
 use crate::cli::CliResult;
 
 /// Nothing completing for this long fails the run.
@@ -141,14 +141,17 @@ pub(super) fn run(args: &Args) -> CliResult {
     };
     let secs = t0.elapsed().as_secs_f64();
     let mut cores = [plain_core(
-        core,
-        0,
-        (ios, errors),
-        secs,
+        PlainRun {
+            core,
+            qid: 0,
+            ios,
+            errors,
+            secs,
+            io_size: args.io_size,
+            doorbells: (0, 0),
+        },
         hist,
-        args.io_size,
         &tsc,
-        (0, 0),
     )];
     cores[0].queue_depth = depth;
     finish(
