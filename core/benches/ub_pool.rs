@@ -75,12 +75,29 @@ fn bench(c: &mut Criterion) {
             "4 KiB anonymous (no free hugepages)"
         }
     );
-    let mut g = c.benchmark_group("ub_pool");
+    pool_against_registration(c, &reg, huge);
+    thread_cache(c, &reg);
+    best_of_rounds(&reg);
+    ratio_table(&reg, huge);
+}
+
+/// A criterion group with the settings every group here uses.
+fn group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut g = c.benchmark_group(name);
     g.sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
+    g
+}
+
+/// Pool get+put against a registration per transfer, per buffer size.
+fn pool_against_registration(c: &mut Criterion, reg: &Arc<UbRegistry>, huge: bool) {
+    let mut g = group(c, "ub_pool");
     for &size in &SIZES {
-        let p = pool(&reg, size);
+        let p = pool(reg, size);
         g.bench_with_input(BenchmarkId::new("pool_get_put", size), &size, |b, _| {
             b.iter(|| {
                 let buf = p.get().unwrap();
@@ -90,20 +107,19 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(
             BenchmarkId::new("register_per_transfer", size),
             &size,
-            |b, &s| b.iter(|| black_box(register_per_transfer(&reg, s, huge))),
+            |b, &s| b.iter(|| black_box(register_per_transfer(reg, s, huge))),
         );
     }
     g.finish();
+}
 
-    // Whether a per-thread magazine pays off: one thread, and two threads on one pool.
-    let mut g = c.benchmark_group("ub_pool_cache");
-    g.sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2));
+/// Whether a per-thread magazine pays off: one thread, and two threads on one pool.
+fn thread_cache(c: &mut Criterion, reg: &Arc<UbRegistry>) {
+    let mut g = group(c, "ub_pool_cache");
     for cache in [0usize, 8] {
         let r = reg.register_anonymous(64 * 4096, None).unwrap();
         let p = UbPool::new(
-            &reg,
+            reg,
             r,
             PoolConfig {
                 block_size: 4096,
@@ -139,13 +155,13 @@ fn bench(c: &mut Criterion) {
         );
     }
     g.finish();
+}
 
-    best_of_rounds(&reg);
-
-    // The ratio, from a plain timing loop over the same two operations.
+/// The ratio, from a plain timing loop over the same two operations.
+fn ratio_table(reg: &Arc<UbRegistry>, huge: bool) {
     println!("\nsize        pool get+put   register per transfer   ratio");
     for &size in &SIZES {
-        let p = pool(&reg, size);
+        let p = pool(reg, size);
         let n = 1_000_000;
         let t = Instant::now();
         for _ in 0..n {
@@ -155,7 +171,7 @@ fn bench(c: &mut Criterion) {
         let m = if size >= 16 << 20 { 20 } else { 500 };
         let t = Instant::now();
         for _ in 0..m {
-            black_box(register_per_transfer(&reg, size, huge));
+            black_box(register_per_transfer(reg, size, huge));
         }
         let reg_ns = t.elapsed().as_nanos() as f64 / m as f64;
         println!(

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::pci::{PciAddress, PciDevice};
-use ubdirect_core::ub::{PoolConfig, UbPool, UbRegistry};
+use ubdirect_core::ub::{PoolConfig, UbPool, UbRegion, UbRegistry};
 use ubdirect_virtio_net::pattern::{self, MIN_PATTERN_FRAME};
 use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
 pub use report::LoopbackReport;
-use report::{Segments, Tally};
+use report::{RunInfo, Segments, Tally};
 
 /// How long a run may go without any frame moving before it stops and counts what is missing
 /// as dropped.
@@ -225,15 +225,7 @@ pub fn measure(args: &Args) -> Result<LoopbackReport, LoopbackError> {
             gpu_bar: bar,
         };
         return match path {
-            KernelPath::Packet => kernel::run(
-                args.tx,
-                args.rx,
-                args.frame_size,
-                args.batch,
-                window,
-                limit,
-                bar,
-            ),
+            KernelPath::Packet => kernel::run(&ring_run),
             KernelPath::TpacketV3 => tpacket::run(&ring_run),
             KernelPath::AfXdp => afxdp::run(&ring_run),
         };
@@ -246,6 +238,7 @@ fn block_size_for(max_frame: usize) -> usize {
     (FRAME_OFFSET + max_frame).next_power_of_two().max(4096)
 }
 
+/// The loop-back on the userspace drivers: virtio-net, or igb when either NIC is an 82576.
 fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackError> {
     // Devices first, then the registry: locals drop in reverse, so the registry's mappings go
     // while the devices still hold the IOMMU container.
@@ -266,23 +259,13 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         Some((a, b)) => format!("gpu-bar {a}/{b}"),
         None => "hugepages".to_string(),
     };
+    let pools = Pools {
+        registry: &registry,
+        region: region.as_ref(),
+    };
     // The pool must fit the largest frame the devices can deliver; start with 1514 and retry
     // once with what the device asks for.
-    let mut block = block_size_for(args.frame_size.unwrap_or(0).max(1514));
-    let make_pool = |block: usize| -> Result<Arc<UbPool>, LoopbackError> {
-        let cfg = |count: usize| PoolConfig {
-            block_size: block,
-            block_count: count,
-        };
-        Ok(match &region {
-            Some(r) => {
-                let count = (r.len / block).min(4096);
-                UbPool::new(&registry, r.clone(), cfg(count))?
-            }
-            None => UbPool::with_hugepages(&registry, cfg(2048), None)?,
-        })
-    };
-    let mut pool = make_pool(block)?;
+    let pool = pools.make(block_size_for(args.frame_size.unwrap_or(0).max(1514)))?;
     // An Intel 82576 on either side: the igb driver (a virtio-net NIC opposite is refused by it).
     if igb_run::is_igb(&tx_dev) || igb_run::is_igb(&rx_dev) {
         let p = igb_run::IgbPair {
@@ -294,120 +277,241 @@ fn run_ubdirect(args: &Args, limit: Limit) -> Result<LoopbackReport, LoopbackErr
         };
         return igb_run::run(args, limit, p);
     }
+    let (a, b, pool) = open_virtio_pair(&pools, pool, &tx_dev, &rx_dev)?;
+    let mut pump = Pump::new(args, limit, a, b, pool)?;
+    let cpu = report::CpuClock::start();
+    let start = Instant::now();
+    pump.run(start)?;
+    let elapsed = start.elapsed();
+    let cpu_s = cpu.seconds();
+    pump.report(args, elapsed, buffers)
+        .map(|r| r.with_cpu(cpu_s))
+}
+
+/// Makes the loop-back's pool: in the BAR region, or of hugepages.
+struct Pools<'a> {
+    registry: &'a Arc<UbRegistry>,
+    region: Option<&'a Arc<UbRegion>>,
+}
+
+impl Pools<'_> {
+    /// A pool of `block`-byte blocks.
+    fn make(&self, block: usize) -> Result<Arc<UbPool>, LoopbackError> {
+        let cfg = |count: usize| PoolConfig {
+            block_size: block,
+            block_count: count,
+        };
+        Ok(match self.region {
+            Some(r) => {
+                let count = (r.len / block).min(4096);
+                UbPool::new(self.registry, (*r).clone(), cfg(count))?
+            }
+            None => UbPool::with_hugepages(self.registry, cfg(2048), None)?,
+        })
+    }
+}
+
+/// Open both NICs with virtio-net over `pool`; when the sending NIC needs larger receive
+/// blocks, once more over a new pool of its size. Both NICs and the pool they use.
+fn open_virtio_pair(
+    pools: &Pools<'_>,
+    mut pool: Arc<UbPool>,
+    tx_dev: &Arc<PciDevice>,
+    rx_dev: &Arc<PciDevice>,
+) -> Result<(VirtioNet, VirtioNet, Arc<UbPool>), LoopbackError> {
     let open = |pool: &Arc<UbPool>, dev: &Arc<PciDevice>| {
-        VirtioNet::from_device(&registry, dev.clone(), pool.clone(), NetConfig::default())
+        VirtioNet::from_device(
+            pools.registry,
+            dev.clone(),
+            pool.clone(),
+            NetConfig::default(),
+        )
     };
-    let mut a = match open(&pool, &tx_dev) {
+    let a = match open(&pool, tx_dev) {
         Err(VirtioNetError::RxBlocksTooSmall { need, .. }) => {
-            block = need.next_power_of_two();
             drop(pool);
-            pool = make_pool(block)?;
-            open(&pool, &tx_dev)?
+            pool = pools.make(need.next_power_of_two())?;
+            open(&pool, tx_dev)?
         }
         r => r?,
     };
-    let mut b = open(&pool, &rx_dev)?;
-    let max_frame = a.max_frame().min(b.max_frame());
-    let fs = args.frame_size.unwrap_or(max_frame);
-    check_frame_size(fs, max_frame, "the devices' maximum frame: MTU + 14")?;
-    let (Some(amac), Some(bmac)) = (a.mac(), b.mac()) else {
-        return Err(LoopbackError::Setup(
-            "a NIC has no MAC address (VIRTIO_NET_F_MAC not offered)".into(),
-        ));
-    };
-    let window = args
-        .window
-        .unwrap_or(b.pair(0).map(|p| p.rx_ring_size()).unwrap_or(256))
-        .max(1);
-    let batch = args.batch;
+    let b = open(&pool, rx_dev)?;
+    Ok((a, b, pool))
+}
 
-    let mut txv: Vec<TxFrame> = Vec::with_capacity(batch);
-    let mut rxv: Vec<RxFrame> = Vec::with_capacity(batch);
-    let mut t = Tally::new(fs);
-    let cpu = report::CpuClock::start();
-    let start = Instant::now();
-    let mut last_progress = Instant::now();
-    // Time per segment (the source document's advice: measure the pieces before the chain):
-    // pattern writes into the buffers, the TX burst, the RX burst (reap + refill), verification.
-    let mut seg = Segments::default();
-    let mut now = Instant::now();
-    loop {
-        let sending = limit.more(t.sent, start);
-        if !sending && txv.is_empty() && t.in_flight() == 0 {
-            break;
+/// The virtio-net loop-back in progress: NIC A sends pattern frames, NIC B receives and
+/// verifies them.
+struct Pump {
+    a: VirtioNet,
+    b: VirtioNet,
+    pool: Arc<UbPool>,
+    limit: Limit,
+    /// Frame size.
+    fs: usize,
+    max_frame: usize,
+    batch: usize,
+    /// Most frames in flight.
+    window: usize,
+    amac: [u8; 6],
+    bmac: [u8; 6],
+    txv: Vec<TxFrame>,
+    rxv: Vec<RxFrame>,
+    t: Tally,
+    /// Time per segment (the source document's advice: measure the pieces before the chain):
+    /// pattern writes into the buffers, the TX burst, the RX burst (reap + refill),
+    /// verification.
+    seg: Segments,
+}
+
+impl Pump {
+    /// Check the frame size and MACs of the pair, size the window.
+    fn new(
+        args: &Args,
+        limit: Limit,
+        a: VirtioNet,
+        mut b: VirtioNet,
+        pool: Arc<UbPool>,
+    ) -> Result<Pump, LoopbackError> {
+        let max_frame = a.max_frame().min(b.max_frame());
+        let fs = args.frame_size.unwrap_or(max_frame);
+        check_frame_size(fs, max_frame, "the devices' maximum frame: MTU + 14")?;
+        let (Some(amac), Some(bmac)) = (a.mac(), b.mac()) else {
+            return Err(LoopbackError::Setup(
+                "a NIC has no MAC address (VIRTIO_NET_F_MAC not offered)".into(),
+            ));
+        };
+        let window = args
+            .window
+            .unwrap_or(b.pair(0).map(|p| p.rx_ring_size()).unwrap_or(256))
+            .max(1);
+        let batch = args.batch;
+        Ok(Pump {
+            a,
+            b,
+            pool,
+            limit,
+            fs,
+            max_frame,
+            batch,
+            window,
+            amac,
+            bmac,
+            txv: Vec::with_capacity(batch),
+            rxv: Vec::with_capacity(batch),
+            t: Tally::new(fs),
+            seg: Segments::default(),
+        })
+    }
+
+    /// Send, receive and verify until the limit is reached and nothing is in flight, or until
+    /// nothing moved for [`STALL_DEADLINE`].
+    fn run(&mut self, start: Instant) -> Result<(), LoopbackError> {
+        let mut last_progress = Instant::now();
+        let mut now = Instant::now();
+        loop {
+            let sending = self.limit.more(self.t.sent, start);
+            if !sending && self.txv.is_empty() && self.t.in_flight() == 0 {
+                return Ok(());
+            }
+            if sending {
+                self.fill()?;
+            }
+            let t_fill = Instant::now();
+            let mut moved = self.send()?;
+            let t_tx = Instant::now();
+            let n = self.b.rx_burst(&mut self.rxv)?;
+            let t_rx = Instant::now();
+            if n > 0 {
+                for f in self.rxv.drain(..) {
+                    self.t
+                        .account(pattern::verify(f.data(), self.bmac, self.amac, self.fs));
+                }
+                moved = true;
+            }
+            let t_verify = Instant::now();
+            self.seg.add(now, t_fill, t_tx, t_rx, t_verify);
+            now = t_verify;
+            if moved {
+                last_progress = now;
+            } else if now - last_progress > STALL_DEADLINE {
+                return self.stall();
+            }
         }
-        // Fill the burst: the CPU (the GPU's stand-in) writes the pattern into BAR buffers.
-        while sending
-            && txv.len() < batch
-            && (t.in_flight() as usize) < window
-            && limit.remaining(t.sent) > 0
+    }
+
+    /// Fill the burst: the CPU (the GPU's stand-in) writes the pattern into BAR buffers.
+    fn fill(&mut self) -> Result<(), LoopbackError> {
+        let t = &mut self.t;
+        while self.txv.len() < self.batch
+            && (t.in_flight() as usize) < self.window
+            && self.limit.remaining(t.sent) > 0
         {
-            let Ok(mut buf) = pool.get() else { break };
+            let Ok(mut buf) = self.pool.get() else { break };
             pattern::fill(
-                &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + fs],
-                bmac,
-                amac,
+                &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + self.fs],
+                self.bmac,
+                self.amac,
                 t.sent,
             );
             // The frame length was checked against the device maximum above.
-            let f = TxFrame::new(buf, fs).map_err(|(_, e)| e)?;
-            txv.push(f);
+            let f = TxFrame::new(buf, self.fs).map_err(|(_, e)| e)?;
+            self.txv.push(f);
             t.sent += 1;
         }
-        let t_fill = Instant::now();
-        let mut moved = false;
-        if !txv.is_empty() {
-            moved |= a.tx_burst(&mut txv)? > 0;
-            if !txv.is_empty() {
-                t.tx_full += 1;
-            }
-        } else {
-            a.reclaim_tx()?;
-        }
-        let t_tx = Instant::now();
-        let n = b.rx_burst(&mut rxv)?;
-        let t_rx = Instant::now();
-        if n > 0 {
-            for f in rxv.drain(..) {
-                t.account(pattern::verify(f.data(), bmac, amac, fs));
-            }
-            moved = true;
-        }
-        let t_verify = Instant::now();
-        seg.add(now, t_fill, t_tx, t_rx, t_verify);
-        now = t_verify;
-        if moved {
-            last_progress = now;
-        } else if now - last_progress > STALL_DEADLINE {
-            // The burst calls report a dead NIC after their health interval (100 ms) already;
-            // ask both once more so a stall is never reported as a quiet link.
-            a.check_health()?;
-            b.check_health()?;
-            t.stalled = true;
-            t.sent -= txv.len() as u64;
-            txv.clear();
-            t.lost += t.in_flight();
-            break;
-        }
+        Ok(())
     }
-    let elapsed = start.elapsed();
-    let cpu_s = cpu.seconds();
-    let (sa, sb) = (a.stats(), b.stats());
-    a.shutdown()?;
-    b.shutdown()?;
-    let mut report = t.report(
-        "ubdirect",
-        args.tx,
-        args.rx,
-        max_frame,
-        batch,
-        elapsed,
-        Some(buffers),
-        Some(sa),
-        Some(sb),
-    );
-    report.segments_ns_per_frame = seg.per_frame(t.sent.max(1));
-    Ok(report.with_cpu(cpu_s))
+
+    /// Send the burst (or reclaim sent frames when there is none); whether any frame went.
+    fn send(&mut self) -> Result<bool, LoopbackError> {
+        if self.txv.is_empty() {
+            self.a.reclaim_tx()?;
+            return Ok(false);
+        }
+        let moved = self.a.tx_burst(&mut self.txv)? > 0;
+        if !self.txv.is_empty() {
+            self.t.tx_full += 1;
+        }
+        Ok(moved)
+    }
+
+    /// Nothing moved for too long: count what is unsent as not sent and what is in flight as
+    /// lost.
+    fn stall(&mut self) -> Result<(), LoopbackError> {
+        // The burst calls report a dead NIC after their health interval (100 ms) already;
+        // ask both once more so a stall is never reported as a quiet link.
+        self.a.check_health()?;
+        self.b.check_health()?;
+        let t = &mut self.t;
+        t.stalled = true;
+        t.sent -= self.txv.len() as u64;
+        self.txv.clear();
+        t.lost += t.in_flight();
+        Ok(())
+    }
+
+    /// Shut both NICs down; the run's report.
+    fn report(
+        self,
+        args: &Args,
+        elapsed: Duration,
+        buffers: String,
+    ) -> Result<LoopbackReport, LoopbackError> {
+        let (sa, sb) = (self.a.stats(), self.b.stats());
+        self.a.shutdown()?;
+        self.b.shutdown()?;
+        let mut report = self.t.report(RunInfo {
+            mode: "ubdirect",
+            tx: args.tx,
+            rx: args.rx,
+            max_frame: self.max_frame,
+            batch: self.batch,
+            elapsed,
+            buffers: Some(buffers),
+        });
+        (report.tx_stats, report.rx_stats) = (Some(sa), Some(sb));
+        report.segments_ns_per_frame = self.seg.per_frame(self.t.sent.max(1));
+        Ok(report)
+    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use ubdirect_core::util::pin_to_core;
 use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
-    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, QueueOptions,
-    Recovery, ShadowDoorbells,
+    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
+    QueueOptions, QueueStats, Recovery, ShadowDoorbells,
 };
 
 use super::json::LatencyNs;
@@ -447,61 +447,8 @@ fn run_perf(args: &Args) -> CliResult {
         return uring::run(args);
     }
     let registry = UbRegistry::new(args.noiommu.domain()?);
-    let opts = ControllerOptions {
-        io_queues: args.cores.0.len().max(1) as u16,
-        // The floor loop writes doorbells straight to the registers.
-        shadow_doorbells: if args.engine == Engine::Floor {
-            ShadowDoorbells::Off
-        } else {
-            args.shadow_mode()
-        },
-        cmb: args.sq_in_cmb,
-        ..Default::default()
-    };
-    let ctrl = Controller::open(&registry, args.addr.parse()?, opts)?;
-    let ns = super::namespace::pick(&ctrl, &args.addr, args.nsid)?;
-    let nsid = ns.nsid;
-    let lba = ns.lba_size as u64;
-    if args.io_size as u64 % lba != 0 {
-        return Err(format!(
-            "-o {} is not a multiple of namespace {nsid}'s {lba}-byte logical block: use -o {}",
-            args.io_size,
-            (args.io_size as u64).next_multiple_of(lba)
-        )
-        .into());
-    }
-    let offset = args
-        .offset
-        .or(args.offset_mib.map(|m| m.saturating_mul(1 << 20)))
-        .unwrap_or(0);
-    if offset % lba != 0 {
-        return Err(format!(
-            "--offset {offset} is not a multiple of namespace {nsid}'s {lba}-byte logical block"
-        )
-        .into());
-    }
-    let first_block = offset / lba;
-    if first_block >= ns.nsze {
-        return Err(format!(
-            "--offset {offset} is past the end of namespace {nsid} ({} bytes)",
-            ns.size_bytes()
-        )
-        .into());
-    }
-    let mut span_blocks = ns.nsze - first_block;
-    if let Some(b) = args
-        .span
-        .or(args.span_mib.map(|m| m.saturating_mul(1 << 20)))
-    {
-        span_blocks = span_blocks.min(b / lba);
-    }
-    if span_blocks < args.io_size as u64 / lba {
-        return Err(format!(
-            "the span from --offset {offset} (--span, or the end of namespace {nsid}) is smaller than one {}-byte I/O",
-            args.io_size
-        )
-        .into());
-    }
+    let ctrl = Controller::open(&registry, args.addr.parse()?, controller_options(args))?;
+    let target = Target::pick(args, &ctrl)?;
     if args.cores.0.len() > ctrl.io_queues_granted() as usize {
         return Err(format!(
             "{} cores asked for but the controller granted {} I/O queue pairs: give -c at most that many cores",
@@ -511,20 +458,16 @@ fn run_perf(args: &Args) -> CliResult {
         .into());
     }
     if args.engine == Engine::Floor {
-        return floor::run(args, &ctrl, nsid, first_block, span_blocks);
+        return floor::run(
+            args,
+            &ctrl,
+            target.nsid,
+            target.first_block,
+            target.span_blocks,
+        );
     }
-    // Requests in flight per core: -q, capped by the controller's queue size (MQES). Each
-    // queue pair gets command slots for all their commands where MQES allows; the commands of
-    // requests that do not fit wait in the queue pair (queued requests) and go out as slots
-    // free up.
-    let max_depth = (ctrl.max_queue_entries() as usize).clamp(2, 65536) - 1;
-    let depth = args.queue_depth.min(max_depth);
-    let cmds_per_io = args
-        .io_size
-        .div_ceil(ctrl.max_command_bytes().max(1))
-        .max(1);
-    let cmd_depth = depth.saturating_mul(cmds_per_io).min(max_depth);
-    if let Some(l) = capped_depth_line(args.queue_depth, depth) {
+    let depths = Depths::of(args, &ctrl);
+    if let Some(l) = capped_depth_line(args.queue_depth, depths.requests) {
         eprintln!("ubdirect perf: {l}");
     }
     // Pool blocks are powers of two of at least 4 KiB.
@@ -533,34 +476,162 @@ fn run_perf(args: &Args) -> CliResult {
         &registry,
         PoolConfig {
             block_size: block,
-            block_count: depth * args.cores.0.len(),
+            block_count: depths.requests * args.cores.0.len(),
         },
         ctrl.device().numa_node(),
     )?;
-    let tsc = Tsc::calibrate(Duration::from_millis(100));
-    let job = Arc::new(Job {
-        nsid,
-        io_size: args.io_size,
-        depth,
-        cmd_depth,
-        workload: args.workload,
-        rwmixread: args.rwmixread,
-        lba_size: lba,
-        first_block,
-        span_blocks,
-        duration: Duration::from_secs_f64(args.time.max(0.01)),
-        warmup: Duration::from_secs_f64(args.warmup),
-        done: (0..args.cores.0.len())
-            .map(|_| Counter::default())
-            .collect(),
-        verify: args.verify,
-        shadow: ctrl.shadow_doorbells(),
-        sq_in_cmb: args.sq_in_cmb,
-        tsc,
-        cores: args.cores.0.len(),
-    });
-    let start = Arc::new(Barrier::new(args.cores.0.len()));
+    let job = Arc::new(Job::new(args, &ctrl, &target, &depths));
     let reset_hook = super::fault_hook::arm(ctrl.device());
+    let mut cores = run_workers(args, &ctrl, &pool, &job)?;
+    drop(reset_hook);
+    finish(
+        args,
+        target.nsid,
+        ShadowInfo::of(&ctrl),
+        &job.tsc,
+        &mut cores,
+        ctrl.resets(),
+    )
+}
+
+/// The controller options `perf` opens the controller with.
+fn controller_options(args: &Args) -> ControllerOptions {
+    ControllerOptions {
+        io_queues: args.cores.0.len().max(1) as u16,
+        // The floor loop writes doorbells straight to the registers.
+        shadow_doorbells: if args.engine == Engine::Floor {
+            ShadowDoorbells::Off
+        } else {
+            args.shadow_mode()
+        },
+        cmb: args.sq_in_cmb,
+        ..Default::default()
+    }
+}
+
+/// The namespace and the block range of it the run covers.
+struct Target {
+    nsid: u32,
+    lba_size: u64,
+    first_block: u64,
+    span_blocks: u64,
+}
+
+impl Target {
+    /// The namespace `-n` names (or the only one) and the range `--offset` and `--span` give,
+    /// checked against the namespace's size and block size.
+    fn pick(args: &Args, ctrl: &Controller) -> Result<Target, String> {
+        let ns = super::namespace::pick(ctrl, &args.addr, args.nsid)?;
+        let nsid = ns.nsid;
+        let lba = ns.lba_size as u64;
+        if args.io_size as u64 % lba != 0 {
+            return Err(format!(
+                "-o {} is not a multiple of namespace {nsid}'s {lba}-byte logical block: use -o {}",
+                args.io_size,
+                (args.io_size as u64).next_multiple_of(lba)
+            ));
+        }
+        let offset = args
+            .offset
+            .or(args.offset_mib.map(|m| m.saturating_mul(1 << 20)))
+            .unwrap_or(0);
+        if offset % lba != 0 {
+            return Err(format!(
+                "--offset {offset} is not a multiple of namespace {nsid}'s {lba}-byte logical block"
+            ));
+        }
+        let first_block = offset / lba;
+        if first_block >= ns.nsze {
+            return Err(format!(
+                "--offset {offset} is past the end of namespace {nsid} ({} bytes)",
+                ns.size_bytes()
+            ));
+        }
+        let mut span_blocks = ns.nsze - first_block;
+        if let Some(b) = args
+            .span
+            .or(args.span_mib.map(|m| m.saturating_mul(1 << 20)))
+        {
+            span_blocks = span_blocks.min(b / lba);
+        }
+        if span_blocks < args.io_size as u64 / lba {
+            return Err(format!(
+                "the span from --offset {offset} (--span, or the end of namespace {nsid}) is smaller than one {}-byte I/O",
+                args.io_size
+            ));
+        }
+        Ok(Target {
+            nsid,
+            lba_size: lba,
+            first_block,
+            span_blocks,
+        })
+    }
+}
+
+/// How deep each core's queue pair runs.
+struct Depths {
+    /// Requests in flight per core.
+    requests: usize,
+    /// Command slots of each queue pair.
+    commands: usize,
+}
+
+impl Depths {
+    /// Requests in flight per core: -q, capped by the controller's queue size (MQES). Each
+    /// queue pair gets command slots for all their commands where MQES allows; the commands of
+    /// requests that do not fit wait in the queue pair (queued requests) and go out as slots
+    /// free up.
+    fn of(args: &Args, ctrl: &Controller) -> Depths {
+        let max_depth = (ctrl.max_queue_entries() as usize).clamp(2, 65536) - 1;
+        let requests = args.queue_depth.min(max_depth);
+        let cmds_per_io = args
+            .io_size
+            .div_ceil(ctrl.max_command_bytes().max(1))
+            .max(1);
+        Depths {
+            requests,
+            commands: requests.saturating_mul(cmds_per_io).min(max_depth),
+        }
+    }
+}
+
+impl Job {
+    /// The workers' settings; calibrates the cycle counter.
+    fn new(args: &Args, ctrl: &Controller, target: &Target, depths: &Depths) -> Job {
+        Job {
+            nsid: target.nsid,
+            io_size: args.io_size,
+            depth: depths.requests,
+            cmd_depth: depths.commands,
+            workload: args.workload,
+            rwmixread: args.rwmixread,
+            lba_size: target.lba_size,
+            first_block: target.first_block,
+            span_blocks: target.span_blocks,
+            duration: Duration::from_secs_f64(args.time.max(0.01)),
+            warmup: Duration::from_secs_f64(args.warmup),
+            done: (0..args.cores.0.len())
+                .map(|_| Counter::default())
+                .collect(),
+            verify: args.verify,
+            shadow: ctrl.shadow_doorbells(),
+            sq_in_cmb: args.sq_in_cmb,
+            tsc: Tsc::calibrate(Duration::from_millis(100)),
+            cores: args.cores.0.len(),
+        }
+    }
+}
+
+/// One pinned worker per core, started together; their results once all are done (the first
+/// error if one failed).
+fn run_workers(
+    args: &Args,
+    ctrl: &Arc<Controller>,
+    pool: &Arc<UbPool>,
+    job: &Arc<Job>,
+) -> Result<Vec<CoreResult>, String> {
+    let start = Arc::new(Barrier::new(args.cores.0.len()));
     let results: Vec<Result<CoreResult, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = args
             .cores
@@ -573,25 +644,13 @@ fn run_perf(args: &Args) -> CliResult {
                 s.spawn(move || worker(&ctrl, &pool, &job, i, core, &start))
             })
             .collect();
-        status_lines(args, &job, &handles);
+        status_lines(args, job, &handles);
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
             .collect()
     });
-    let mut cores = Vec::new();
-    for r in results {
-        cores.push(r?);
-    }
-    drop(reset_hook);
-    finish(
-        args,
-        nsid,
-        ShadowInfo::of(&ctrl),
-        &tsc,
-        &mut cores,
-        ctrl.resets(),
-    )
+    results.into_iter().collect()
 }
 
 /// Until the workers are done: one line a second on stderr (with `--progress`).
@@ -728,19 +787,31 @@ fn summarize(cores: &[CoreResult], tsc: &Tsc, io_size: usize) -> Total {
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// The human-readable report: the run's header, the per-core table, the totals, then the
+/// latency, cost and counter lines.
 fn print_report(r: &PerfReport<'_>) {
+    print_header(r);
+    print_core_table(r);
+    print_latency_and_cost(r);
+    print_counters(r);
+}
+
+/// A serde enum's name as it appears on the command line.
+fn arg_name<T: Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// The first lines: what ran, the shadow-doorbell choice and any depth cap.
+fn print_header(r: &PerfReport<'_>) {
     println!(
         "ubdirect perf --engine {}: {} nsid {} -w {} -o {} -q {}{} shadow doorbells {}{}",
-        serde_json::to_value(r.engine)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        arg_name(r.engine),
         r.address,
         r.nsid,
-        serde_json::to_value(r.workload)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default(),
+        arg_name(r.workload),
         r.io_size,
         r.queue_depth,
         if r.workload == Workload::Rw {
@@ -760,6 +831,10 @@ fn print_report(r: &PerfReport<'_>) {
     if let Some(l) = capped_depth_line(r.queue_depth, r.effective_queue_depth) {
         println!("{l}");
     }
+}
+
+/// The SPDK-style table: one line per core, the total, and per direction with `-w rw`.
+fn print_core_table(r: &PerfReport<'_>) {
     println!(
         "{:<40}: {:>10} {:>10} {:>10} {:>10} {:>10}",
         "Latency(us)", "IOPS", "MiB/s", "Average", "min", "max"
@@ -797,6 +872,12 @@ fn print_report(r: &PerfReport<'_>) {
             print_direction(&format!("Total {name}"), d);
         }
     }
+}
+
+/// The warm-up note, latency percentiles, driver cost per I/O, latency window and doorbell
+/// writes per core.
+fn print_latency_and_cost(r: &PerfReport<'_>) {
+    let t = &r.total;
     if r.warmup_seconds > 0.0 {
         println!(
             "warm-up: {} s of I/O before the measurement, not counted",
@@ -826,6 +907,11 @@ fn print_report(r: &PerfReport<'_>) {
             c.core, c.qid, c.sq_doorbell_writes_per_io, c.cq_doorbell_writes_per_io, c.shadow_only_updates_per_io
         );
     }
+}
+
+/// The histogram (with `-L`), then errors, controller resets and verification, when any.
+fn print_counters(r: &PerfReport<'_>) {
+    let t = &r.total;
     if let Some(h) = &r.latency_histogram {
         for l in report::histogram_lines(h) {
             println!("{l}");
@@ -886,18 +972,30 @@ fn print_direction(label: &str, d: &Direction) {
     );
 }
 
-/// The result of an engine other than the driver (one core; no driver cycle counts).
-#[allow(clippy::too_many_arguments)]
-fn plain_core(
+/// What an engine other than the driver counted on its one core.
+#[derive(Debug, Clone, Copy)]
+struct PlainRun {
     core: usize,
     qid: u16,
-    (ios, errors): (u64, u64),
+    ios: u64,
+    errors: u64,
     secs: f64,
-    hist: LatencyHistogram,
     io_size: usize,
-    tsc: &Tsc,
-    (sq_db, cq_db): (u64, u64),
-) -> CoreResult {
+    /// SQ and CQ doorbell writes.
+    doorbells: (u64, u64),
+}
+
+/// The result of an engine other than the driver (one core; no driver cycle counts).
+fn plain_core(run: PlainRun, hist: LatencyHistogram, tsc: &Tsc) -> CoreResult {
+    let PlainRun {
+        core,
+        qid,
+        ios,
+        errors,
+        secs,
+        io_size,
+        doorbells: (sq_db, cq_db),
+    } = run;
     let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
     let iops = if secs > 0.0 { ios as f64 / secs } else { 0.0 };
     CoreResult {
@@ -969,6 +1067,7 @@ impl Rng {
     }
 }
 
+/// One core's run on its own queue pair; its figures.
 fn worker(
     ctrl: &Arc<Controller>,
     pool: &Arc<UbPool>,
@@ -979,8 +1078,35 @@ fn worker(
 ) -> Result<CoreResult, String> {
     // Every worker reaches the start barrier, also when its set-up failed, so that the others
     // are not left waiting.
-    let setup = pin_to_core(core).and_then(|_| {
-        IoQueuePair::new(
+    let prepared = Prepared::new(ctrl, pool, job, core);
+    start.wait();
+    let mut w = Worker::start(job, index, prepared?);
+    w.run()?;
+    Ok(w.result(core))
+}
+
+/// What a worker sets up before the start barrier: everything it allocates.
+struct Prepared {
+    qp: IoQueuePair,
+    ns: Namespace,
+    depth: usize,
+    slots: Vec<Slot>,
+    free: Vec<(usize, IoBuf)>,
+    tally: Tally,
+    /// Swapped in when the warm-up ends, so that the I/O path allocates nothing.
+    fresh: (LatencyHistogram, LatencyHistogram),
+}
+
+impl Prepared {
+    /// Pin to `core`, take a queue pair, the namespace and one pool buffer per request.
+    fn new(
+        ctrl: &Arc<Controller>,
+        pool: &Arc<UbPool>,
+        job: &Job,
+        core: usize,
+    ) -> Result<Prepared, String> {
+        pin_to_core(core).map_err(|e| e.to_string())?;
+        let qp = IoQueuePair::new(
             ctrl,
             QueueOptions {
                 depth: job.cmd_depth,
@@ -993,138 +1119,255 @@ fn worker(
                 ..Default::default()
             },
         )
-        .map_err(|e| e.to_string())
-    });
-    let mut qp = match setup {
-        Ok(qp) => qp,
-        Err(e) => {
-            start.wait();
-            return Err(e);
+        .map_err(|e| e.to_string())?;
+        let depth = job.depth.min(qp.depth());
+        let slots = vec![Slot::default(); depth];
+        let ns = ctrl.namespace(job.nsid).map_err(|e| e.to_string())?;
+        let mut free: Vec<(usize, IoBuf)> = Vec::with_capacity(depth);
+        for i in 0..depth {
+            let b = pool.get().map_err(|e| e.to_string())?;
+            free.push((i, IoBuf::prefix(b, job.io_size).map_err(|e| e.to_string())?));
         }
-    };
-    let depth = job.depth.min(qp.depth());
-    let blocks_per_io = job.io_size as u64 / job.lba_size;
-    let ios_in_span = job.span_blocks / blocks_per_io;
-    let mut rng =
-        Rng(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
-    let mut seq = ios_in_span * index as u64 / job.cores as u64;
-    let mut slots = vec![Slot::default(); depth];
-    let ns = match ctrl.namespace(job.nsid) {
-        Ok(ns) => ns,
-        Err(e) => {
-            start.wait();
-            return Err(e.to_string());
-        }
-    };
-    let mut free: Vec<(usize, IoBuf)> = Vec::with_capacity(depth);
-    for i in 0..depth {
-        match pool
-            .get()
-            .map_err(|e| e.to_string())
-            .and_then(|b| IoBuf::prefix(b, job.io_size).map_err(|e| e.to_string()))
-        {
-            Ok(b) => free.push((i, b)),
-            Err(e) => {
-                start.wait();
-                return Err(e);
-            }
+        Ok(Prepared {
+            qp,
+            ns,
+            depth,
+            slots,
+            free,
+            tally: Tally::new(),
+            fresh: (LatencyHistogram::new(), LatencyHistogram::new()),
+        })
+    }
+}
+
+/// Where a worker's I/Os go: in order through its share of the span, or at random.
+struct IoPicker {
+    rng: Rng,
+    seq: u64,
+    ios_in_span: u64,
+    blocks_per_io: u64,
+}
+
+impl IoPicker {
+    /// Worker `index`'s picker: sequential runs start at its share of the span.
+    fn new(job: &Job, index: usize) -> IoPicker {
+        let blocks_per_io = job.io_size as u64 / job.lba_size;
+        let ios_in_span = job.span_blocks / blocks_per_io;
+        IoPicker {
+            rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (index as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)),
+            seq: ios_in_span * index as u64 / job.cores as u64,
+            ios_in_span,
+            blocks_per_io,
         }
     }
-    let (mut hist_r, mut hist_w) = (LatencyHistogram::new(), LatencyHistogram::new());
-    // Swapped in when the warm-up ends, so that the I/O path allocates nothing.
-    let (mut fresh_r, mut fresh_w) = (LatencyHistogram::new(), LatencyHistogram::new());
-    let (mut ios, mut reads, mut writes, mut errors) = (0u64, 0u64, 0u64, 0u64);
-    let (mut verified, mut verify_errors) = (0u64, 0u64);
-    let (mut submit_cycles, mut complete_cycles) = (0u64, 0u64);
-    let mut first_error: Option<String> = None;
-    start.wait();
-    let mut stats0 = qp.stats();
-    let mut t_start = Instant::now();
-    let measure_from = rdtsc() + job.tsc.ticks(job.warmup);
-    let mut warming = !job.warmup.is_zero();
-    let deadline = measure_from + job.tsc.ticks(job.duration);
-    let mut stopping = false;
-    let mut done = 0u64;
-    // The last cycle-counter reading: taken at the end of each poll and after each ring, it
-    // starts the next step's figures, so the loop reads the counter once per poll and once
-    // per batch of submissions (plus once per batch of completions, in the closure).
-    let mut last = rdtsc();
-    let (mut reaped, mut succeeded) = (0usize, 0u64);
-    loop {
-        // Resubmit first: the slots freed by the last poll go out before any bookkeeping, which
-        // then runs while the device works on them.
-        if !stopping && !free.is_empty() {
-            // The reading that ended the poll which freed these slots: every request of the
-            // batch is timed from before its set-up, so no latency is understated.
-            let s0 = last;
-            while let Some((slot, mut buf)) = free.pop() {
-                let io = match job.workload {
-                    Workload::Read | Workload::Write => {
-                        let v = seq % ios_in_span;
-                        seq += 1;
-                        v
-                    }
-                    _ => rng.next() % ios_in_span,
-                };
-                let lba = job.first_block + io * blocks_per_io;
-                let write = match job.workload {
-                    Workload::Write | Workload::Randwrite => true,
-                    Workload::Rw => rng.next() % 100 >= job.rwmixread as u64,
-                    _ => false,
-                };
-                if write && job.verify {
-                    stamp(
-                        buf.as_mut_slice(),
-                        lba,
-                        job.lba_size as usize,
-                        blocks_per_io,
-                    );
-                }
-                slots[slot] = Slot {
-                    submitted: s0,
-                    lba,
-                    write,
-                };
-                let r = if write {
-                    qp.submit_write(&ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
-                } else {
-                    qp.submit_read(&ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
-                };
-                if let Err(rej) = r {
-                    return Err(format!("submit failed: {}", rej.error));
-                }
+
+    /// The next I/O: its first block and whether it writes.
+    #[inline(always)]
+    fn next(&mut self, job: &Job) -> (u64, bool) {
+        let io = match job.workload {
+            Workload::Read | Workload::Write => {
+                let v = self.seq % self.ios_in_span;
+                self.seq += 1;
+                v
             }
-            qp.ring();
-            last = rdtsc();
-            submit_cycles += last - s0;
+            _ => self.rng.next() % self.ios_in_span,
+        };
+        let lba = job.first_block + io * self.blocks_per_io;
+        let write = match job.workload {
+            Workload::Write | Workload::Randwrite => true,
+            Workload::Rw => self.rng.next() % 100 >= job.rwmixread as u64,
+            _ => false,
+        };
+        (lba, write)
+    }
+}
+
+/// A worker's counts. The I/O counts, histograms and cycle sums restart when the warm-up
+/// ends; errors and verification count from the start.
+struct Tally {
+    hist_r: LatencyHistogram,
+    hist_w: LatencyHistogram,
+    ios: u64,
+    reads: u64,
+    writes: u64,
+    errors: u64,
+    verified: u64,
+    verify_errors: u64,
+    submit_cycles: u64,
+    complete_cycles: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            hist_r: LatencyHistogram::new(),
+            hist_w: LatencyHistogram::new(),
+            ios: 0,
+            reads: 0,
+            writes: 0,
+            errors: 0,
+            verified: 0,
+            verify_errors: 0,
+            submit_cycles: 0,
+            complete_cycles: 0,
+            first_error: None,
         }
-        // The last poll's bookkeeping, after its slots went out again.
-        if reaped > 0 {
-            done += succeeded;
-            job.done[index].0.store(done, Ordering::Relaxed);
+    }
+}
+
+/// One worker's run: its queue pair, its requests and its clock.
+struct Worker<'a> {
+    job: &'a Job,
+    index: usize,
+    qp: IoQueuePair,
+    ns: Namespace,
+    depth: usize,
+    picker: IoPicker,
+    slots: Vec<Slot>,
+    /// Requests whose buffers are back, ready to go out again.
+    free: Vec<(usize, IoBuf)>,
+    tally: Tally,
+    fresh: (LatencyHistogram, LatencyHistogram),
+    stats0: QueueStats,
+    t_start: Instant,
+    measure_from: u64,
+    warming: bool,
+    deadline: u64,
+    stopping: bool,
+    /// I/Os that succeeded so far, warm-up included.
+    done: u64,
+    /// The last cycle-counter reading: taken at the end of each poll and after each ring, it
+    /// starts the next step's figures, so the loop reads the counter once per poll and once
+    /// per batch of submissions (plus once per batch of completions, in the poll).
+    last: u64,
+    /// Completions and successes of the last poll.
+    reaped: usize,
+    succeeded: u64,
+}
+
+impl<'a> Worker<'a> {
+    /// Start the clock (right after the start barrier).
+    fn start(job: &'a Job, index: usize, p: Prepared) -> Worker<'a> {
+        let stats0 = p.qp.stats();
+        let t_start = Instant::now();
+        let measure_from = rdtsc() + job.tsc.ticks(job.warmup);
+        Worker {
+            job,
+            index,
+            picker: IoPicker::new(job, index),
+            qp: p.qp,
+            ns: p.ns,
+            depth: p.depth,
+            slots: p.slots,
+            free: p.free,
+            tally: p.tally,
+            fresh: p.fresh,
+            stats0,
+            t_start,
+            measure_from,
+            warming: !job.warmup.is_zero(),
+            deadline: measure_from + job.tsc.ticks(job.duration),
+            stopping: false,
+            done: 0,
+            last: rdtsc(),
+            reaped: 0,
+            succeeded: 0,
         }
-        if warming && last >= measure_from {
-            // The warm-up is over: count from here.
-            warming = false;
-            std::mem::swap(&mut hist_r, &mut fresh_r);
-            std::mem::swap(&mut hist_w, &mut fresh_w);
-            (ios, reads, writes, submit_cycles, complete_cycles) = (0, 0, 0, 0, 0);
-            stats0 = qp.stats();
-            t_start = Instant::now();
+    }
+
+    /// Submit, account, poll, until the time is up and nothing is in flight.
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            // Resubmit first: the slots freed by the last poll go out before any bookkeeping,
+            // which then runs while the device works on them.
+            if !self.stopping && !self.free.is_empty() {
+                self.submit_free()?;
+            }
+            // The last poll's bookkeeping, after its slots went out again.
+            if self.reaped > 0 {
+                self.done += self.succeeded;
+                self.job.done[self.index]
+                    .0
+                    .store(self.done, Ordering::Relaxed);
+            }
+            if self.warming && self.last >= self.measure_from {
+                self.end_warmup();
+            }
+            if !self.stopping && self.last >= self.deadline {
+                self.stopping = true;
+            }
+            if self.stopping && self.qp.in_flight() == 0 {
+                return Ok(());
+            }
+            self.reap()?;
         }
-        if !stopping && last >= deadline {
-            stopping = true;
+    }
+
+    /// Send every free request out again, then ring.
+    #[inline(always)]
+    fn submit_free(&mut self) -> Result<(), String> {
+        let job = self.job;
+        // The reading that ended the poll which freed these slots: every request of the
+        // batch is timed from before its set-up, so no latency is understated.
+        let s0 = self.last;
+        while let Some((slot, mut buf)) = self.free.pop() {
+            let (lba, write) = self.picker.next(job);
+            if write && job.verify {
+                stamp(
+                    buf.as_mut_slice(),
+                    lba,
+                    job.lba_size as usize,
+                    self.picker.blocks_per_io,
+                );
+            }
+            self.slots[slot] = Slot {
+                submitted: s0,
+                lba,
+                write,
+            };
+            let r = if write {
+                self.qp
+                    .submit_write(&self.ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
+            } else {
+                self.qp
+                    .submit_read(&self.ns, Lba(lba), buf, IoFlags::empty(), slot as u64)
+            };
+            if let Err(rej) = r {
+                return Err(format!("submit failed: {}", rej.error));
+            }
         }
-        if stopping && qp.in_flight() == 0 {
-            break;
-        }
-        // From the last reading: the completion cycles include the few checks above.
-        let p0 = last;
+        self.qp.ring();
+        self.last = rdtsc();
+        self.tally.submit_cycles += self.last - s0;
+        Ok(())
+    }
+
+    /// The warm-up is over: count from here.
+    fn end_warmup(&mut self) {
+        let t = &mut self.tally;
+        self.warming = false;
+        std::mem::swap(&mut t.hist_r, &mut self.fresh.0);
+        std::mem::swap(&mut t.hist_w, &mut self.fresh.1);
+        (t.ios, t.reads, t.writes, t.submit_cycles, t.complete_cycles) = (0, 0, 0, 0, 0);
+        self.stats0 = self.qp.stats();
+        self.t_start = Instant::now();
+    }
+
+    /// Poll the completions: time and check each, and free its slot.
+    #[inline(always)]
+    fn reap(&mut self) -> Result<(), String> {
+        let job = self.job;
+        let blocks_per_io = self.picker.blocks_per_io;
+        let (slots, tally, free) = (&self.slots, &mut self.tally, &mut self.free);
+        // From the last reading: the completion cycles include the few checks before it.
+        let p0 = self.last;
         // Read the counter once per batch of completions, at the first one.
         let mut now = 0u64;
-        succeeded = 0;
-        reaped = qp
-            .poll(depth, |c| {
+        let mut succeeded = 0;
+        self.reaped = self
+            .qp
+            .poll(self.depth, |c| {
                 if now == 0 {
                     now = rdtsc();
                 }
@@ -1134,14 +1377,14 @@ fn worker(
                 // Only I/O that succeeded counts as throughput and latency; a failed command
                 // is an error, whatever it cost.
                 if c.result.is_ok() {
-                    ios += 1;
+                    tally.ios += 1;
                     succeeded += 1;
                     if s.write {
-                        writes += 1;
-                        hist_w.record(lat);
+                        tally.writes += 1;
+                        tally.hist_w.record(lat);
                     } else {
-                        reads += 1;
-                        hist_r.record(lat);
+                        tally.reads += 1;
+                        tally.hist_r.record(lat);
                     }
                 }
                 // Every request here moves one buffer window, which comes back.
@@ -1150,8 +1393,8 @@ fn worker(
                 };
                 match c.result {
                     Err(e) => {
-                        errors += 1;
-                        first_error.get_or_insert_with(|| e.to_string());
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert_with(|| e.to_string());
                     }
                     Ok(_) if job.verify && !s.write => {
                         let (v, bad) = check_stamps(
@@ -1160,58 +1403,70 @@ fn worker(
                             job.lba_size as usize,
                             blocks_per_io,
                         );
-                        verified += v;
-                        verify_errors += bad;
+                        tally.verified += v;
+                        tally.verify_errors += bad;
                     }
                     Ok(_) => {}
                 }
                 free.push((slot, buf));
             })
             .map_err(|e| e.to_string())?;
-        last = rdtsc();
-        if reaped > 0 {
-            complete_cycles += last - p0;
+        self.succeeded = succeeded;
+        self.last = rdtsc();
+        if self.reaped > 0 {
+            self.tally.complete_cycles += self.last - p0;
+        }
+        Ok(())
+    }
+
+    /// The core's figures.
+    fn result(self, core: usize) -> CoreResult {
+        let job = self.job;
+        let t = self.tally;
+        let secs = self.t_start.elapsed().as_secs_f64();
+        let (st, stats0) = (self.qp.stats(), self.stats0);
+        if let Some(e) = &t.first_error {
+            eprintln!(
+                "ubdirect perf: core {core}: {} I/O error(s), first: {e}",
+                t.errors
+            );
+        }
+        let ios = t.ios;
+        let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
+        let iops = ios as f64 / secs;
+        let mut all = t.hist_r.clone();
+        all.merge(&t.hist_w);
+        CoreResult {
+            core,
+            qid: self.qp.qid(),
+            queue_depth: self.depth,
+            ios,
+            reads: t.reads,
+            writes: t.writes,
+            errors: t.errors,
+            seconds: secs,
+            iops,
+            bytes_per_s: iops * job.io_size as f64,
+            submit_cycles_per_io: per_io(t.submit_cycles),
+            complete_cycles_per_io: per_io(t.complete_cycles),
+            sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
+            cq_doorbell_writes_per_io: per_io(st.cq_doorbell_writes - stats0.cq_doorbell_writes),
+            shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
+            window_fraction: 0.0,
+            outside_window_cycles_per_io: 0.0,
+            verified_blocks: t.verified,
+            verify_errors: t.verify_errors,
+            resets: st.resets - stats0.resets,
+            requeued: st.requeued - stats0.requeued,
+            read: direction(&t.hist_r, secs, job.io_size, &job.tsc),
+            write: direction(&t.hist_w, secs, job.io_size, &job.tsc),
+            latency_ns: latency_ns(&all, &job.tsc),
+            hist_read: t.hist_r,
+            hist_write: t.hist_w,
+            submit_cycles: t.submit_cycles,
+            complete_cycles: t.complete_cycles,
         }
     }
-    let secs = t_start.elapsed().as_secs_f64();
-    let st = qp.stats();
-    if let Some(e) = first_error {
-        eprintln!("ubdirect perf: core {core}: {errors} I/O error(s), first: {e}");
-    }
-    let per_io = |x: u64| if ios == 0 { 0.0 } else { x as f64 / ios as f64 };
-    let iops = ios as f64 / secs;
-    let mut all = hist_r.clone();
-    all.merge(&hist_w);
-    Ok(CoreResult {
-        core,
-        qid: qp.qid(),
-        queue_depth: depth,
-        ios,
-        reads,
-        writes,
-        errors,
-        seconds: secs,
-        iops,
-        bytes_per_s: iops * job.io_size as f64,
-        submit_cycles_per_io: per_io(submit_cycles),
-        complete_cycles_per_io: per_io(complete_cycles),
-        sq_doorbell_writes_per_io: per_io(st.sq_doorbell_writes - stats0.sq_doorbell_writes),
-        cq_doorbell_writes_per_io: per_io(st.cq_doorbell_writes - stats0.cq_doorbell_writes),
-        shadow_only_updates_per_io: per_io(st.shadow_only_updates - stats0.shadow_only_updates),
-        window_fraction: 0.0,
-        outside_window_cycles_per_io: 0.0,
-        verified_blocks: verified,
-        verify_errors,
-        resets: st.resets - stats0.resets,
-        requeued: st.requeued - stats0.requeued,
-        read: direction(&hist_r, secs, job.io_size, &job.tsc),
-        write: direction(&hist_w, secs, job.io_size, &job.tsc),
-        latency_ns: latency_ns(&all, &job.tsc),
-        hist_read: hist_r,
-        hist_write: hist_w,
-        submit_cycles,
-        complete_cycles,
-    })
 }
 
 /// Stamp every block of a write with the magic and its LBA.
@@ -1241,6 +1496,19 @@ fn check_stamps(s: &[u8], lba: u64, lba_size: usize, blocks: u64) -> (u64, u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-core run of 4 KiB I/Os on queue 1 without errors.
+    fn plain(core: usize, ios: u64, secs: f64, doorbells: (u64, u64)) -> PlainRun {
+        PlainRun {
+            core,
+            qid: 1,
+            ios,
+            errors: 0,
+            secs,
+            io_size: 4096,
+            doorbells,
+        }
+    }
 
     fn parse(args: &[&str]) -> Args {
         use clap::Parser;
@@ -1347,7 +1615,7 @@ mod tests {
         for t in [40_000u64, 50_000, 60_000] {
             hist.record(t);
         }
-        let mut core = plain_core(0, 1, (3, 0), 1.0, hist, 4096, &tsc, (1, 3));
+        let mut core = plain_core(plain(0, 3, 1.0, (1, 3)), hist, &tsc);
         core.queue_depth = 1;
         assert_eq!(core.iops, 3.0);
         assert!((core.sq_doorbell_writes_per_io - 1.0 / 3.0).abs() < 1e-9);
@@ -1432,16 +1700,7 @@ mod tests {
             let (mut hr, mut hw) = (LatencyHistogram::new(), LatencyHistogram::new());
             (0..r).for_each(|i| hr.record(10_000 + i));
             (0..w).for_each(|i| hw.record(50_000 + i));
-            let mut c = plain_core(
-                n,
-                1,
-                (r + w, 0),
-                2.0,
-                LatencyHistogram::new(),
-                4096,
-                &tsc,
-                (0, 0),
-            );
+            let mut c = plain_core(plain(n, r + w, 2.0, (0, 0)), LatencyHistogram::new(), &tsc);
             c.read = direction(&hr, 2.0, 4096, &tsc);
             c.write = direction(&hw, 2.0, 4096, &tsc);
             (c.hist_read, c.hist_write) = (hr, hw);
@@ -1467,7 +1726,7 @@ mod tests {
         let tsc = Tsc { hz: 1.0e9 };
         let mut hist = LatencyHistogram::new();
         (0..27).for_each(|_| hist.record(31_600));
-        let mut cores = [plain_core(0, 1, (27, 0), 0.001, hist, 4096, &tsc, (0, 0))];
+        let mut cores = [plain_core(plain(0, 27, 0.001, (0, 0)), hist, &tsc)];
         cores[0].queue_depth = 1;
         fill_windows(&mut cores, &tsc);
         let t = summarize(&cores, &tsc, 4096);

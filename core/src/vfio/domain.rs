@@ -882,7 +882,23 @@ impl DmaDomain {
     }
 }
 
+/// The user-facing error for a device that failed to open (group `group`).
 fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
+    match e {
+        VfioError::OpenGroup(..)
+        | VfioError::GroupViable
+        | VfioError::GroupSetContainer
+        | VfioError::ContainerSetIOMMU(_) => group_open_error(e, addr, group),
+        VfioError::OpenDeviceCdev(_)
+        | VfioError::InvalidVfioDev
+        | VfioError::VfioDeviceBindIommufd(_)
+        | VfioError::VfioDeviceAttachIommufdPt(_) => cdev_open_error(e, addr, group),
+        other => device_fd_error(other),
+    }
+}
+
+/// The type1 path: the group file, its viability and the container.
+fn group_open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
     match e {
         VfioError::OpenGroup(io, g) => match io.kind() {
             std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
@@ -903,7 +919,13 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
         VfioError::ContainerSetIOMMU(err) => CoreError::VfioUnavailable {
             reason: format!("setting the type1v2 IOMMU on the container: {err}"),
         },
-        // The iommufd path: the device's cdev, then bind and attach.
+        other => device_fd_error(other),
+    }
+}
+
+/// The iommufd path: the device's cdev, then bind and attach.
+fn cdev_open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
+    match e {
         VfioError::OpenDeviceCdev(io) => match io.kind() {
             std::io::ErrorKind::PermissionDenied => CoreError::PermissionDenied {
                 path: super::select::device_cdev(Path::new("/"), addr)
@@ -921,40 +943,54 @@ fn open_error(e: VfioError, addr: PciAddress, group: u32) -> CoreError {
             reason: format!("{addr} has no vfio cdev (sys/bus/pci/devices/{addr}/vfio-dev)"),
             fix: "boot a kernel with CONFIG_VFIO_DEVICE_CDEV and bind the device to vfio-pci, or use UBD_IOMMU_BACKEND=type1".into(),
         },
-        // A group member on a host driver: the kernel refuses the DMA ownership (EPERM); the
-        // same error as type1's non-viable group, naming the members.
-        VfioError::VfioDeviceBindIommufd(err)
-            if err.errno() == libc::EPERM
-                && group_members_in(Path::new("/"), group, addr)
-                    .split(", ")
-                    .any(|m| !m.ends_with("(vfio-pci)") && !m.ends_with("(no driver)")) =>
-        {
-            CoreError::GroupNotViable {
-                addr,
-                group,
-                others: group_members_in(Path::new("/"), group, addr),
-            }
-        }
-        VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EBUSY => CoreError::Backend {
-            backend: "iommufd",
-            reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),
-            fix: "close the other user of the device first".into(),
-        },
-        VfioError::VfioDeviceBindIommufd(err) if err.errno() == libc::EINVAL => CoreError::Backend {
-            backend: "iommufd",
-            reason: format!("binding {addr} to /dev/iommu was refused (EINVAL): vfio lets a device be opened once through its cdev, so it is probably open already (in another process, or another DMA domain of this one); otherwise its IOMMU cannot enforce cache coherency"),
-            fix: "close the other user of the device first, or use UBD_IOMMU_BACKEND=type1".into(),
-        },
-        VfioError::VfioDeviceBindIommufd(err) => CoreError::Backend {
-            backend: "iommufd",
-            reason: format!("binding {addr} to /dev/iommu: {err}"),
-            fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
-        },
+        VfioError::VfioDeviceBindIommufd(err) => bind_error(err, addr, group),
         VfioError::VfioDeviceAttachIommufdPt(err) => CoreError::Backend {
             backend: "iommufd",
             reason: format!("attaching {addr} to the domain's IOAS: {err}"),
             fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
         },
+        other => device_fd_error(other),
+    }
+}
+
+/// Binding the device's cdev to /dev/iommu failed with `err`.
+fn bind_error(err: vmm_sys_util::errno::Error, addr: PciAddress, group: u32) -> CoreError {
+    let others = || group_members_in(Path::new("/"), group, addr);
+    match err.errno() {
+        // A group member on a host driver: the kernel refuses the DMA ownership (EPERM); the
+        // same error as type1's non-viable group, naming the members.
+        libc::EPERM
+            if others()
+                .split(", ")
+                .any(|m| !m.ends_with("(vfio-pci)") && !m.ends_with("(no driver)")) =>
+        {
+            CoreError::GroupNotViable {
+                addr,
+                group,
+                others: others(),
+            }
+        }
+        libc::EBUSY => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu: the device is already open (in this or another process, or through its group /dev/vfio/{group})"),
+            fix: "close the other user of the device first".into(),
+        },
+        libc::EINVAL => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu was refused (EINVAL): vfio lets a device be opened once through its cdev, so it is probably open already (in another process, or another DMA domain of this one); otherwise its IOMMU cannot enforce cache coherency"),
+            fix: "close the other user of the device first, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+        _ => CoreError::Backend {
+            backend: "iommufd",
+            reason: format!("binding {addr} to /dev/iommu: {err}"),
+            fix: "check the device's IOMMU group is viable (all members on vfio-pci or unbound) and its IOMMU is on, or use UBD_IOMMU_BACKEND=type1".into(),
+        },
+    }
+}
+
+/// Getting the device's file descriptor, and anything else.
+fn device_fd_error(e: VfioError) -> CoreError {
+    match e {
         VfioError::GroupGetDeviceFD(err) if err.errno() == libc::EBUSY => CoreError::Vfio {
             op: "opening the device (it is already open in this or another process)",
             source: VfioError::GroupGetDeviceFD(err),

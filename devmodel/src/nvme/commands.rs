@@ -62,83 +62,15 @@ impl State {
 
     /// Execute an admin command; None when it completes later (never, for AER).
     pub(crate) fn admin(&mut self, m: &NvmeModel, sqe: &[u8; 64]) -> Option<Done> {
-        let (nsid, cdw10, cdw11) = (dw(sqe, 1), dw(sqe, 10), dw(sqe, 11));
-        let qid = cdw10 as u16;
-        let qsize = (cdw10 >> 16) + 1;
-        let max_entries = (self.cfg.cap & 0xffff) as u32 + 1;
+        let (cdw10, cdw11) = (dw(sqe, 10), dw(sqe, 11));
         match sqe[0] {
-            // Identify.
-            0x06 => {
-                let cns = cdw10 as u8;
-                let mut page = match cns {
-                    0x01 => self.identify_controller(),
-                    0x00 if nsid == 0 || nsid == u32::MAX => return Done::err(0, sc::INVALID_NS),
-                    0x00 => self.identify_namespace(nsid),
-                    0x02 if nsid >= 0xffff_fffe => return Done::err(0, sc::INVALID_NS),
-                    0x02 => self.active_list(nsid),
-                    _ => return bad_field(),
-                };
-                if let Some(t) = self.tamper.as_mut() {
-                    t.identify(cns, nsid, &mut page);
-                }
-                self.send_page(m, sqe, page)
-            }
+            0x06 => self.identify(m, sqe),
             // Set / Get Features.
-            0x09 | 0x0a => {
-                if cdw10 as u8 != 0x07 {
-                    return Done::ok(0);
-                }
-                if sqe[0] == 0x09 && self.granted == 0 {
-                    let want = (cdw11 & 0xffff).max(cdw11 >> 16) + 1;
-                    self.granted = want.min(self.cfg.max_io_queues as u32).max(1) as u16;
-                }
-                let g = self.granted.max(1) as u32 - 1;
-                Done::ok(g << 16 | g)
-            }
-            // Create I/O CQ.
-            0x05 => {
-                if qid == 0 || qid > self.granted || self.cqs.contains_key(&qid) {
-                    return Done::err(1, csc::INVALID_QID);
-                }
-                if qsize < 2 || qsize > max_entries || cdw11 & 1 == 0 {
-                    return Done::err(1, csc::INVALID_QSIZE);
-                }
-                self.cqs.insert(qid, Cq::new(qw(sqe, 24), qsize as u16));
-                Done::ok(0)
-            }
-            // Create I/O SQ.
-            0x01 => {
-                if qid == 0 || qid > self.granted || self.sqs.contains_key(&qid) {
-                    return Done::err(1, csc::INVALID_QID);
-                }
-                if qsize < 2 || qsize > max_entries || cdw11 & 1 == 0 {
-                    return Done::err(1, csc::INVALID_QSIZE);
-                }
-                let cqid = (cdw11 >> 16) as u16;
-                if cqid == 0 || !self.cqs.contains_key(&cqid) {
-                    return Done::err(1, csc::CQ_INVALID);
-                }
-                self.sqs
-                    .insert(qid, Sq::new(qw(sqe, 24), qsize as u16, cqid));
-                Done::ok(0)
-            }
-            // Delete I/O SQ.
-            0x00 => match qid {
-                0 => Done::err(1, csc::INVALID_QID),
-                q if self.sqs.remove(&q).is_some() => Done::ok(0),
-                _ => Done::err(1, csc::INVALID_QID),
-            },
-            // Delete I/O CQ.
-            0x04 => {
-                if qid == 0 || !self.cqs.contains_key(&qid) {
-                    return Done::err(1, csc::INVALID_QID);
-                }
-                if self.sqs.values().any(|s| s.cqid == qid) {
-                    return Done::err(1, csc::INVALID_QUEUE_DELETION);
-                }
-                self.cqs.remove(&qid);
-                Done::ok(0)
-            }
+            0x09 | 0x0a => self.features(sqe),
+            0x05 => self.create_cq(sqe),
+            0x01 => self.create_sq(sqe),
+            0x00 => self.delete_sq(cdw10 as u16),
+            0x04 => self.delete_cq(cdw10 as u16),
             // Abort: the model has already completed everything it will complete.
             0x08 => Done::ok(1),
             // Get Log Page: zeros.
@@ -166,6 +98,103 @@ impl State {
             }
             _ => Done::err(0, sc::INVALID_OPCODE),
         }
+    }
+
+    /// Identify: the controller, a namespace or the active namespace list (tampered with
+    /// when the model is hostile).
+    fn identify(&mut self, m: &NvmeModel, sqe: &[u8; 64]) -> Option<Done> {
+        let (nsid, cns) = (dw(sqe, 1), dw(sqe, 10) as u8);
+        let mut page = match cns {
+            0x01 => self.identify_controller(),
+            0x00 if nsid == 0 || nsid == u32::MAX => return Done::err(0, sc::INVALID_NS),
+            0x00 => self.identify_namespace(nsid),
+            0x02 if nsid >= 0xffff_fffe => return Done::err(0, sc::INVALID_NS),
+            0x02 => self.active_list(nsid),
+            _ => return bad_field(),
+        };
+        if let Some(t) = self.tamper.as_mut() {
+            t.identify(cns, nsid, &mut page);
+        }
+        self.send_page(m, sqe, page)
+    }
+
+    /// Set / Get Features: Number of Queues (granted once, on the first Set); others succeed.
+    fn features(&mut self, sqe: &[u8; 64]) -> Option<Done> {
+        let (cdw10, cdw11) = (dw(sqe, 10), dw(sqe, 11));
+        if cdw10 as u8 != 0x07 {
+            return Done::ok(0);
+        }
+        if sqe[0] == 0x09 && self.granted == 0 {
+            let want = (cdw11 & 0xffff).max(cdw11 >> 16) + 1;
+            self.granted = want.min(self.cfg.max_io_queues as u32).max(1) as u16;
+        }
+        let g = self.granted.max(1) as u32 - 1;
+        Done::ok(g << 16 | g)
+    }
+
+    /// The queue id (CDW10 bits 15:0) and entries (bits 31:16, 0's based) of a Create I/O
+    /// queue command, checked against the granted queues, those in use (`exists`) and the
+    /// controller's maximum; CDW11 bit 0 (physically contiguous) must be set.
+    fn check_create(&self, sqe: &[u8; 64], exists: bool) -> Result<(u16, u32), Option<Done>> {
+        let (cdw10, cdw11) = (dw(sqe, 10), dw(sqe, 11));
+        let qid = cdw10 as u16;
+        let qsize = (cdw10 >> 16) + 1;
+        let max_entries = (self.cfg.cap & 0xffff) as u32 + 1;
+        if qid == 0 || qid > self.granted || exists {
+            return Err(Done::err(1, csc::INVALID_QID));
+        }
+        if qsize < 2 || qsize > max_entries || cdw11 & 1 == 0 {
+            return Err(Done::err(1, csc::INVALID_QSIZE));
+        }
+        Ok((qid, qsize))
+    }
+
+    /// Create I/O Completion Queue.
+    fn create_cq(&mut self, sqe: &[u8; 64]) -> Option<Done> {
+        let exists = self.cqs.contains_key(&(dw(sqe, 10) as u16));
+        let (qid, qsize) = match self.check_create(sqe, exists) {
+            Ok(q) => q,
+            Err(done) => return done,
+        };
+        self.cqs.insert(qid, Cq::new(qw(sqe, 24), qsize as u16));
+        Done::ok(0)
+    }
+
+    /// Create I/O Submission Queue (on an existing completion queue).
+    fn create_sq(&mut self, sqe: &[u8; 64]) -> Option<Done> {
+        let exists = self.sqs.contains_key(&(dw(sqe, 10) as u16));
+        let (qid, qsize) = match self.check_create(sqe, exists) {
+            Ok(q) => q,
+            Err(done) => return done,
+        };
+        let cqid = (dw(sqe, 11) >> 16) as u16;
+        if cqid == 0 || !self.cqs.contains_key(&cqid) {
+            return Done::err(1, csc::CQ_INVALID);
+        }
+        self.sqs
+            .insert(qid, Sq::new(qw(sqe, 24), qsize as u16, cqid));
+        Done::ok(0)
+    }
+
+    /// Delete I/O Submission Queue.
+    fn delete_sq(&mut self, qid: u16) -> Option<Done> {
+        match qid {
+            0 => Done::err(1, csc::INVALID_QID),
+            q if self.sqs.remove(&q).is_some() => Done::ok(0),
+            _ => Done::err(1, csc::INVALID_QID),
+        }
+    }
+
+    /// Delete I/O Completion Queue (refused while a submission queue uses it).
+    fn delete_cq(&mut self, qid: u16) -> Option<Done> {
+        if qid == 0 || !self.cqs.contains_key(&qid) {
+            return Done::err(1, csc::INVALID_QID);
+        }
+        if self.sqs.values().any(|s| s.cqid == qid) {
+            return Done::err(1, csc::INVALID_QUEUE_DELETION);
+        }
+        self.cqs.remove(&qid);
+        Done::ok(0)
     }
 
     /// Execute an NVM command.

@@ -4,7 +4,7 @@
 use crate::controller::PAGE_SIZE;
 use crate::error::NvmeError;
 use crate::io_flags::IoFlags;
-use crate::io_queue::{IoQueuePair, NsLimits};
+use crate::io_queue::{IoQueuePair, NsLimits, Request};
 use crate::io_types::{IoBuf, IoData, IoPayload, Rejected, SgList};
 use crate::namespace::{Lba, Namespace};
 use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE};
@@ -130,17 +130,17 @@ impl<P: IoPayload> IoQueuePair<P> {
         match checked {
             Ok((ns, nlb)) => {
                 let max_blocks = (ns.max_cmd >> ns.lba_shift) as u64;
-                self.queue_request(
+                let req = Request {
                     opcode,
                     ns,
-                    slba.0,
-                    nlb,
+                    slba: slba.0,
+                    nblocks: nlb,
                     max_blocks,
-                    flags.bits(),
-                    bufs,
-                    0,
+                    cdw12_flags: flags.bits(),
+                    data_offset: 0,
                     tag,
-                )
+                };
+                self.queue_request(req, bufs)
             }
             Err(error) => Err(Rejected { bufs, error }),
         }
@@ -225,7 +225,17 @@ impl<P: IoPayload> IoQueuePair<P> {
             Ok(ns) => ns,
             Err(error) => return Err(Rejected { bufs: ctx, error }),
         };
-        self.queue_request(io_opcode::FLUSH, ns, 0, 1, 1, 0, ctx, 0, tag)
+        let req = Request {
+            opcode: io_opcode::FLUSH,
+            ns,
+            slba: 0,
+            nblocks: 1,
+            max_blocks: 1,
+            cdw12_flags: 0,
+            data_offset: 0,
+            tag,
+        };
+        self.queue_request(req, ctx)
     }
 
     /// Queue Write Zeroes of `nlb` blocks at `slba` (split at 65536 blocks per command).
@@ -246,17 +256,17 @@ impl<P: IoPayload> IoQueuePair<P> {
                 bufs: P::default(),
                 error,
             })?;
-        self.queue_request(
-            io_opcode::WRITE_ZEROES,
+        let req = Request {
+            opcode: io_opcode::WRITE_ZEROES,
             ns,
-            slba.0,
-            nlb,
-            MAX_NLB,
-            0,
-            P::default(),
-            0,
+            slba: slba.0,
+            nblocks: nlb,
+            max_blocks: MAX_NLB,
+            cdw12_flags: 0,
+            data_offset: 0,
             tag,
-        )
+        };
+        self.queue_request(req, P::default())
     }
 
     /// Queue Dataset Management with the Deallocate attribute for `nlb` blocks at `slba`.

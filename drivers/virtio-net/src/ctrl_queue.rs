@@ -134,6 +134,14 @@ impl CtrlQueue {
                 data.len()
             )));
         }
+        self.post(class, cmd, data);
+        self.wait_used()?;
+        self.take_answer(class, cmd)
+    }
+
+    /// Write the command into the page, chain its two descriptors (command, ack), publish
+    /// them and ring the doorbell.
+    fn post(&mut self, class: u8, cmd: u8, data: &[u8]) {
         let p = self.page.as_ptr();
         let mask = self.layout.size - 1;
         // The device reads/writes the page only between the avail publish below and the used
@@ -181,6 +189,10 @@ impl CtrlQueue {
         self.idx(self.layout.avail_idx())
             .store(self.avail, Ordering::Release);
         self.doorbell.ring();
+    }
+
+    /// Wait (bounded by the queue's timeout) for the device to publish one used entry.
+    fn wait_used(&mut self) -> Result<(), CtrlError> {
         let start = Instant::now();
         loop {
             let u = self.idx(self.layout.used_idx()).load(Ordering::Acquire);
@@ -191,7 +203,7 @@ impl CtrlQueue {
                         self.used
                     ))));
                 }
-                break;
+                return Ok(());
             }
             if start.elapsed() > self.timeout {
                 self.wedged = Some("an earlier control command timed out");
@@ -199,7 +211,13 @@ impl CtrlQueue {
             }
             std::thread::sleep(Duration::from_micros(20));
         }
-        // SAFETY: the used element at our slot was published by the Acquire load above.
+    }
+
+    /// Consume the used entry [`CtrlQueue::wait_used`] saw and read the device's answer.
+    fn take_answer(&mut self, class: u8, cmd: u8) -> Result<(), CtrlError> {
+        let mask = self.layout.size - 1;
+        // SAFETY: the used element at our slot was published by the Acquire load in
+        // `wait_used`.
         let e: UsedElem = unsafe {
             core::ptr::read_volatile(
                 self.ring
@@ -216,7 +234,7 @@ impl CtrlQueue {
             ))));
         }
         // SAFETY: the device wrote the ack before publishing the used entry.
-        let ack = unsafe { core::ptr::read_volatile(p.add(ACK_OFF)) };
+        let ack = unsafe { core::ptr::read_volatile(self.page.as_ptr().add(ACK_OFF)) };
         match ack {
             CTRL_OK => Ok(()),
             a => Err(CtrlError::Refused(format!(

@@ -116,6 +116,130 @@ fn pick_size(want: Option<u16>, max: u16) -> Result<u16> {
     Ok(1u16 << (15 - size.leading_zeros().min(15)))
 }
 
+impl NetConfig {
+    /// Refuse settings out of range.
+    fn check(&self) -> Result<()> {
+        if self.queue_pairs == 0 {
+            return Err(VirtioNetError::InvalidConfig(
+                "queue_pairs must be at least 1".into(),
+            ));
+        }
+        let hi = &self.health_interval;
+        if *hi < Duration::from_millis(1) || *hi > Duration::from_secs(3600) {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "health_interval {hi:?} is out of range (1 ms to 1 hour; default 100 ms): it bounds how long a dead device passes for a quiet link"
+            )));
+        }
+        let ct = self.ctrl_timeout;
+        if ct < Duration::from_millis(1) || ct > Duration::from_secs(60) {
+            return Err(VirtioNetError::InvalidConfig(format!(
+                "ctrl_timeout {ct:?} is out of range (1 ms to 60 s; default 2 s): it bounds every control-queue command"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Refuse a device that is not a virtio network device.
+fn check_identity(dev: &PciDevice) -> Result<()> {
+    let (vendor, device) = (dev.vendor_id(), dev.device_id());
+    if vendor != VIRTIO_VENDOR
+        || (device != DEVICE_ID_NET_MODERN && device != DEVICE_ID_NET_TRANSITIONAL)
+    {
+        return Err(VirtioNetError::NotVirtioNet {
+            addr: dev.address(),
+            vendor,
+            device,
+        });
+    }
+    Ok(())
+}
+
+/// Reset the device, acknowledge it and agree on features; (offered, accepted). A device
+/// without the features the driver needs is marked FAILED.
+fn negotiate(t: &Transport, addr: PciAddress, queue_pairs: u16) -> Result<(Features, Features)> {
+    t.access().enable_bus_master()?;
+    t.reset(RESET_TIMEOUT)?;
+    t.add_status(status::ACKNOWLEDGE)?;
+    t.add_status(status::DRIVER)?;
+    let offered = t.device_features();
+    let accepted = match features::negotiate(offered, queue_pairs) {
+        Ok(a) => a,
+        Err(missing) => {
+            t.add_status(status::FAILED)?;
+            return Err(VirtioNetError::MissingFeatures { addr, missing });
+        }
+    };
+    t.set_features(accepted)?;
+    t.disable_config_vector()?;
+    Ok((offered, accepted))
+}
+
+/// The device-specific configuration (MAC, pairs, MTU); a device whose configuration breaks
+/// what the features promise is marked FAILED.
+fn read_net_config(
+    t: &Transport,
+    addr: PciAddress,
+    offered: Features,
+    accepted: Features,
+) -> Result<ncfg::NetDeviceConfig> {
+    let parsed = match t.read_device_config(|m| {
+        let len = Some(m.len());
+        ncfg::parse_net_config(offered, accepted, len, |o| m.read8(o), |o| m.read16(o))
+    })? {
+        Some(r) => r,
+        None => ncfg::parse_net_config(offered, accepted, None, |_| 0, |_| 0),
+    };
+    match parsed {
+        Ok(c) => Ok(c),
+        Err(source) => {
+            t.add_status(status::FAILED)?;
+            Err(VirtioNetError::DeviceConfig { addr, source })
+        }
+    }
+}
+
+/// Refuse (after a reset) more queue pairs than the device has.
+fn check_queue_pairs(
+    t: &Transport,
+    queue_pairs: u16,
+    accepted: Features,
+    max_pairs: u16,
+) -> Result<()> {
+    if queue_pairs <= 1 {
+        return Ok(());
+    }
+    if !accepted.contains(Features::NET_MQ) {
+        t.reset(RESET_TIMEOUT)?;
+        return Err(VirtioNetError::InvalidConfig(format!(
+            "{queue_pairs} queue pairs asked for but the device offers no multiqueue (VIRTIO_NET_F_MQ with a control queue; QEMU: mq=on on a multi-queue netdev): use 1"
+        )));
+    }
+    if queue_pairs > max_pairs {
+        t.reset(RESET_TIMEOUT)?;
+        return Err(VirtioNetError::InvalidConfig(format!(
+            "{queue_pairs} queue pairs asked for; the device has at most {max_pairs}"
+        )));
+    }
+    Ok(())
+}
+
+/// The length of an RX buffer: header + the largest frame in one descriptor (no MRG_RXBUF).
+/// Pool blocks smaller than that are refused (after a reset).
+fn rx_buf_len(t: &Transport, rx_pool: &UbPool, max_frame: usize) -> Result<u32> {
+    let need = NET_HDR_LEN + max_frame;
+    let block_size = rx_pool.block_size();
+    if block_size < need {
+        t.reset(RESET_TIMEOUT)?;
+        return Err(VirtioNetError::RxBlocksTooSmall {
+            block_size,
+            need,
+            max_frame,
+        });
+    }
+    Ok(need.min(u32::MAX as usize) as u32)
+}
+
 /// The typed error for a failed control command.
 fn ctrl_error(addr: PciAddress, what: &'static str, e: CtrlError) -> VirtioNetError {
     match e {
@@ -153,88 +277,21 @@ impl VirtioNet {
         // shows which NIC an event is about.
         let span = tracing::error_span!("virtio_net", addr = %addr);
         let _entered = span.enter();
-        let (vendor, device) = (dev.vendor_id(), dev.device_id());
-        if vendor != VIRTIO_VENDOR
-            || (device != DEVICE_ID_NET_MODERN && device != DEVICE_ID_NET_TRANSITIONAL)
-        {
-            return Err(VirtioNetError::NotVirtioNet {
-                addr,
-                vendor,
-                device,
-            });
-        }
-        if cfg.queue_pairs == 0 {
-            return Err(VirtioNetError::InvalidConfig(
-                "queue_pairs must be at least 1".into(),
-            ));
-        }
-        let hi = &cfg.health_interval;
-        if *hi < Duration::from_millis(1) || *hi > Duration::from_secs(3600) {
-            return Err(VirtioNetError::InvalidConfig(format!(
-                "health_interval {hi:?} is out of range (1 ms to 1 hour; default 100 ms): it bounds how long a dead device passes for a quiet link"
-            )));
-        }
-        let ct = cfg.ctrl_timeout;
-        if ct < Duration::from_millis(1) || ct > Duration::from_secs(60) {
-            return Err(VirtioNetError::InvalidConfig(format!(
-                "ctrl_timeout {ct:?} is out of range (1 ms to 60 s; default 2 s): it bounds every control-queue command"
-            )));
-        }
+        check_identity(&dev)?;
+        cfg.check()?;
         // RX buffers go to the device by IOVA: they must be mapped in its domain.
         rx_pool.region().check_dma(registry.domain().id())?;
         let t = Transport::open(dev.claim("virtio-net")?)?;
-        t.access().enable_bus_master()?;
-        t.reset(RESET_TIMEOUT)?;
-        t.add_status(status::ACKNOWLEDGE)?;
-        t.add_status(status::DRIVER)?;
-        let offered = t.device_features();
-        let accepted = match features::negotiate(offered, cfg.queue_pairs) {
-            Ok(a) => a,
-            Err(missing) => {
-                t.add_status(status::FAILED)?;
-                return Err(VirtioNetError::MissingFeatures { addr, missing });
-            }
-        };
-        t.set_features(accepted)?;
-        t.disable_config_vector()?;
-
-        let parsed = match t.read_device_config(|m| {
-            let len = Some(m.len());
-            ncfg::parse_net_config(offered, accepted, len, |o| m.read8(o), |o| m.read16(o))
-        })? {
-            Some(r) => r,
-            None => ncfg::parse_net_config(offered, accepted, None, |_| 0, |_| 0),
-        };
+        let (offered, accepted) = negotiate(&t, addr, cfg.queue_pairs)?;
         let ncfg::NetDeviceConfig {
             mac,
             max_pairs,
             mtu,
-        } = match parsed {
-            Ok(c) => c,
-            Err(source) => {
-                t.add_status(status::FAILED)?;
-                return Err(VirtioNetError::DeviceConfig { addr, source });
-            }
-        };
+        } = read_net_config(&t, addr, offered, accepted)?;
         let max_frame = mtu
             .map(|m| m as usize + ncfg::ETH_HLEN)
             .unwrap_or(ncfg::DEFAULT_MAX_FRAME);
-        if cfg.queue_pairs > 1 {
-            if !accepted.contains(Features::NET_MQ) {
-                t.reset(RESET_TIMEOUT)?;
-                return Err(VirtioNetError::InvalidConfig(format!(
-                    "{} queue pairs asked for but the device offers no multiqueue (VIRTIO_NET_F_MQ with a control queue; QEMU: mq=on on a multi-queue netdev): use 1",
-                    cfg.queue_pairs
-                )));
-            }
-            if cfg.queue_pairs > max_pairs {
-                t.reset(RESET_TIMEOUT)?;
-                return Err(VirtioNetError::InvalidConfig(format!(
-                    "{} queue pairs asked for; the device has at most {max_pairs}",
-                    cfg.queue_pairs
-                )));
-            }
-        }
+        check_queue_pairs(&t, cfg.queue_pairs, accepted, max_pairs)?;
         let info = NetInfo {
             addr,
             mac,
@@ -243,120 +300,15 @@ impl VirtioNet {
             max_queue_pairs: max_pairs.max(1),
             features: accepted,
         };
-
-        // RX buffers: header + the largest frame in one descriptor (no MRG_RXBUF).
-        let need = NET_HDR_LEN + max_frame;
-        let block_size = rx_pool.block_size();
-        if block_size < need {
-            t.reset(RESET_TIMEOUT)?;
-            return Err(VirtioNetError::RxBlocksTooSmall {
-                block_size,
-                need,
-                max_frame,
-            });
-        }
-        let rx_buf_len = need.min(u32::MAX as usize) as u32;
-
-        let event_idx = accepted.contains(Features::EVENT_IDX);
-        let mut pairs = Vec::with_capacity(cfg.queue_pairs as usize);
-        let mut ctrl: Option<CtrlQueue> = None;
-        let setup = (|| -> Result<()> {
-            for p in 0..cfg.queue_pairs {
-                let mut qs = Vec::with_capacity(2);
-                for (q, want) in [(2 * p, cfg.rx_queue_size), (2 * p + 1, cfg.tx_queue_size)] {
-                    let max = if q < t.num_queues() {
-                        t.queue_max_size(q)
-                    } else {
-                        0
-                    };
-                    if max == 0 {
-                        return Err(VirtioNetError::QueueUnavailable {
-                            addr,
-                            queue: q,
-                            num_queues: t.num_queues(),
-                        });
-                    }
-                    let size = pick_size(want, max)?;
-                    let layout = RingLayout::new(size).expect("power of two <= 32768");
-                    // The ring on the device's NUMA node.
-                    let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
-                    // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and
-                    // lives in the Queue beside the ring for as long as the ring does.
-                    let ring = unsafe { SplitRing::new(mem.as_ptr(), mem.iova(), size, event_idx) }
-                        .map_err(|source| VirtioNetError::Ring {
-                            addr,
-                            queue: q,
-                            source,
-                        })?;
-                    let doorbell = t.setup_queue(q, &ring)?;
-                    let slots = (0..size)
-                        .map(|_| None)
-                        .collect::<Vec<_>>()
-                        .into_boxed_slice();
-                    qs.push(Queue {
-                        index: q,
-                        ring,
-                        slots,
-                        doorbell,
-                        _mem: mem,
-                    });
-                }
-                let tx = qs.pop().expect("two queues");
-                let rx = qs.pop().expect("two queues");
-                pairs.push(PairState {
-                    addr,
-                    rx,
-                    tx,
-                    rx_pool: rx_pool.clone(),
-                    domain: registry.domain().id(),
-                    rx_buf_len,
-                    max_frame,
-                    stats: NetStats::default(),
-                    idle: IdleClock::new(cfg.health_interval),
-                    probe: t.probe(),
-                    dead: None,
-                });
-            }
-            let ring_total: usize = pairs.iter().map(|p| p.rx_ring_size()).sum();
-            let blocks = rx_pool.stats().block_count;
-            if blocks < ring_total {
-                return Err(VirtioNetError::RxPoolTooSmall {
-                    blocks,
-                    need: ring_total,
-                    pairs: pairs.len(),
-                    ring: pairs[0].rx_ring_size(),
-                });
-            }
-            // The control queue follows the data queues: index 2 x max pairs with MQ, else 2.
-            if accepted.contains(Features::NET_CTRL_VQ) {
-                let q = ncfg::ctrl_queue_index(accepted, max_pairs, t.num_queues())
-                    .map_err(|source| VirtioNetError::DeviceConfig { addr, source })?;
-                ctrl = Some(CtrlQueue::new(&t, registry, q, cfg.ctrl_timeout)?);
-            }
-            t.add_status(status::DRIVER_OK)?;
-            t.check_health()?;
-            if cfg.queue_pairs > 1 {
-                let c = ctrl.as_mut().expect("MQ implies the control queue");
-                c.command(
-                    CTRL_MQ,
-                    CTRL_MQ_VQ_PAIRS_SET,
-                    &cfg.queue_pairs.to_le_bytes(),
-                )
-                .map_err(|e| ctrl_error(addr, "MQ_VQ_PAIRS_SET", e))?;
-            }
-            for p in pairs.iter_mut() {
-                p.refill_rx();
-            }
-            Ok(())
-        })();
-        let net = VirtioNet {
+        let rx_buf_len = rx_buf_len(&t, &rx_pool, max_frame)?;
+        let mut net = VirtioNet {
             transport: t,
-            pairs,
-            ctrl,
+            pairs: Vec::with_capacity(cfg.queue_pairs as usize),
+            ctrl: None,
             info,
             span: span.clone(),
         };
-        if let Err(e) = setup {
+        if let Err(e) = net.bring_up(registry, &rx_pool, &cfg, rx_buf_len, max_pairs) {
             // Drop resets the device before the rings and buffers go.
             drop(net);
             return Err(e);
@@ -364,6 +316,113 @@ impl VirtioNet {
         net.transport.check_health()?;
         tracing::debug!(%addr, ?accepted, ?mac, ?mtu, "virtio-net up");
         Ok(net)
+    }
+
+    /// Set up the queue pairs and the control queue, set DRIVER_OK, then the pair count and
+    /// the first RX buffers. On an error the caller drops `self`, which resets the device.
+    fn bring_up(
+        &mut self,
+        registry: &Arc<UbRegistry>,
+        rx_pool: &Arc<UbPool>,
+        cfg: &NetConfig,
+        rx_buf_len: u32,
+        max_pairs: u16,
+    ) -> Result<()> {
+        let addr = self.info.addr;
+        for p in 0..cfg.queue_pairs {
+            let rx = self.open_queue(registry, 2 * p, cfg.rx_queue_size)?;
+            let tx = self.open_queue(registry, 2 * p + 1, cfg.tx_queue_size)?;
+            self.pairs.push(PairState {
+                addr,
+                rx,
+                tx,
+                rx_pool: rx_pool.clone(),
+                domain: registry.domain().id(),
+                rx_buf_len,
+                max_frame: self.info.max_frame,
+                stats: NetStats::default(),
+                idle: IdleClock::new(cfg.health_interval),
+                probe: self.transport.probe(),
+                dead: None,
+            });
+        }
+        let ring_total: usize = self.pairs.iter().map(|p| p.rx_ring_size()).sum();
+        let blocks = rx_pool.stats().block_count;
+        if blocks < ring_total {
+            return Err(VirtioNetError::RxPoolTooSmall {
+                blocks,
+                need: ring_total,
+                pairs: self.pairs.len(),
+                ring: self.pairs[0].rx_ring_size(),
+            });
+        }
+        let t = &self.transport;
+        let accepted = self.info.features;
+        // The control queue follows the data queues: index 2 x max pairs with MQ, else 2.
+        if accepted.contains(Features::NET_CTRL_VQ) {
+            let q = ncfg::ctrl_queue_index(accepted, max_pairs, t.num_queues())
+                .map_err(|source| VirtioNetError::DeviceConfig { addr, source })?;
+            self.ctrl = Some(CtrlQueue::new(t, registry, q, cfg.ctrl_timeout)?);
+        }
+        t.add_status(status::DRIVER_OK)?;
+        t.check_health()?;
+        if cfg.queue_pairs > 1 {
+            let c = self.ctrl.as_mut().expect("MQ implies the control queue");
+            c.command(
+                CTRL_MQ,
+                CTRL_MQ_VQ_PAIRS_SET,
+                &cfg.queue_pairs.to_le_bytes(),
+            )
+            .map_err(|e| ctrl_error(addr, "MQ_VQ_PAIRS_SET", e))?;
+        }
+        for p in self.pairs.iter_mut() {
+            p.refill_rx();
+        }
+        Ok(())
+    }
+
+    /// Virtqueue `q` with `want` entries (or the default), its ring in DMA memory on the
+    /// device's NUMA node, handed to the device.
+    fn open_queue(&self, registry: &Arc<UbRegistry>, q: u16, want: Option<u16>) -> Result<Queue> {
+        let (t, addr) = (&self.transport, self.info.addr);
+        let max = if q < t.num_queues() {
+            t.queue_max_size(q)
+        } else {
+            0
+        };
+        if max == 0 {
+            return Err(VirtioNetError::QueueUnavailable {
+                addr,
+                queue: q,
+                num_queues: t.num_queues(),
+            });
+        }
+        let size = pick_size(want, max)?;
+        let layout = RingLayout::new(size).expect("power of two <= 32768");
+        // The ring on the device's NUMA node.
+        let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
+        let event_idx = self.info.features.contains(Features::EVENT_IDX);
+        // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and lives in
+        // the Queue beside the ring for as long as the ring does.
+        let ring = unsafe { SplitRing::new(mem.as_ptr(), mem.iova(), size, event_idx) }.map_err(
+            |source| VirtioNetError::Ring {
+                addr,
+                queue: q,
+                source,
+            },
+        )?;
+        let doorbell = t.setup_queue(q, &ring)?;
+        let slots = (0..size)
+            .map(|_| None)
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Ok(Queue {
+            index: q,
+            ring,
+            slots,
+            doorbell,
+            _mem: mem,
+        })
     }
 
     /// The tracing span of this device (`virtio_net{addr=0000:00:05.0}`): the driver enters

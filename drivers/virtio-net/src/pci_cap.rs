@@ -142,10 +142,7 @@ pub fn parse_layout<E>(
     caps: impl IntoIterator<Item = (u8, u16)>,
     mut read: impl FnMut(u16, &mut [u8]) -> Result<(), E>,
 ) -> Result<Result<VirtioPciLayout, CapError>, E> {
-    let mut common = None;
-    let mut notify = None;
-    let mut isr = None;
-    let mut device = None;
+    let mut found = Found::default();
     for (id, off) in caps {
         if id != PCI_CAP_ID_VNDR {
             continue;
@@ -159,12 +156,7 @@ pub fn parse_layout<E>(
         let Some(kind) = CfgType::from_raw(cap.cfg_type) else {
             continue;
         };
-        let slot = match kind {
-            CfgType::Common => &mut common,
-            CfgType::Notify => &mut notify,
-            CfgType::Isr => &mut isr,
-            CfgType::Device => &mut device,
-        };
+        let slot = found.slot(kind);
         if slot.is_some() {
             continue;
         }
@@ -172,59 +164,108 @@ pub fn parse_layout<E>(
             // Reserved BAR values: the spec says ignore the capability.
             continue;
         }
-        let need = if kind == CfgType::Notify { 20 } else { 16 };
-        if cap.cap_len < need {
-            return Ok(Err(CapError::TooShort {
-                kind,
-                len: cap.cap_len,
-                need,
-            }));
-        }
-        let loc = CapLocation {
-            bar: cap.bar,
-            offset: cap.offset.get(),
-            length: cap.length.get(),
+        let loc = match locate(kind, &cap) {
+            Ok(loc) => loc,
+            Err(e) => return Ok(Err(e)),
         };
-        let align = required_alignment(kind);
-        if loc.offset % align != 0 {
-            return Ok(Err(CapError::Unaligned {
-                kind,
-                offset: loc.offset,
-                align,
-            }));
-        }
         let mult = if kind == CfgType::Notify {
-            let Some(at) = off.checked_add(NOTIFY_OFF_MULTIPLIER_OFFSET) else {
-                return Ok(Err(CapError::OutsideConfigSpace(off)));
-            };
-            let mut m = [0u8; 4];
-            read(at, &mut m)?;
-            let m = u32::from_le_bytes(m);
-            if m != 0 && (m % 2 != 0 || !m.is_power_of_two()) {
-                return Ok(Err(CapError::BadNotifyMultiplier(m)));
+            match notify_multiplier(off, &mut read)? {
+                Ok(m) => m,
+                Err(e) => return Ok(Err(e)),
             }
-            m
         } else {
             0
         };
         *slot = Some((loc, mult));
     }
-    let Some((common, _)) = common else {
-        return Ok(Err(CapError::Missing(CfgType::Common)));
+    Ok(found.layout())
+}
+
+/// The first capability of each type seen so far, with its notify multiplier (0 but for
+/// Notify).
+#[derive(Default)]
+struct Found {
+    common: Option<(CapLocation, u32)>,
+    notify: Option<(CapLocation, u32)>,
+    isr: Option<(CapLocation, u32)>,
+    device: Option<(CapLocation, u32)>,
+}
+
+impl Found {
+    /// The entry of a structure type.
+    fn slot(&mut self, kind: CfgType) -> &mut Option<(CapLocation, u32)> {
+        match kind {
+            CfgType::Common => &mut self.common,
+            CfgType::Notify => &mut self.notify,
+            CfgType::Isr => &mut self.isr,
+            CfgType::Device => &mut self.device,
+        }
+    }
+
+    /// The layout, when the required structures were all found.
+    fn layout(self) -> Result<VirtioPciLayout, CapError> {
+        let Some((common, _)) = self.common else {
+            return Err(CapError::Missing(CfgType::Common));
+        };
+        let Some((notify, notify_off_multiplier)) = self.notify else {
+            return Err(CapError::Missing(CfgType::Notify));
+        };
+        let Some((isr, _)) = self.isr else {
+            return Err(CapError::Missing(CfgType::Isr));
+        };
+        Ok(VirtioPciLayout {
+            common,
+            notify,
+            notify_off_multiplier,
+            isr,
+            device: self.device.map(|d| d.0),
+        })
+    }
+}
+
+/// Where a capability places its structure, checked for the capability's length and the
+/// structure's alignment.
+fn locate(kind: CfgType, cap: &VirtioPciCapRaw) -> Result<CapLocation, CapError> {
+    let need = if kind == CfgType::Notify { 20 } else { 16 };
+    if cap.cap_len < need {
+        return Err(CapError::TooShort {
+            kind,
+            len: cap.cap_len,
+            need,
+        });
+    }
+    let loc = CapLocation {
+        bar: cap.bar,
+        offset: cap.offset.get(),
+        length: cap.length.get(),
     };
-    let Some((notify, notify_off_multiplier)) = notify else {
-        return Ok(Err(CapError::Missing(CfgType::Notify)));
+    let align = required_alignment(kind);
+    if loc.offset % align != 0 {
+        return Err(CapError::Unaligned {
+            kind,
+            offset: loc.offset,
+            align,
+        });
+    }
+    Ok(loc)
+}
+
+/// The `notify_off_multiplier` of the notify capability at config offset `off`: 0 or an
+/// even power of two.
+fn notify_multiplier<E>(
+    off: u16,
+    read: &mut impl FnMut(u16, &mut [u8]) -> Result<(), E>,
+) -> Result<Result<u32, CapError>, E> {
+    let Some(at) = off.checked_add(NOTIFY_OFF_MULTIPLIER_OFFSET) else {
+        return Ok(Err(CapError::OutsideConfigSpace(off)));
     };
-    let Some((isr, _)) = isr else {
-        return Ok(Err(CapError::Missing(CfgType::Isr)));
-    };
-    Ok(Ok(VirtioPciLayout {
-        common,
-        notify,
-        notify_off_multiplier,
-        isr,
-        device: device.map(|d| d.0),
-    }))
+    let mut m = [0u8; 4];
+    read(at, &mut m)?;
+    let m = u32::from_le_bytes(m);
+    if m != 0 && (m % 2 != 0 || !m.is_power_of_two()) {
+        return Ok(Err(CapError::BadNotifyMultiplier(m)));
+    }
+    Ok(Ok(m))
 }
 
 #[cfg(test)]

@@ -90,30 +90,48 @@ fn read_config(dev: &PciDevice, off: u16, buf: &mut [u8]) -> ubdirect_core::Resu
     Ok(())
 }
 
-impl Transport {
-    /// Walks the device's virtio capabilities and maps the BAR windows they name, through the
-    /// driver's claim on the device (kept for as long as the transport lives).
-    pub fn open(claim: DeviceClaim) -> Result<Transport> {
-        let dev = claim.device().clone();
-        let addr = dev.address();
-        let caps: Vec<(u8, u16)> = dev
-            .capabilities()?
-            .iter()
-            .map(|c| (c.id, c.offset))
-            .collect();
-        let layout: VirtioPciLayout =
-            parse_layout(caps, |off, buf| read_config(&dev, off, buf))?
-                .map_err(|source| VirtioNetError::Capabilities { addr, source })?;
-        if layout.common.length < COMMON_CFG_MIN_LEN {
-            return Err(VirtioNetError::CapOutsideBar {
-                addr,
-                what: "common (too short)",
-                bar: layout.common.bar,
-                offset: layout.common.offset as u64,
-                length: layout.common.length as u64,
-                bar_len: COMMON_CFG_MIN_LEN as u64,
-            });
-        }
+/// The device's virtio capabilities, read from config space and checked.
+fn read_layout(dev: &Arc<PciDevice>) -> Result<VirtioPciLayout> {
+    let addr = dev.address();
+    let caps: Vec<(u8, u16)> = dev
+        .capabilities()?
+        .iter()
+        .map(|c| (c.id, c.offset))
+        .collect();
+    let layout: VirtioPciLayout = parse_layout(caps, |off, buf| read_config(dev, off, buf))?
+        .map_err(|source| VirtioNetError::Capabilities { addr, source })?;
+    if layout.common.length < COMMON_CFG_MIN_LEN {
+        return Err(outside_bar(
+            addr,
+            "common (too short)",
+            layout.common,
+            COMMON_CFG_MIN_LEN as u64,
+        ));
+    }
+    Ok(layout)
+}
+
+/// The error for a capability window that does not fit its BAR.
+fn outside_bar(
+    addr: PciAddress,
+    what: &'static str,
+    loc: CapLocation,
+    bar_len: u64,
+) -> VirtioNetError {
+    VirtioNetError::CapOutsideBar {
+        addr,
+        what,
+        bar: loc.bar,
+        offset: loc.offset as u64,
+        length: loc.length as u64,
+        bar_len,
+    }
+}
+
+impl MappedBars {
+    /// Map each BAR the layout's windows lie in, once, and check that every window fits.
+    fn map(claim: &DeviceClaim, layout: &VirtioPciLayout) -> Result<MappedBars> {
+        let addr = claim.device().address();
         let mut maps: Vec<(u8, Mmio)> = Vec::new();
         let mut locs = vec![
             ("common", layout.common),
@@ -123,7 +141,7 @@ impl Transport {
         if let Some(d) = layout.device {
             locs.push(("device", d));
         }
-        for (what, loc) in &locs {
+        for (what, loc) in locs {
             if !maps.iter().any(|(b, _)| *b == loc.bar) {
                 maps.push((loc.bar, claim.access().map_bar(loc.bar)?));
             }
@@ -134,52 +152,57 @@ impl Transport {
                 .unwrap_or(0) as u64;
             let end = loc.offset as u64 + loc.length as u64;
             if loc.length == 0 || end > bar_len {
-                return Err(VirtioNetError::CapOutsideBar {
-                    addr,
-                    what,
-                    bar: loc.bar,
-                    offset: loc.offset as u64,
-                    length: loc.length as u64,
-                    bar_len,
-                });
+                return Err(outside_bar(addr, what, loc, bar_len));
             }
         }
-        let bars = Arc::new(MappedBars { maps });
-        let window = |what: &'static str, loc: CapLocation| -> Result<Window> {
-            let m = &bars
-                .maps
-                .iter()
-                .find(|(b, _)| *b == loc.bar)
-                .expect("mapped above")
-                .1;
-            // SAFETY: the parent BAR mapping lives in `bars`, which the window keeps alive
-            // (and drops after its sub-window: field order of Window).
-            let mmio = unsafe { m.sub_window(loc.offset as usize, loc.length as usize) }.map_err(
-                |_| VirtioNetError::CapOutsideBar {
-                    addr,
-                    what,
-                    bar: loc.bar,
-                    offset: loc.offset as u64,
-                    length: loc.length as u64,
-                    bar_len: m.len() as u64,
-                },
-            )?;
-            Ok(Window {
-                mmio,
-                _bars: bars.clone(),
-            })
-        };
-        let common = Arc::new(window("common", layout.common)?);
+        Ok(MappedBars { maps })
+    }
+
+    /// The window `loc` of a mapped BAR, keeping the mappings alive.
+    fn window(
+        self: &Arc<Self>,
+        addr: PciAddress,
+        what: &'static str,
+        loc: CapLocation,
+    ) -> Result<Window> {
+        let m = &self
+            .maps
+            .iter()
+            .find(|(b, _)| *b == loc.bar)
+            .expect("mapped in MappedBars::map")
+            .1;
+        // SAFETY: the parent BAR mapping lives in `self`, which the window keeps alive (and
+        // drops after its sub-window: field order of Window).
+        let mmio = unsafe { m.sub_window(loc.offset as usize, loc.length as usize) }
+            .map_err(|_| outside_bar(addr, what, loc, m.len() as u64))?;
+        Ok(Window {
+            mmio,
+            _bars: self.clone(),
+        })
+    }
+}
+
+impl Transport {
+    /// Walks the device's virtio capabilities and maps the BAR windows they name, through the
+    /// driver's claim on the device (kept for as long as the transport lives).
+    pub fn open(claim: DeviceClaim) -> Result<Transport> {
+        let addr = claim.device().address();
+        let layout = read_layout(claim.device())?;
+        let bars = Arc::new(MappedBars::map(&claim, &layout)?);
+        let common = Arc::new(bars.window(addr, "common", layout.common)?);
         // Read-only and fixed by the device: the witness that the BAR still decodes.
         let num_queues = common.mmio().read16(cc::NUM_QUEUES);
         Ok(Transport {
             common,
             num_queues_at_open: num_queues,
             num_queues: AtomicU16::new(num_queues),
-            notify: Arc::new(window("notify", layout.notify)?),
+            notify: Arc::new(bars.window(addr, "notify", layout.notify)?),
             notify_off_multiplier: layout.notify_off_multiplier,
-            device_cfg: layout.device.map(|d| window("device", d)).transpose()?,
-            _isr: window("isr", layout.isr)?,
+            device_cfg: layout
+                .device
+                .map(|d| bars.window(addr, "device", d))
+                .transpose()?,
+            _isr: bars.window(addr, "isr", layout.isr)?,
             claim,
         })
     }

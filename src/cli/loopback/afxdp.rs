@@ -15,7 +15,7 @@ use std::time::Instant;
 use ubdirect_virtio_net::pattern;
 
 use super::kernel::{open_link, Link, SLOT};
-use super::report::{CpuClock, LoopbackReport, Tally};
+use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};
 use super::sysfs_bar::SysfsBar;
 use super::tpacket::{Mapping, Run};
 use super::xdp_prog::Redirect;
@@ -368,17 +368,15 @@ pub fn run(r: &Run) -> Result<LoopbackReport, LoopbackError> {
         }
         None => format!("AF_XDP copy mode, {xdp}, UMEM"),
     });
-    Ok(t.report(
-        "kernel-af-xdp",
-        r.tx,
-        r.rx,
-        link.max_frame,
-        r.batch,
+    Ok(t.report(RunInfo {
+        mode: "kernel-af-xdp",
+        tx: r.tx,
+        rx: r.rx,
+        max_frame: link.max_frame,
+        batch: r.batch,
         elapsed,
         buffers,
-        None,
-        None,
-    )
+    })
     .with_cpu(cpu_s))
 }
 

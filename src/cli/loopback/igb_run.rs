@@ -10,7 +10,7 @@ use ubdirect_core::ub::{UbPool, UbRegistry};
 use ubdirect_igb::{Igb, IgbConfig, QueuePair};
 use ubdirect_virtio_net::pattern;
 
-use super::report::{Segments, Tally};
+use super::report::{RunInfo, Segments, Tally};
 use super::{check_frame_size, Args, Limit, LoopbackError, LoopbackReport, STALL_DEADLINE};
 
 /// True for an 82576 physical function: the loop-back drives it with the igb driver.
@@ -73,17 +73,15 @@ pub(super) fn run(
     let elapsed = start.elapsed();
     a.shutdown()?;
     b.shutdown()?;
-    let mut report = t.report(
-        "ubdirect",
-        args.tx,
-        args.rx,
+    let mut report = t.report(RunInfo {
+        mode: "ubdirect",
+        tx: args.tx,
+        rx: args.rx,
         max_frame,
-        args.batch,
+        batch: args.batch,
         elapsed,
-        Some(p.buffers),
-        None,
-        None,
-    );
+        buffers: Some(p.buffers),
+    });
     report.segments_ns_per_frame = seg.per_frame(t.sent.max(1));
     Ok(report)
 }

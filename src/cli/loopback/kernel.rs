@@ -14,9 +14,10 @@ use nix::sys::socket::{
 use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
-use super::report::{CpuClock, LoopbackReport, Tally};
+use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};
 use super::sysfs_bar::SysfsBar;
-use super::{Limit, LoopbackError};
+use super::tpacket::Run;
+use super::LoopbackError;
 
 /// Bytes per BAR slot of the copy path (a frame fits).
 pub const SLOT: usize = 16 << 10;
@@ -219,148 +220,211 @@ pub fn open_link(
 }
 
 /// Runs the kernel-path loop-back and returns its report.
-pub fn run(
-    tx: PciAddress,
-    rx: PciAddress,
-    frame_size: Option<usize>,
-    batch: usize,
-    window: usize,
-    limit: Limit,
-    gpu_bar: Option<(PciAddress, u8)>,
-) -> Result<LoopbackReport, LoopbackError> {
+pub fn run(r: &Run) -> Result<LoopbackReport, LoopbackError> {
     // The copy path: pattern written in "GPU memory", copied to the socket buffer; received
     // frames copied from the socket buffer into "GPU memory" and verified there.
-    let mut bar = gpu_bar.map(|(d, b)| SysfsBar::open(d, b)).transpose()?;
-    let Link {
-        a,
-        b,
-        max_frame,
-        fs,
-    } = open_link(tx, rx, frame_size)?;
+    let mut bar = r.gpu_bar.map(|(d, b)| SysfsBar::open(d, b)).transpose()?;
+    let link = open_link(r.tx, r.rx, r.frame_size)?;
     let cpu = CpuClock::start();
-    let txs = packet_socket(a.ifindex, 0)?;
-    let rxs = packet_socket(b.ifindex, PATTERN_ETHERTYPE)?;
+    let txs = packet_socket(link.a.ifindex, 0)?;
+    let rxs = packet_socket(link.b.ifindex, PATTERN_ETHERTYPE)?;
+    let mut x = Exchange {
+        r,
+        link: &link,
+        bar: bar.as_mut(),
+        txs,
+        rxs,
+        io: Messages::new(r.batch, link.fs, link.max_frame),
+        t: Tally::new(link.fs),
+        next_seq: 0,
+    };
+    let start = Instant::now();
+    x.run(start)?;
+    let elapsed = start.elapsed();
+    let buffers = r
+        .gpu_bar
+        .map(|(d, b)| format!("socket buffers + CPU copies to/from gpu-bar {d}/{b}"));
+    Ok(x.t
+        .report(RunInfo {
+            mode: "kernel",
+            tx: r.tx,
+            rx: r.rx,
+            max_frame: link.max_frame,
+            batch: r.batch,
+            elapsed,
+            buffers,
+        })
+        .with_cpu(cpu.seconds()))
+}
 
-    // Buffers made once: `batch` TX frames, `batch` RX slots of max_frame.
-    let mut txbufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; fs]).collect();
-    let mut rxbufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; max_frame.max(fs)]).collect();
-    // SAFETY: zeroed mmsghdr/iovec arrays are valid; pointers are filled before each call.
-    let mut txiov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; batch];
-    // SAFETY: as above.
-    let mut txmsg: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
-    // SAFETY: as above.
-    let mut rxiov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; batch];
-    // SAFETY: as above.
-    let mut rxmsg: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
-    for i in 0..batch {
-        rxiov[i] = libc::iovec {
-            iov_base: rxbufs[i].as_mut_ptr().cast(),
-            iov_len: rxbufs[i].len(),
+/// The buffers and message headers of `sendmmsg` and `recvmmsg`, made once: `batch` TX
+/// frames, `batch` RX slots of the largest frame.
+struct Messages {
+    txbufs: Vec<Vec<u8>>,
+    rxbufs: Vec<Vec<u8>>,
+    txiov: Vec<libc::iovec>,
+    txmsg: Vec<libc::mmsghdr>,
+    rxiov: Vec<libc::iovec>,
+    rxmsg: Vec<libc::mmsghdr>,
+}
+
+impl Messages {
+    fn new(batch: usize, fs: usize, max_frame: usize) -> Messages {
+        let mut m = Messages {
+            txbufs: (0..batch).map(|_| vec![0u8; fs]).collect(),
+            rxbufs: (0..batch).map(|_| vec![0u8; max_frame.max(fs)]).collect(),
+            // SAFETY: zeroed mmsghdr/iovec arrays are valid; pointers are filled before each
+            // call.
+            txiov: vec![unsafe { std::mem::zeroed() }; batch],
+            // SAFETY: as above.
+            txmsg: vec![unsafe { std::mem::zeroed() }; batch],
+            // SAFETY: as above.
+            rxiov: vec![unsafe { std::mem::zeroed() }; batch],
+            // SAFETY: as above.
+            rxmsg: vec![unsafe { std::mem::zeroed() }; batch],
         };
-        rxmsg[i].msg_hdr.msg_iov = &mut rxiov[i];
-        rxmsg[i].msg_hdr.msg_iovlen = 1;
+        // The headers point into the vectors' heap memory, which stays where it is when the
+        // struct moves.
+        for i in 0..batch {
+            m.rxiov[i] = libc::iovec {
+                iov_base: m.rxbufs[i].as_mut_ptr().cast(),
+                iov_len: m.rxbufs[i].len(),
+            };
+            m.rxmsg[i].msg_hdr.msg_iov = &mut m.rxiov[i];
+            m.rxmsg[i].msg_hdr.msg_iovlen = 1;
+        }
+        m
+    }
+}
+
+/// The exchange in progress: frames sent on A's socket, received and verified on B's.
+struct Exchange<'a> {
+    r: &'a Run,
+    link: &'a Link,
+    /// The "GPU memory" of the copy path: TX slots in the BAR's lower half, RX slots in its
+    /// upper half.
+    bar: Option<&'a mut SysfsBar>,
+    txs: OwnedFd,
+    rxs: OwnedFd,
+    io: Messages,
+    t: Tally,
+    /// The sequence number of the next frame to send.
+    next_seq: u64,
+}
+
+impl Exchange<'_> {
+    /// Send and receive until the limit is reached and nothing is in flight, or until nothing
+    /// moved for the stall deadline.
+    fn run(&mut self, start: Instant) -> Result<(), LoopbackError> {
+        let mut last_progress = Instant::now();
+        loop {
+            let sending = self.r.limit.more(self.next_seq, start);
+            let in_flight = self.t.in_flight() as usize;
+            if !sending && in_flight == 0 {
+                return Ok(());
+            }
+            // Send one batch if the window allows.
+            let room = self.r.window.saturating_sub(in_flight).min(self.r.batch);
+            if sending && room > 0 && self.send(room)? {
+                last_progress = Instant::now();
+            }
+            if self.receive()? {
+                last_progress = Instant::now();
+            }
+            if last_progress.elapsed() > super::STALL_DEADLINE {
+                // Nothing moved for the stall deadline: what is missing is lost.
+                self.t.stalled = true;
+                self.t.lost = self.next_seq - self.t.received;
+                return Ok(());
+            }
+        }
     }
 
-    let mut t = Tally::new(fs);
-    let start = Instant::now();
-    let mut last_progress = Instant::now();
-    let mut next_seq = 0u64;
-    loop {
-        let sending = limit.more(next_seq, start);
-        let in_flight = t.in_flight() as usize;
-        if !sending && in_flight == 0 {
-            break;
-        }
-        // Send one batch if the window allows.
-        let room = window.saturating_sub(in_flight).min(batch);
-        if sending && room > 0 {
-            let n = room.min(limit.remaining(next_seq));
-            for i in 0..n {
-                match bar.as_mut() {
-                    Some(g) => {
-                        // TX slots in the BAR's lower half, RX slots in its upper half.
-                        let gs = g.slot(i, SLOT);
-                        pattern::fill(&mut gs[..fs], b.mac, a.mac, next_seq + i as u64);
-                        txbufs[i].copy_from_slice(&gs[..fs]);
-                    }
-                    None => pattern::fill(&mut txbufs[i], b.mac, a.mac, next_seq + i as u64),
+    /// Send up to `room` frames with one `sendmmsg`; whether any went.
+    fn send(&mut self, room: usize) -> Result<bool, LoopbackError> {
+        let (fs, a, b) = (self.link.fs, &self.link.a, &self.link.b);
+        let io = &mut self.io;
+        let n = room.min(self.r.limit.remaining(self.next_seq));
+        for i in 0..n {
+            let seq = self.next_seq + i as u64;
+            match self.bar.as_mut() {
+                Some(g) => {
+                    let gs = g.slot(i, SLOT);
+                    pattern::fill(&mut gs[..fs], b.mac, a.mac, seq);
+                    io.txbufs[i].copy_from_slice(&gs[..fs]);
                 }
-                txiov[i] = libc::iovec {
-                    iov_base: txbufs[i].as_mut_ptr().cast(),
-                    iov_len: fs,
-                };
-                txmsg[i].msg_hdr.msg_iov = &mut txiov[i];
-                txmsg[i].msg_hdr.msg_iovlen = 1;
+                None => pattern::fill(&mut io.txbufs[i], b.mac, a.mac, seq),
             }
-            // SAFETY: n initialised mmsghdrs pointing at live iovecs and buffers.
-            let r = unsafe {
-                libc::sendmmsg(
-                    txs.as_raw_fd(),
-                    txmsg.as_mut_ptr(),
-                    n as u32,
-                    libc::MSG_DONTWAIT,
-                )
+            io.txiov[i] = libc::iovec {
+                iov_base: io.txbufs[i].as_mut_ptr().cast(),
+                iov_len: fs,
             };
-            if r > 0 {
-                next_seq += r as u64;
-                t.sent = next_seq;
-                last_progress = Instant::now();
-            } else if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(libc::ENOBUFS)
-                {
-                    return Err(LoopbackError::Setup(format!("sendmmsg on {}: {e}", a.name)));
-                }
-                t.tx_full += 1;
-            }
+            io.txmsg[i].msg_hdr.msg_iov = &mut io.txiov[i];
+            io.txmsg[i].msg_hdr.msg_iovlen = 1;
         }
-        // Receive what is there.
+        // SAFETY: n initialised mmsghdrs pointing at live iovecs and buffers.
+        let r = unsafe {
+            libc::sendmmsg(
+                self.txs.as_raw_fd(),
+                io.txmsg.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r > 0 {
+            self.next_seq += r as u64;
+            self.t.sent = self.next_seq;
+            return Ok(true);
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error() != Some(libc::ENOBUFS) {
+                return Err(LoopbackError::Setup(format!("sendmmsg on {}: {e}", a.name)));
+            }
+            self.t.tx_full += 1;
+        }
+        Ok(false)
+    }
+
+    /// Receive what is there with one `recvmmsg` and verify it; whether anything came.
+    fn receive(&mut self) -> Result<bool, LoopbackError> {
+        let (fs, a, b) = (self.link.fs, &self.link.a, &self.link.b);
+        let io = &mut self.io;
         // SAFETY: batch mmsghdrs pointing at live RX buffers.
         let r = unsafe {
             libc::recvmmsg(
-                rxs.as_raw_fd(),
-                rxmsg.as_mut_ptr(),
-                batch as u32,
+                self.rxs.as_raw_fd(),
+                io.rxmsg.as_mut_ptr(),
+                self.r.batch as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
-        if r > 0 {
-            for m in &rxmsg[..r as usize] {
-                let len = m.msg_len as usize;
-                let idx = (m.msg_hdr.msg_iov as usize - rxiov.as_ptr() as usize)
-                    / std::mem::size_of::<libc::iovec>();
-                let got = &rxbufs[idx][..len.min(rxbufs[idx].len())];
-                let check = match bar.as_mut() {
-                    Some(g) => {
-                        let half = g.slots(SLOT) / 2;
-                        let gs = g.slot(half + (t.received as usize % half), SLOT);
-                        gs[..got.len()].copy_from_slice(got);
-                        pattern::verify(&gs[..got.len()], b.mac, a.mac, fs)
-                    }
-                    None => pattern::verify(got, b.mac, a.mac, fs),
-                };
-                t.account(check);
-            }
-            last_progress = Instant::now();
-        } else if r < 0 {
+        if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::WouldBlock {
                 return Err(LoopbackError::Setup(format!("recvmmsg on {}: {e}", b.name)));
             }
         }
-        if last_progress.elapsed() > super::STALL_DEADLINE {
-            // Nothing moved for the stall deadline: what is missing is lost.
-            t.stalled = true;
-            t.lost = next_seq - t.received;
-            break;
+        if r <= 0 {
+            return Ok(false);
         }
+        for m in &io.rxmsg[..r as usize] {
+            let len = m.msg_len as usize;
+            let idx = (m.msg_hdr.msg_iov as usize - io.rxiov.as_ptr() as usize)
+                / std::mem::size_of::<libc::iovec>();
+            let got = &io.rxbufs[idx][..len.min(io.rxbufs[idx].len())];
+            let check = match self.bar.as_mut() {
+                Some(g) => {
+                    let half = g.slots(SLOT) / 2;
+                    let gs = g.slot(half + (self.t.received as usize % half), SLOT);
+                    gs[..got.len()].copy_from_slice(got);
+                    pattern::verify(&gs[..got.len()], b.mac, a.mac, fs)
+                }
+                None => pattern::verify(got, b.mac, a.mac, fs),
+            };
+            self.t.account(check);
+        }
+        Ok(true)
     }
-    let elapsed = start.elapsed();
-    let buffers =
-        gpu_bar.map(|(d, b)| format!("socket buffers + CPU copies to/from gpu-bar {d}/{b}"));
-    Ok(t.report(
-        "kernel", tx, rx, max_frame, batch, elapsed, buffers, None, None,
-    )
-    .with_cpu(cpu.seconds()))
 }

@@ -151,20 +151,17 @@ impl Tally {
         self.sent.saturating_sub(self.expect)
     }
 
-    /// The final report.
-    #[allow(clippy::too_many_arguments)]
-    pub fn report(
-        &self,
-        mode: &'static str,
-        tx: PciAddress,
-        rx: PciAddress,
-        max_frame: usize,
-        batch: usize,
-        elapsed: Duration,
-        buffers: Option<String>,
-        tx_stats: Option<NetStats>,
-        rx_stats: Option<NetStats>,
-    ) -> LoopbackReport {
+    /// The final report of `run` (without driver statistics).
+    pub fn report(&self, run: RunInfo) -> LoopbackReport {
+        let RunInfo {
+            mode,
+            tx,
+            rx,
+            max_frame,
+            batch,
+            elapsed,
+            buffers,
+        } = run;
         let secs = elapsed.as_secs_f64().max(1e-9);
         let bytes = self.received * self.frame_size as u64;
         LoopbackReport {
@@ -188,13 +185,31 @@ impl Tally {
             tx_full: self.tx_full,
             reordered: self.reordered,
             stalled: self.stalled,
-            tx_stats,
-            rx_stats,
+            tx_stats: None,
+            rx_stats: None,
             segments_ns_per_frame: None,
             cpu_seconds: 0.0,
             cpu_s_per_gb: None,
         }
     }
+}
+
+/// What a loop-back run was, beside the counts of its [`Tally`].
+pub struct RunInfo {
+    /// The report's mode ("ubdirect", "kernel", ...).
+    pub mode: &'static str,
+    /// Sending NIC.
+    pub tx: PciAddress,
+    /// Receiving NIC.
+    pub rx: PciAddress,
+    /// The largest frame both NICs carry.
+    pub max_frame: usize,
+    /// Frames per burst.
+    pub batch: usize,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// Where the frames lived.
+    pub buffers: Option<String>,
 }
 
 /// What `ubdirect loopback` prints (text or `--json`).
@@ -334,17 +349,15 @@ mod tests {
         t.account(Check::Mismatch(m));
         assert_eq!((t.received, t.lost, t.foreign, t.mismatches), (3, 2, 1, 1));
         assert_eq!(t.in_flight(), 4);
-        let r = t.report(
-            "kernel",
-            "00:07.0".parse().unwrap(),
-            "00:08.0".parse().unwrap(),
-            1514,
-            32,
-            Duration::from_secs(1),
-            None,
-            None,
-            None,
-        );
+        let r = t.report(RunInfo {
+            mode: "kernel",
+            tx: "00:07.0".parse().unwrap(),
+            rx: "00:08.0".parse().unwrap(),
+            max_frame: 1514,
+            batch: 32,
+            elapsed: Duration::from_secs(1),
+            buffers: None,
+        });
         assert!(!r.ok());
         assert_eq!(r.first_mismatch, Some(m));
         assert!(r.text().contains("frame 5 offset 30"));
@@ -363,17 +376,15 @@ mod tests {
             t.account(Check::Good(0));
             t.account(Check::Good(1));
             let r = t
-                .report(
+                .report(RunInfo {
                     mode,
-                    "00:07.0".parse().unwrap(),
-                    "00:08.0".parse().unwrap(),
-                    1514,
-                    32,
-                    Duration::from_millis(10),
-                    Some("TPACKET_V3 RX ring".into()),
-                    None,
-                    None,
-                )
+                    tx: "00:07.0".parse().unwrap(),
+                    rx: "00:08.0".parse().unwrap(),
+                    max_frame: 1514,
+                    batch: 32,
+                    elapsed: Duration::from_millis(10),
+                    buffers: Some("TPACKET_V3 RX ring".into()),
+                })
                 .with_cpu(0.01);
             let doc = crate::cli::json::document("loopback", &r).unwrap();
             crate::cli::json::validate(&doc).unwrap_or_else(|e| panic!("{mode}: {e}"));

@@ -18,7 +18,7 @@ use ubdirect_core::pci::PciAddress;
 use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
 use super::kernel::{link_addr, open_link, os_err, Link, SLOT};
-use super::report::{CpuClock, LoopbackReport, Tally};
+use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};
 use super::sysfs_bar::SysfsBar;
 use super::tpacket_ring::{self as ring, RxPacket, TxLayout, TxSlot};
 use super::{Limit, LoopbackError};
@@ -415,17 +415,15 @@ pub fn run(r: &Run) -> Result<LoopbackReport, LoopbackError> {
         ),
         None => format!("TPACKET_V3 RX ring, TPACKET_V{version} TX ring"),
     });
-    Ok(t.report(
-        "kernel-tpacket-v3",
-        r.tx,
-        r.rx,
-        link.max_frame,
-        r.batch,
+    Ok(t.report(RunInfo {
+        mode: "kernel-tpacket-v3",
+        tx: r.tx,
+        rx: r.rx,
+        max_frame: link.max_frame,
+        batch: r.batch,
         elapsed,
         buffers,
-        None,
-        None,
-    )
+    })
     .with_cpu(cpu_s))
 }
 

@@ -9,7 +9,7 @@ use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
 use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
-use super::{finish, plain_core, single_core_randread, Args, ShadowInfo};
+use super::{finish, plain_core, single_core_randread, Args, PlainRun, ShadowInfo};
 use crate::cli::CliResult;
 
 /// A read not completed within this long fails the run.
@@ -56,14 +56,17 @@ pub(super) fn run(
     let r = q.run(&job, &mut hist)?;
     let secs = t0.elapsed().as_secs_f64();
     let mut cores = [plain_core(
-        core,
-        q.qid(),
-        (r.ios, r.errors),
-        secs,
+        PlainRun {
+            core,
+            qid: q.qid(),
+            ios: r.ios,
+            errors: r.errors,
+            secs,
+            io_size: args.io_size,
+            doorbells: (r.sq_doorbell_writes, r.cq_doorbell_writes),
+        },
         hist,
-        args.io_size,
         &tsc,
-        (r.sq_doorbell_writes, r.cq_doorbell_writes),
     )];
     cores[0].queue_depth = q.depth();
     drop(q);

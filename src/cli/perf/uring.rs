@@ -7,7 +7,7 @@
 //! nothing completes for [`WAIT`].
 
 use std::alloc::Layout;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
 use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 
-use super::{finish, plain_core, single_core_randread, Args, Engine, ShadowInfo};
+use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, ShadowInfo};
 use crate::cli::CliResult;
 
 /// Nothing completing for this long fails the run.
@@ -114,31 +114,7 @@ impl Drop for Bufs {
 /// Run a kernel engine.
 pub(super) fn run(args: &Args) -> CliResult {
     let core = single_core_randread(args)?;
-    let (name, generic) = device_names(&block_device(&args.addr, args.nsid)?);
-    let sys = Path::new("/sys/block").join(&name);
-    let lba = sys_u64(sys.join("queue/logical_block_size"))?;
-    let nsid = sys_u64(sys.join("nsid")).unwrap_or(1) as u32;
-    if args.io_size as u64 % lba != 0 {
-        return Err(format!(
-            "-o {} is not a multiple of {name}'s {lba}-byte logical block",
-            args.io_size
-        )
-        .into());
-    }
-    let size = sys_u64(sys.join("size"))? * 512;
-    let offset = args.offset.unwrap_or(0);
-    let span = args
-        .span
-        .unwrap_or(u64::MAX)
-        .min(size.saturating_sub(offset));
-    let slots = span / args.io_size as u64;
-    if slots == 0 {
-        return Err(format!(
-            "the span of {name} is smaller than one -o {} read",
-            args.io_size
-        )
-        .into());
-    }
+    let ns = KernelNs::find(args)?;
     pin_to_core(core)?;
     let depth = args.queue_depth;
     let bufs = Bufs::new(depth * args.io_size)?;
@@ -147,103 +123,169 @@ pub(super) fn run(args: &Args) -> CliResult {
     let job = Job {
         depth,
         io_size: args.io_size,
-        offset,
-        slots,
+        offset: ns.offset,
+        slots: ns.slots,
         run_ticks: tsc.ticks(Duration::from_secs_f64(args.time.max(0.01))),
         wait_ticks: tsc.ticks(WAIT),
+        ok: if args.engine == Engine::UringCmd {
+            0
+        } else {
+            args.io_size as i32
+        },
     };
-    let entries = (depth as u32).next_power_of_two();
     let t0 = Instant::now();
     let (ios, errors) = if args.engine == Engine::UringCmd {
-        let path = format!("/dev/{generic}");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| {
-                format!("{path}: {e} (the NVMe generic char device; kernel 5.19 or later)")
-            })?;
-        let ring: IoUring<squeue::Entry128, cqueue::Entry32> = IoUring::builder()
-            .setup_iopoll()
-            .build(entries)
-            .map_err(|e| format!("io_uring with IOPOLL, SQE128 and CQE32: {e}"))?;
-        let lba_shift = lba.trailing_zeros();
-        drive(
-            ring,
-            &file,
-            &bufs,
-            &job,
-            &mut hist,
-            |slot, off, buf| {
-                let mut c = [0u8; 80];
-                c[0] = 0x02; // Read
-                c[4..8].copy_from_slice(&nsid.to_le_bytes());
-                c[24..32].copy_from_slice(&(buf as u64).to_le_bytes()); // addr
-                c[36..40].copy_from_slice(&(job.io_size as u32).to_le_bytes()); // data_len
-                let slba = off >> lba_shift;
-                c[40..44].copy_from_slice(&(slba as u32).to_le_bytes()); // cdw10
-                c[44..48].copy_from_slice(&((slba >> 32) as u32).to_le_bytes()); // cdw11
-                let nlb = (job.io_size as u64 >> lba_shift) as u32 - 1;
-                c[48..52].copy_from_slice(&nlb.to_le_bytes()); // cdw12
-                opcode::UringCmd80::new(types::Fd(file.as_raw_fd()), NVME_URING_CMD_IO)
-                    .cmd(c)
-                    .buf_index(Some(slot as u16))
-                    .build()
-                    .user_data(slot as u64)
-            },
-            0,
-        )?
+        run_passthrough(&ns, &bufs, &job, &mut hist)?
     } else {
-        let path = format!("/dev/{name}");
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .map_err(|e| format!("{path}: {e}"))?;
-        let ring: IoUring = IoUring::builder()
-            .setup_iopoll()
-            .build(entries)
-            .map_err(|e| format!("io_uring with IOPOLL: {e}"))?;
-        drive(
-            ring,
-            &file,
-            &bufs,
-            &job,
-            &mut hist,
-            |slot, off, buf| {
-                opcode::ReadFixed::new(
-                    types::Fd(file.as_raw_fd()),
-                    buf,
-                    job.io_size as u32,
-                    slot as u16,
-                )
-                .offset(off)
-                .build()
-                .user_data(slot as u64)
-            },
-            args.io_size as i32,
-        )?
+        run_direct(&ns, &bufs, &job, &mut hist)?
     };
     let secs = t0.elapsed().as_secs_f64();
     let mut cores = [plain_core(
-        core,
-        0,
-        (ios, errors),
-        secs,
+        PlainRun {
+            core,
+            qid: 0,
+            ios,
+            errors,
+            secs,
+            io_size: args.io_size,
+            doorbells: (0, 0),
+        },
         hist,
-        args.io_size,
         &tsc,
-        (0, 0),
     )];
     cores[0].queue_depth = depth;
     finish(
         args,
-        nsid,
+        ns.nsid,
         ShadowInfo::not_used("the kernel's nvme driver rings the doorbells"),
         &tsc,
         &mut cores,
         0,
     )
+}
+
+/// The namespace under the kernel's nvme driver and the range the run reads.
+struct KernelNs {
+    /// Its block device name (`nvme0n1`).
+    name: String,
+    /// Its generic char device name (`ng0n1`).
+    generic: String,
+    lba: u64,
+    nsid: u32,
+    offset: u64,
+    /// `-o`-sized reads that fit in the span.
+    slots: u64,
+}
+
+impl KernelNs {
+    /// The namespace `-n` names under the controller at the address, from sysfs; its range
+    /// from `--offset` and `--span`.
+    fn find(args: &Args) -> Result<KernelNs, String> {
+        let (name, generic) = device_names(&block_device(&args.addr, args.nsid)?);
+        let sys = Path::new("/sys/block").join(&name);
+        let lba = sys_u64(sys.join("queue/logical_block_size"))?;
+        let nsid = sys_u64(sys.join("nsid")).unwrap_or(1) as u32;
+        if args.io_size as u64 % lba != 0 {
+            return Err(format!(
+                "-o {} is not a multiple of {name}'s {lba}-byte logical block",
+                args.io_size
+            ));
+        }
+        let size = sys_u64(sys.join("size"))? * 512;
+        let offset = args.offset.unwrap_or(0);
+        let span = args
+            .span
+            .unwrap_or(u64::MAX)
+            .min(size.saturating_sub(offset));
+        let slots = span / args.io_size as u64;
+        if slots == 0 {
+            return Err(format!(
+                "the span of {name} is smaller than one -o {} read",
+                args.io_size
+            ));
+        }
+        Ok(KernelNs {
+            name,
+            generic,
+            lba,
+            nsid,
+            offset,
+            slots,
+        })
+    }
+}
+
+/// `--engine uring-cmd`: NVMe Read commands passed through on the namespace's char device.
+fn run_passthrough(
+    ns: &KernelNs,
+    bufs: &Bufs,
+    job: &Job,
+    hist: &mut LatencyHistogram,
+) -> Result<(u64, u64), String> {
+    let path = format!("/dev/{}", ns.generic);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{path}: {e} (the NVMe generic char device; kernel 5.19 or later)"))?;
+    let ring: IoUring<squeue::Entry128, cqueue::Entry32> = IoUring::builder()
+        .setup_iopoll()
+        .build(entries(job))
+        .map_err(|e| format!("io_uring with IOPOLL, SQE128 and CQE32: {e}"))?;
+    let lba_shift = ns.lba.trailing_zeros();
+    let nsid = ns.nsid;
+    drive(ring, bufs, job, hist, |slot, off, buf| {
+        let mut c = [0u8; 80];
+        c[0] = 0x02; // Read
+        c[4..8].copy_from_slice(&nsid.to_le_bytes());
+        c[24..32].copy_from_slice(&(buf as u64).to_le_bytes()); // addr
+        c[36..40].copy_from_slice(&(job.io_size as u32).to_le_bytes()); // data_len
+        let slba = off >> lba_shift;
+        c[40..44].copy_from_slice(&(slba as u32).to_le_bytes()); // cdw10
+        c[44..48].copy_from_slice(&((slba >> 32) as u32).to_le_bytes()); // cdw11
+        let nlb = (job.io_size as u64 >> lba_shift) as u32 - 1;
+        c[48..52].copy_from_slice(&nlb.to_le_bytes()); // cdw12
+        opcode::UringCmd80::new(types::Fd(file.as_raw_fd()), NVME_URING_CMD_IO)
+            .cmd(c)
+            .buf_index(Some(slot as u16))
+            .build()
+            .user_data(slot as u64)
+    })
+}
+
+/// `--engine uring-iopoll`: fixed-buffer reads with O_DIRECT on the namespace's block device.
+fn run_direct(
+    ns: &KernelNs,
+    bufs: &Bufs,
+    job: &Job,
+    hist: &mut LatencyHistogram,
+) -> Result<(u64, u64), String> {
+    let path = format!("/dev/{}", ns.name);
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let ring: IoUring = IoUring::builder()
+        .setup_iopoll()
+        .build(entries(job))
+        .map_err(|e| format!("io_uring with IOPOLL: {e}"))?;
+    drive(ring, bufs, job, hist, |slot, off, buf| {
+        opcode::ReadFixed::new(
+            types::Fd(file.as_raw_fd()),
+            buf,
+            job.io_size as u32,
+            slot as u16,
+        )
+        .offset(off)
+        .build()
+        .user_data(slot as u64)
+    })
+}
+
+/// The ring's size for a job.
+fn entries(job: &Job) -> u32 {
+    (job.depth as u32).next_power_of_two()
 }
 
 /// The shape of a kernel run.
@@ -254,24 +296,23 @@ struct Job {
     slots: u64,
     run_ticks: u64,
     wait_ticks: u64,
+    /// A completion's result when its read succeeded.
+    ok: i32,
 }
 
 /// Keep `job.depth` reads in flight on `ring` (built by `sqe(slot, offset, buffer)`) for the
 /// run time, then drain; (completed, failed).
 fn drive<S, C>(
-    mut ring: IoUring<S, C>,
-    file: &File,
+    ring: IoUring<S, C>,
     bufs: &Bufs,
     job: &Job,
     hist: &mut LatencyHistogram,
     sqe: impl Fn(usize, u64, *mut u8) -> S,
-    ok: i32,
 ) -> Result<(u64, u64), String>
 where
     S: squeue::EntryMarker,
     C: cqueue::EntryMarker,
 {
-    let _ = file;
     if job.depth > MAX_DEPTH {
         return Err(format!("the kernel engines keep at most {MAX_DEPTH} reads in flight: give -q {MAX_DEPTH} or less"));
     }
@@ -286,66 +327,111 @@ where
     // ring is dropped at its end).
     unsafe { ring.submitter().register_buffers(&iovs) }
         .map_err(|e| format!("registering {} I/O buffers: {e}", job.depth))?;
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next_off = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        job.offset + (rng % job.slots) * job.io_size as u64
+    let mut d = Drive {
+        ring,
+        job,
+        hist,
+        sqe,
+        iovs,
+        rng: 0x9e37_79b9_7f4a_7c15,
+        stamps: vec![0u64; job.depth],
+        end: 0,
+        ios: 0,
+        errors: 0,
+        in_flight: job.depth,
     };
-    let mut stamps = vec![0u64; job.depth];
-    let t0 = rdtsc();
-    let end = t0 + job.run_ticks;
-    for (slot, stamp) in stamps.iter_mut().enumerate() {
-        let e = sqe(slot, next_off(), iovs[slot].iov_base.cast());
-        *stamp = rdtsc();
-        // SAFETY: the entry's buffer is registered and lives as long as the ring.
-        unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full")?;
+    d.end = rdtsc() + job.run_ticks;
+    for slot in 0..job.depth {
+        d.submit(slot)?;
     }
-    let (mut ios, mut errors, mut in_flight) = (0u64, 0u64, job.depth);
     let mut last = rdtsc();
-    while in_flight > 0 {
-        ring.submit_and_wait(1)
+    while d.in_flight > 0 {
+        d.ring
+            .submit_and_wait(1)
             .map_err(|e| format!("io_uring_enter: {e}"))?;
-        let mut reaped = 0;
-        let mut cq = ring.completion();
-        let mut again: usize = 0;
-        let mut slots_again = [0u16; MAX_DEPTH];
-        for c in &mut cq {
-            let now = rdtsc();
-            let slot = c.user_data() as usize;
-            hist.record(now.saturating_sub(stamps[slot]));
-            ios += 1;
-            reaped += 1;
-            let c: cqueue::Entry = c.into();
-            if c.result() != ok {
-                errors += 1;
-            }
-            if now < end && again < slots_again.len() {
-                slots_again[again] = slot as u16;
-                again += 1;
-            } else {
-                in_flight -= 1;
-            }
-        }
-        drop(cq);
-        for &slot in &slots_again[..again] {
-            let slot = slot as usize;
-            let e = sqe(slot, next_off(), iovs[slot].iov_base.cast());
-            stamps[slot] = rdtsc();
-            // SAFETY: as above.
-            unsafe { ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full")?;
-        }
+        let reaped = d.reap_and_resubmit()?;
         let now = rdtsc();
         if reaped > 0 {
             last = now;
         } else if now.wrapping_sub(last) > job.wait_ticks {
             return Err(format!(
-                "{in_flight} io_uring read(s) did not complete within {WAIT:?}"
+                "{} io_uring read(s) did not complete within {WAIT:?}",
+                d.in_flight
             ));
         }
     }
-    Ok((ios, errors))
+    Ok((d.ios, d.errors))
+}
+
+/// A kernel run in progress: the ring, its registered buffers and the reads' timestamps.
+struct Drive<'a, S: squeue::EntryMarker, C: cqueue::EntryMarker, F> {
+    ring: IoUring<S, C>,
+    job: &'a Job,
+    hist: &'a mut LatencyHistogram,
+    /// Builds a read's entry from (slot, offset, buffer).
+    sqe: F,
+    iovs: Vec<libc::iovec>,
+    rng: u64,
+    /// When each slot's read went out.
+    stamps: Vec<u64>,
+    /// When to stop sending reads.
+    end: u64,
+    ios: u64,
+    errors: u64,
+    in_flight: usize,
+}
+
+impl<S, C, F> Drive<'_, S, C, F>
+where
+    S: squeue::EntryMarker,
+    C: cqueue::EntryMarker,
+    F: Fn(usize, u64, *mut u8) -> S,
+{
+    /// A random `-o`-aligned offset within the span.
+    fn next_off(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.job.offset + (self.rng % self.job.slots) * self.job.io_size as u64
+    }
+
+    /// Queue a read into `slot`'s buffer at a random offset.
+    fn submit(&mut self, slot: usize) -> Result<(), String> {
+        let off = self.next_off();
+        let e = (self.sqe)(slot, off, self.iovs[slot].iov_base.cast());
+        self.stamps[slot] = rdtsc();
+        // SAFETY: the entry's buffer is registered and lives as long as the ring.
+        unsafe { self.ring.submission().push(&e) }.map_err(|_| "io_uring submission queue full")?;
+        Ok(())
+    }
+
+    /// Count the completions; before the end, send their slots out again. How many completed.
+    fn reap_and_resubmit(&mut self) -> Result<usize, String> {
+        let mut reaped = 0;
+        let mut again: usize = 0;
+        let mut slots_again = [0u16; MAX_DEPTH];
+        for c in &mut self.ring.completion() {
+            let now = rdtsc();
+            let slot = c.user_data() as usize;
+            self.hist.record(now.saturating_sub(self.stamps[slot]));
+            self.ios += 1;
+            reaped += 1;
+            let c: cqueue::Entry = c.into();
+            if c.result() != self.job.ok {
+                self.errors += 1;
+            }
+            if now < self.end && again < slots_again.len() {
+                slots_again[again] = slot as u16;
+                again += 1;
+            } else {
+                self.in_flight -= 1;
+            }
+        }
+        for &slot in &slots_again[..again] {
+            self.submit(slot as usize)?;
+        }
+        Ok(reaped)
+    }
 }
 
 #[cfg(test)]

@@ -123,6 +123,27 @@ pub struct Controller {
     claim: DeviceClaim,
 }
 
+/// CAP and VS from BAR0, refusing a controller this driver cannot run: no NVM command set,
+/// no 4 KiB memory pages, or capabilities that fail the driver's checks.
+fn read_capabilities(mmio: &Mmio) -> Result<(Cap, Version)> {
+    // The registers up to ACQ must lie in BAR0 before any of them is read.
+    mmio.check_access(checks::REGISTERS_END - 8, 8)?;
+    let cap = transport::read_cap(&mut &*mmio)?;
+    let version = Version(mmio.read32(REG_VS));
+    if cap.css() & 1 == 0 {
+        return Err(NvmeError::Unsupported {
+            what: "the NVM command set (CAP.CSS bit 0 clear)",
+        });
+    }
+    if cap.min_page_size() > PAGE_SIZE || cap.max_page_size() < PAGE_SIZE {
+        return Err(NvmeError::Unsupported {
+            what: "a 4 KiB memory page size (CAP.MPSMIN..MPSMAX)",
+        });
+    }
+    checks::check_cap(cap, mmio)?;
+    Ok((cap, version))
+}
+
 impl Controller {
     /// Open the controller at `addr` in `registry`'s DMA domain, reset and enable it, identify it
     /// and its active namespaces, and negotiate I/O queues.
@@ -154,21 +175,7 @@ impl Controller {
         }
         let claim = dev.claim("nvme")?;
         let mmio = Arc::new(claim.access().map_bar(0)?);
-        // The registers up to ACQ must lie in BAR0 before any of them is read.
-        mmio.check_access(checks::REGISTERS_END - 8, 8)?;
-        let cap = transport::read_cap(&mut &*mmio)?;
-        let version = Version(mmio.read32(REG_VS));
-        if cap.css() & 1 == 0 {
-            return Err(NvmeError::Unsupported {
-                what: "the NVM command set (CAP.CSS bit 0 clear)",
-            });
-        }
-        if cap.min_page_size() > PAGE_SIZE || cap.max_page_size() < PAGE_SIZE {
-            return Err(NvmeError::Unsupported {
-                what: "a 4 KiB memory page size (CAP.MPSMIN..MPSMAX)",
-            });
-        }
-        checks::check_cap(cap, &mmio)?;
+        let (cap, version) = read_capabilities(&mmio)?;
         let admin_entries = opts
             .admin_entries
             .clamp(2, cap.max_queue_entries().min(4096) as u16);
@@ -200,36 +207,8 @@ impl Controller {
         };
         // From here on, an error drops `ctrl`, which disables the controller before its admin
         // rings are freed.
-        ctrl.disable()?;
-        // Bus mastering only once the controller is disabled: a controller left running by a
-        // previous owner gets no chance to DMA with its old queue addresses.
-        ctrl.claim.access().enable_bus_master()?;
-        if ctrl.opts.cmb {
-            let cmb = crate::cmb::Cmb::open(&ctrl.claim, &ctrl.mmio, &ctrl.registry, ctrl.cap)?;
-            ctrl.cmb = Some(cmb);
-        }
-        {
-            let a = ctrl.admin.get_mut().unwrap_or_else(|e| e.into_inner());
-            program_admin(&ctrl.mmio, a);
-        }
-        let bound = ctrl.ready_bound();
-        transport::enable(
-            &mut identify_features::Pcie(&ctrl),
-            bound,
-            "enabling the controller",
-        )?;
-
-        let id = ctrl.identify_controller()?;
-        let info = ControllerInfo::from_identify(&id);
-        checks::check_entry_sizes(info.sqes, info.cqes)?;
-        ctrl.info = Some(info);
-        ctrl.negotiate_queues()?;
-        ctrl.load_namespaces()?;
-        if ctrl.opts.shadow_doorbells != ShadowDoorbells::Off
-            && ctrl.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0
-        {
-            ctrl.enable_shadow_doorbells()?;
-        }
+        ctrl.enable_with_admin_queue()?;
+        ctrl.discover()?;
         tracing::debug!(
             addr = %ctrl.claim.device().address(),
             mn = %ctrl.info().mn,
@@ -239,6 +218,46 @@ impl Controller {
             "NVMe controller ready"
         );
         shadow_auto::decide(Arc::new(ctrl))
+    }
+
+    /// Disable the controller, turn on bus mastering, map the CMB (when asked), program the
+    /// admin queue and enable the controller.
+    fn enable_with_admin_queue(&mut self) -> Result<()> {
+        self.disable()?;
+        // Bus mastering only once the controller is disabled: a controller left running by a
+        // previous owner gets no chance to DMA with its old queue addresses.
+        self.claim.access().enable_bus_master()?;
+        if self.opts.cmb {
+            let cmb = crate::cmb::Cmb::open(&self.claim, &self.mmio, &self.registry, self.cap)?;
+            self.cmb = Some(cmb);
+        }
+        {
+            let a = self.admin.get_mut().unwrap_or_else(|e| e.into_inner());
+            program_admin(&self.mmio, a);
+        }
+        let bound = self.ready_bound();
+        transport::enable(
+            &mut identify_features::Pcie(self),
+            bound,
+            "enabling the controller",
+        )
+    }
+
+    /// Identify the enabled controller, negotiate I/O queues, load the active namespaces and
+    /// turn on shadow doorbells when asked and offered.
+    fn discover(&mut self) -> Result<()> {
+        let id = self.identify_controller()?;
+        let info = ControllerInfo::from_identify(&id);
+        checks::check_entry_sizes(info.sqes, info.cqes)?;
+        self.info = Some(info);
+        self.negotiate_queues()?;
+        self.load_namespaces()?;
+        if self.opts.shadow_doorbells != ShadowDoorbells::Off
+            && self.info().oacs & OACS_DOORBELL_BUFFER_CONFIG != 0
+        {
+            self.enable_shadow_doorbells()?;
+        }
+        Ok(())
     }
 
     /// The tracing span of this controller (`nvme{addr=0000:00:04.0}`): the driver enters it

@@ -18,6 +18,7 @@ mod sub_range;
 mod submit;
 
 pub(crate) use shadow_probe::probe_shadow;
+pub(crate) use submit::Request;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -176,6 +177,26 @@ const _: fn() = || {
     is_send::<IoQueuePair>();
 };
 
+/// The index of namespace `nsid` among the controller's active ones (the first without one);
+/// an error when it is not active, or none is.
+fn default_namespace(ctrl: &Controller, nsid: Option<u32>) -> Result<usize> {
+    if ctrl.namespaces().is_empty() {
+        return Err(NvmeError::NamespaceMissing {
+            nsid: nsid.unwrap_or(1),
+            active: 0,
+        });
+    }
+    match nsid {
+        None => Ok(0),
+        Some(nsid) => ctrl.namespaces().iter().position(|n| n.nsid == nsid).ok_or(
+            NvmeError::NamespaceMissing {
+                nsid,
+                active: ctrl.namespaces().len(),
+            },
+        ),
+    }
+}
+
 impl IoQueuePair {
     /// A queue pair whose requests carry [`IoBufs`]; see [`IoQueuePair::with_payload`].
     pub fn new(ctrl: &Arc<Controller>, opts: QueueOptions) -> Result<IoQueuePair> {
@@ -186,23 +207,7 @@ impl IoQueuePair {
 impl<P: IoPayload> IoQueuePair<P> {
     /// Create an I/O queue pair on `ctrl` (Create I/O CQ, polled, then Create I/O SQ).
     pub fn with_payload(ctrl: &Arc<Controller>, opts: QueueOptions) -> Result<IoQueuePair<P>> {
-        if ctrl.namespaces().is_empty() {
-            return Err(NvmeError::NamespaceMissing {
-                nsid: opts.nsid.unwrap_or(1),
-                active: 0,
-            });
-        }
-        let default_ns = match opts.nsid {
-            None => 0,
-            Some(nsid) => ctrl
-                .namespaces()
-                .iter()
-                .position(|n| n.nsid == nsid)
-                .ok_or(NvmeError::NamespaceMissing {
-                    nsid,
-                    active: ctrl.namespaces().len(),
-                })?,
-        };
+        let default_ns = default_namespace(ctrl, opts.nsid)?;
         let max_cmd_ctrl = ctrl.max_command_bytes();
         let lpp = list_pages_needed(PAGE_SIZE, max_cmd_ctrl).max(1);
         let ns: Box<[NsLimits]> = ctrl

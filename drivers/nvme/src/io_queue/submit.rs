@@ -12,63 +12,53 @@ use super::pending::Pending;
 use super::sub_range::SubRange;
 use super::{CmdSlot, DataRef, IoQueuePair, NsLimits};
 
+/// One request as [`IoQueuePair::queue_request`] takes it: the commands to build, without
+/// the payload.
+#[derive(Clone, Copy)]
+pub(crate) struct Request {
+    /// The NVM opcode of every command.
+    pub(crate) opcode: u8,
+    /// The namespace's limits.
+    pub(crate) ns: NsLimits,
+    /// First block.
+    pub(crate) slba: u64,
+    /// Blocks in all.
+    pub(crate) nblocks: u64,
+    /// Blocks per command at most.
+    pub(crate) max_blocks: u64,
+    /// Bits ORed into each command's CDW12 (FUA, ...).
+    pub(crate) cdw12_flags: u32,
+    /// Where the data starts in the payload.
+    pub(crate) data_offset: usize,
+    /// The caller's tag, handed back in the completion.
+    pub(crate) tag: u64,
+}
+
 impl<P: IoPayload> IoQueuePair<P> {
-    /// Queue the commands of one request. `data` describes where its `len` bytes are (for
-    /// commands with data); `fill` sets opcode-specific dwords of command `k` covering blocks
-    /// `[slba_k, slba_k + nlb_k)`. On error nothing is queued and `bufs` comes back. A request
-    /// needing more command slots than are free sends what fits and queues the rest (see
-    /// [`IoQueuePair::pending_requests`]).
-    #[allow(clippy::too_many_arguments)]
+    /// Queue the commands of one request. `bufs` describes where its data is (for commands
+    /// with data); command `k` covers blocks `[slba_k, slba_k + nlb_k)`. On error nothing is
+    /// queued and `bufs` comes back. A request needing more command slots than are free sends
+    /// what fits and queues the rest (see [`IoQueuePair::pending_requests`]).
     #[inline]
     pub(crate) fn queue_request(
         &mut self,
-        opcode: u8,
-        ns: NsLimits,
-        slba: u64,
-        nblocks: u64,
-        max_blocks: u64,
-        cdw12_flags: u32,
+        req: Request,
         bufs: P,
-        data_offset: usize,
-        tag: u64,
     ) -> std::result::Result<(), Rejected<P>> {
-        let max_blocks = max_blocks.max(1);
-        // The common case, one command, without a 64-bit division.
-        let ncmds = if nblocks <= max_blocks {
-            1
-        } else {
-            nblocks.div_ceil(max_blocks) as usize
+        let max_blocks = req.max_blocks.max(1);
+        let ncmds = match self.admit(&req, max_blocks) {
+            Ok(n) => n,
+            Err(error) => return Err(Rejected { bufs, error }),
         };
-        if ncmds > u16::MAX as usize {
-            return Err(Rejected {
-                bufs,
-                error: NvmeError::RequestTooLarge {
-                    len: nblocks << ns.lba_shift,
-                    commands: ncmds,
-                    max_cmd: (max_blocks << ns.lba_shift) as usize,
-                    depth: u16::MAX as usize,
-                },
-            });
-        }
-        if self.free_req_top == 0 || self.dead.is_some() {
-            return Err(Rejected {
-                bufs,
-                error: self.dead_error().unwrap_or(NvmeError::QueueFull {
-                    qid: self.qid,
-                    depth: self.depth,
-                    needed: 1,
-                }),
-            });
-        }
         let mut c = Pending {
-            opcode,
-            nsid: ns.nsid,
-            lba_shift: ns.lba_shift,
-            slba,
-            nblocks,
+            opcode: req.opcode,
+            nsid: req.ns.nsid,
+            lba_shift: req.ns.lba_shift,
+            slba: req.slba,
+            nblocks: req.nblocks,
             max_blocks,
-            cdw12_flags,
-            data_offset,
+            cdw12_flags: req.cdw12_flags,
+            data_offset: req.data_offset,
             done: 0,
         };
         // Commands sent now: all of them unless slots are short or requests wait before it.
@@ -100,23 +90,7 @@ impl<P: IoPayload> IoQueuePair<P> {
                 });
             }
         }
-        let r = &mut self.reqs[rid as usize];
-        // A free request slot holds no buffers (they went back with its completion): nothing
-        // to drop, so skip the drop call.
-        debug_assert!(r.bufs.is_none());
-        std::mem::forget(r.bufs.replace(bufs));
-        r.tag = tag;
-        r.remaining = ncmds as u16;
-        r.bytes = if opcode == io_opcode::READ || opcode == io_opcode::WRITE {
-            (nblocks << ns.lba_shift) as usize
-        } else {
-            0
-        };
-        r.opcode = opcode;
-        r.error = None;
-        self.in_flight += 1;
-        self.stats.requests += 1;
-        self.stats.commands += ncmds as u64;
+        self.take_request_slot(rid, &req, bufs, ncmds);
         if now < ncmds {
             self.push_pending(rid, c);
         }
@@ -124,6 +98,57 @@ impl<P: IoPayload> IoQueuePair<P> {
             self.ring();
         }
         Ok(())
+    }
+
+    /// The number of commands `req` needs at `max_blocks` per command, when the queue pair
+    /// can take it: it fits the 16-bit count, a request slot is free and the queue pair is not
+    /// dead.
+    #[inline(always)]
+    fn admit(&self, req: &Request, max_blocks: u64) -> std::result::Result<usize, NvmeError> {
+        // The common case, one command, without a 64-bit division.
+        let ncmds = if req.nblocks <= max_blocks {
+            1
+        } else {
+            req.nblocks.div_ceil(max_blocks) as usize
+        };
+        if ncmds > u16::MAX as usize {
+            return Err(NvmeError::RequestTooLarge {
+                len: req.nblocks << req.ns.lba_shift,
+                commands: ncmds,
+                max_cmd: (max_blocks << req.ns.lba_shift) as usize,
+                depth: u16::MAX as usize,
+            });
+        }
+        if self.free_req_top == 0 || self.dead.is_some() {
+            return Err(self.dead_error().unwrap_or(NvmeError::QueueFull {
+                qid: self.qid,
+                depth: self.depth,
+                needed: 1,
+            }));
+        }
+        Ok(ncmds)
+    }
+
+    /// Record request `rid` (its payload, tag and `ncmds` commands) as in flight.
+    #[inline(always)]
+    fn take_request_slot(&mut self, rid: u16, req: &Request, bufs: P, ncmds: usize) {
+        let r = &mut self.reqs[rid as usize];
+        // A free request slot holds no buffers (they went back with its completion): nothing
+        // to drop, so skip the drop call.
+        debug_assert!(r.bufs.is_none());
+        std::mem::forget(r.bufs.replace(bufs));
+        r.tag = req.tag;
+        r.remaining = ncmds as u16;
+        r.bytes = if req.opcode == io_opcode::READ || req.opcode == io_opcode::WRITE {
+            (req.nblocks << req.ns.lba_shift) as usize
+        } else {
+            0
+        };
+        r.opcode = req.opcode;
+        r.error = None;
+        self.in_flight += 1;
+        self.stats.requests += 1;
+        self.stats.commands += ncmds as u64;
     }
 
     /// Put the next `count` commands of request `rid` (described by `c`, data in `bufs`) into

@@ -164,48 +164,12 @@ impl FloorQueue {
     /// no system call. A read not completed within `job.wait_ticks` of the last completion
     /// fails the run (the queue is then left to the controller's reset or teardown).
     pub fn run(&mut self, job: &FloorJob, hist: &mut LatencyHistogram) -> Result<FloorRun> {
-        if job.io_size == 0
-            || job.io_size > PAGE_SIZE
-            || job.io_size & ((1 << self.lba_shift) - 1) != 0
-        {
-            return Err(NvmeError::InvalidArgument(
-                "the floor loop reads one page (4 KiB) or less per command, a multiple of the LBA size",
-            ));
-        }
-        let blocks = (job.io_size >> self.lba_shift) as u64;
-        let slots = job.span_blocks / blocks;
-        if slots == 0 {
-            return Err(NvmeError::InvalidArgument(
-                "the span is smaller than one read",
-            ));
-        }
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next_lba = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            job.first_block + (rng % slots) * blocks
-        };
-        let mut sqe = Sqe::new(io_opcode::READ);
-        sqe.nsid = job.nsid;
-        sqe.cdw12 = blocks as u32 - 1;
-        let base = self.bufs.iova();
-        // Submission stamps, one per command id (cid = buffer slot).
-        let mut stamps = [0u64; 1024];
-        if self.depth > stamps.len() {
-            return Err(NvmeError::InvalidArgument(
-                "the floor loop holds at most 1024 reads in flight",
-            ));
-        }
+        let mut reads = self.reads(job)?;
         let mut out = FloorRun::default();
         // The first batch.
         let t0 = rdtsc();
-        for (cid, stamp) in stamps.iter_mut().enumerate().take(self.depth) {
-            sqe.set_cid(cid as u16);
-            sqe.prp1 = base + (cid * PAGE_SIZE) as u64;
-            sqe.set_slba(next_lba());
-            *stamp = rdtsc();
-            self.sq.push(&sqe);
+        for cid in 0..self.depth {
+            self.sq.push(reads.next(cid));
         }
         barrier::wmb();
         self.ring(true, self.sq.tail());
@@ -218,32 +182,9 @@ impl FloorQueue {
         let cq_slack = usize::from(self.cq.entries() - self.sq.entries());
         let mut cq_unrung = 0usize;
         while in_flight > 0 {
-            let (mut reaped, mut pushed) = (0usize, false);
-            while let Some(c) = self.cq.peek() {
-                self.cq.advance();
-                reaped += 1;
-                let now = rdtsc();
-                let cid = c.cid as usize % self.depth;
-                hist.record(now.saturating_sub(stamps[cid]));
-                out.ios += 1;
-                if c.status_field() != 0 {
-                    out.errors += 1;
-                }
-                if now < end {
-                    sqe.set_cid(cid as u16);
-                    sqe.prp1 = base + (cid * PAGE_SIZE) as u64;
-                    sqe.set_slba(next_lba());
-                    stamps[cid] = rdtsc();
-                    self.sq.push(&sqe);
-                    pushed = true;
-                    if job.pad_ticks != 0 {
-                        pad(job.pad_ticks);
-                    }
-                } else {
-                    in_flight -= 1;
-                }
-            }
-            if reaped == 0 {
+            let reaped = self.reap(&mut reads, hist, &mut out, end);
+            in_flight -= reaped.finished;
+            if reaped.count == 0 {
                 // The deadline is read every 32 empty polls, as the driver's poll does
                 // (`io_queue::poll::CHECK_EVERY`): under TCG a counter read is a call into QEMU,
                 // and one per empty poll slowed this loop at QD1 below the driver's pace.
@@ -264,13 +205,13 @@ impl FloorQueue {
                 continue;
             }
             last = rdtsc();
-            cq_unrung += reaped;
+            cq_unrung += reaped.count;
             if cq_unrung >= cq_slack {
                 self.ring(false, self.cq.head());
                 out.cq_doorbell_writes += 1;
                 cq_unrung = 0;
             }
-            if pushed {
+            if reaped.pushed {
                 barrier::wmb();
                 self.ring(true, self.sq.tail());
                 out.sq_doorbell_writes += 1;
@@ -278,6 +219,121 @@ impl FloorQueue {
         }
         Ok(out)
     }
+
+    /// The reads of `job` on this queue, checked: one page or less each, a multiple of the
+    /// LBA size, at least one in the span, no more in flight than there are stamps.
+    fn reads<'a>(&self, job: &'a FloorJob) -> Result<Reads<'a>> {
+        if job.io_size == 0
+            || job.io_size > PAGE_SIZE
+            || job.io_size & ((1 << self.lba_shift) - 1) != 0
+        {
+            return Err(NvmeError::InvalidArgument(
+                "the floor loop reads one page (4 KiB) or less per command, a multiple of the LBA size",
+            ));
+        }
+        let blocks = (job.io_size >> self.lba_shift) as u64;
+        let slots = job.span_blocks / blocks;
+        if slots == 0 {
+            return Err(NvmeError::InvalidArgument(
+                "the span is smaller than one read",
+            ));
+        }
+        if self.depth > STAMPS {
+            return Err(NvmeError::InvalidArgument(
+                "the floor loop holds at most 1024 reads in flight",
+            ));
+        }
+        let mut sqe = Sqe::new(io_opcode::READ);
+        sqe.nsid = job.nsid;
+        sqe.cdw12 = blocks as u32 - 1;
+        Ok(Reads {
+            job,
+            sqe,
+            base: self.bufs.iova(),
+            stamps: [0; STAMPS],
+            rng: 0x9e37_79b9_7f4a_7c15,
+            slots,
+            blocks,
+        })
+    }
+
+    /// Reap every completion there is; before the end, send a new read in each one's slot.
+    #[inline(always)]
+    fn reap(
+        &mut self,
+        reads: &mut Reads<'_>,
+        hist: &mut LatencyHistogram,
+        out: &mut FloorRun,
+        end: u64,
+    ) -> Reaped {
+        let mut r = Reaped::default();
+        while let Some(c) = self.cq.peek() {
+            self.cq.advance();
+            r.count += 1;
+            let now = rdtsc();
+            let cid = c.cid as usize % self.depth;
+            hist.record(now.saturating_sub(reads.stamps[cid]));
+            out.ios += 1;
+            if c.status_field() != 0 {
+                out.errors += 1;
+            }
+            if now < end {
+                self.sq.push(reads.next(cid));
+                r.pushed = true;
+                if reads.job.pad_ticks != 0 {
+                    pad(reads.job.pad_ticks);
+                }
+            } else {
+                r.finished += 1;
+            }
+        }
+        r
+    }
+}
+
+/// Submission stamps the floor loop keeps: its most reads in flight.
+const STAMPS: usize = 1024;
+
+/// The floor loop's reads: one template command, a random block per read, and when each
+/// command id (= buffer slot) went out.
+struct Reads<'a> {
+    job: &'a FloorJob,
+    sqe: Sqe,
+    /// IOVA of the first buffer slot.
+    base: u64,
+    stamps: [u64; STAMPS],
+    rng: u64,
+    /// Reads that fit in the span.
+    slots: u64,
+    /// Blocks per read.
+    blocks: u64,
+}
+
+impl Reads<'_> {
+    /// The command of a new read into slot `cid`, at a random block; stamped now.
+    #[inline(always)]
+    fn next(&mut self, cid: usize) -> &Sqe {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let lba = self.job.first_block + (self.rng % self.slots) * self.blocks;
+        self.sqe.set_cid(cid as u16);
+        self.sqe.prp1 = self.base + (cid * PAGE_SIZE) as u64;
+        self.sqe.set_slba(lba);
+        self.stamps[cid] = rdtsc();
+        &self.sqe
+    }
+}
+
+/// What one pass over the completion queue found.
+#[derive(Default)]
+struct Reaped {
+    /// Completions reaped.
+    count: usize,
+    /// Reads sent again in their slots.
+    pushed: bool,
+    /// Slots left empty (the run's time is up).
+    finished: usize,
 }
 
 /// Spin for `ticks` cycle-counter ticks (the floor loop's stand-in for per-I/O driver work).

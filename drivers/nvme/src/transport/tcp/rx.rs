@@ -369,7 +369,6 @@ impl RxMachine {
     fn header_done(&mut self) -> Result<Event, TcpError> {
         let ch = CommonHeader::read_from_bytes(&self.hdr[..8]).unwrap();
         let name = pdu::type_name(ch.pdu_type);
-        let hd = self.hd();
         self.stage = Stage::Header { need: 8 };
         match ch.pdu_type {
             pdu_type::C2H_TERM_REQ => {
@@ -379,169 +378,9 @@ impl RxMachine {
                     fei: u32::from_le_bytes(t.fei),
                 })
             }
-            pdu_type::CAPSULE_RESP => {
-                self.check_hdgst(name)?;
-                if ch.pdo != 0 || ch.plen as usize != SHORT_HLEN + hd {
-                    return Err(proto(name, "PDO/PLEN", ch.plen as u64, "a Response Capsule carries no data: PDO 0, PLEN 24 (+4 with header digest)"));
-                }
-                let r = CapsuleResp::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
-                let cid = r.cqe.cid;
-                let s = self.slot(name, "CCCID", cid)?;
-                if r.cqe.status >> 1 == 0 {
-                    match s.dir {
-                        Dir::Read if s.done != s.len => {
-                            return Err(proto(
-                                name,
-                                "CQE.STATUS",
-                                0,
-                                "success before all the read's data arrived",
-                            ))
-                        }
-                        Dir::Write if s.done != s.len || s.r2t_open => {
-                            return Err(proto(
-                                name,
-                                "CQE.STATUS",
-                                0,
-                                "success before the target asked for all the write's data",
-                            ))
-                        }
-                        _ => {}
-                    }
-                }
-                self.slots[cid as usize] = IDLE;
-                Ok(Event::Response { cid, cqe: r.cqe })
-            }
-            pdu_type::R2T => {
-                self.check_hdgst(name)?;
-                if ch.pdo != 0 || ch.plen as usize != SHORT_HLEN + hd {
-                    return Err(proto(
-                        name,
-                        "PDO/PLEN",
-                        ch.plen as u64,
-                        "an R2T carries no data: PDO 0, PLEN 24 (+4 with header digest)",
-                    ));
-                }
-                let r = R2t::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
-                let s = self.slot(name, "CCCID", r.cccid)?;
-                if s.dir != Dir::Write {
-                    return Err(proto(
-                        name,
-                        "CCCID",
-                        r.cccid as u64,
-                        "names a command that has no data for an R2T",
-                    ));
-                }
-                if s.r2t_open {
-                    return Err(proto(
-                        name,
-                        "CCCID",
-                        r.cccid as u64,
-                        "a second R2T while one is open (MAXR2T is 1)",
-                    ));
-                }
-                if r.r2to != s.done {
-                    return Err(proto(
-                        name,
-                        "R2TO",
-                        r.r2to as u64,
-                        "not where the previous transfer ended",
-                    ));
-                }
-                if r.r2tl == 0 || r.r2tl > s.len - s.done {
-                    return Err(proto(
-                        name,
-                        "R2TL",
-                        r.r2tl as u64,
-                        "zero, or past the end of the command's data",
-                    ));
-                }
-                let slot = &mut self.slots[r.cccid as usize];
-                slot.done += r.r2tl;
-                slot.r2t_open = true;
-                Ok(Event::R2t {
-                    cid: r.cccid,
-                    ttag: r.ttag,
-                    off: r.r2to,
-                    len: r.r2tl,
-                })
-            }
-            pdu_type::C2H_DATA => {
-                self.check_hdgst(name)?;
-                let d = DataHeader::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
-                let s = self.slot(name, "CCCID", d.cccid)?;
-                if s.dir != Dir::Read {
-                    return Err(proto(
-                        name,
-                        "CCCID",
-                        d.cccid as u64,
-                        "names a command that reads no data",
-                    ));
-                }
-                let ddgstf = ch.flags & flags::DDGSTF != 0;
-                if ddgstf != self.neg.ddgst {
-                    return Err(proto(
-                        name,
-                        "FLAGS.DDGSTF",
-                        ch.flags as u64,
-                        "does not match the data digest negotiated in ICResp",
-                    ));
-                }
-                if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
-                    return Err(proto(
-                        name,
-                        "FLAGS",
-                        ch.flags as u64,
-                        "SUCCESS without LAST_PDU",
-                    ));
-                }
-                let align = (self.neg.cpda as usize + 1) * 4;
-                let pdo = ch.pdo as usize;
-                if pdo < SHORT_HLEN + hd || pdo % align != 0 {
-                    return Err(proto(
-                        name,
-                        "PDO",
-                        pdo as u64,
-                        "before the end of the header or not aligned to CPDA",
-                    ));
-                }
-                if d.datal == 0 || d.datao != s.done || d.datal > s.len - s.done {
-                    return Err(proto(
-                        name,
-                        "DATAO/DATAL",
-                        ((d.datao as u64) << 32) | d.datal as u64,
-                        "empty, out of order or past the end of the command's buffer",
-                    ));
-                }
-                let dd = if self.neg.ddgst { DIGEST_LEN as u64 } else { 0 };
-                if ch.plen as u64 != pdo as u64 + d.datal as u64 + dd {
-                    return Err(proto(
-                        name,
-                        "PLEN",
-                        ch.plen as u64,
-                        "not PDO + DATAL (+4 with data digest)",
-                    ));
-                }
-                if ch.flags & flags::LAST_PDU != 0 && d.datao + d.datal != s.len {
-                    return Err(proto(
-                        name,
-                        "FLAGS.LAST_PDU",
-                        ch.flags as u64,
-                        "set before the end of the command's data",
-                    ));
-                }
-                self.cur_flags = ch.flags;
-                self.data_crc = 0;
-                self.stage = Stage::Payload {
-                    cid: d.cccid,
-                    left: d.datal,
-                };
-                let pad = pdo - SHORT_HLEN - hd;
-                if pad > 0 {
-                    self.pending_payload = Some((d.cccid, d.datal));
-                    self.stage = Stage::Pad { left: pad };
-                }
-                Ok(Event::None)
-            }
+            pdu_type::CAPSULE_RESP => self.capsule_resp(&ch, name),
+            pdu_type::R2T => self.r2t(&ch, name),
+            pdu_type::C2H_DATA => self.c2h_data(&ch, name),
             _ => Err(proto(
                 name,
                 "PDU-TYPE",
@@ -549,6 +388,199 @@ impl RxMachine {
                 "unknown PDU type",
             )),
         }
+    }
+
+    /// A Response Capsule: the command it names completes (success only once all its data
+    /// moved).
+    fn capsule_resp(&mut self, ch: &CommonHeader, name: &'static str) -> Result<Event, TcpError> {
+        self.check_hdgst(name)?;
+        if ch.pdo != 0 || ch.plen as usize != SHORT_HLEN + self.hd() {
+            return Err(proto(
+                name,
+                "PDO/PLEN",
+                ch.plen as u64,
+                "a Response Capsule carries no data: PDO 0, PLEN 24 (+4 with header digest)",
+            ));
+        }
+        let r = CapsuleResp::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
+        let cid = r.cqe.cid;
+        let s = self.slot(name, "CCCID", cid)?;
+        if r.cqe.status >> 1 == 0 {
+            match s.dir {
+                Dir::Read if s.done != s.len => {
+                    return Err(proto(
+                        name,
+                        "CQE.STATUS",
+                        0,
+                        "success before all the read's data arrived",
+                    ))
+                }
+                Dir::Write if s.done != s.len || s.r2t_open => {
+                    return Err(proto(
+                        name,
+                        "CQE.STATUS",
+                        0,
+                        "success before the target asked for all the write's data",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        self.slots[cid as usize] = IDLE;
+        Ok(Event::Response { cid, cqe: r.cqe })
+    }
+
+    /// An R2T: the target asks for the next part of a write's data.
+    fn r2t(&mut self, ch: &CommonHeader, name: &'static str) -> Result<Event, TcpError> {
+        self.check_hdgst(name)?;
+        if ch.pdo != 0 || ch.plen as usize != SHORT_HLEN + self.hd() {
+            return Err(proto(
+                name,
+                "PDO/PLEN",
+                ch.plen as u64,
+                "an R2T carries no data: PDO 0, PLEN 24 (+4 with header digest)",
+            ));
+        }
+        let r = R2t::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
+        let s = self.slot(name, "CCCID", r.cccid)?;
+        if s.dir != Dir::Write {
+            return Err(proto(
+                name,
+                "CCCID",
+                r.cccid as u64,
+                "names a command that has no data for an R2T",
+            ));
+        }
+        if s.r2t_open {
+            return Err(proto(
+                name,
+                "CCCID",
+                r.cccid as u64,
+                "a second R2T while one is open (MAXR2T is 1)",
+            ));
+        }
+        if r.r2to != s.done {
+            return Err(proto(
+                name,
+                "R2TO",
+                r.r2to as u64,
+                "not where the previous transfer ended",
+            ));
+        }
+        if r.r2tl == 0 || r.r2tl > s.len - s.done {
+            return Err(proto(
+                name,
+                "R2TL",
+                r.r2tl as u64,
+                "zero, or past the end of the command's data",
+            ));
+        }
+        let slot = &mut self.slots[r.cccid as usize];
+        slot.done += r.r2tl;
+        slot.r2t_open = true;
+        Ok(Event::R2t {
+            cid: r.cccid,
+            ttag: r.ttag,
+            off: r.r2to,
+            len: r.r2tl,
+        })
+    }
+
+    /// A C2HData header: checked, its payload (after any padding) goes to the read it names.
+    fn c2h_data(&mut self, ch: &CommonHeader, name: &'static str) -> Result<Event, TcpError> {
+        self.check_hdgst(name)?;
+        let d = DataHeader::read_from_bytes(&self.hdr[..SHORT_HLEN]).unwrap();
+        let s = self.slot(name, "CCCID", d.cccid)?;
+        if s.dir != Dir::Read {
+            return Err(proto(
+                name,
+                "CCCID",
+                d.cccid as u64,
+                "names a command that reads no data",
+            ));
+        }
+        self.check_c2h_flags(ch, name)?;
+        let pdo = self.check_c2h_layout(ch, name, &d, &s)?;
+        self.cur_flags = ch.flags;
+        self.data_crc = 0;
+        self.stage = Stage::Payload {
+            cid: d.cccid,
+            left: d.datal,
+        };
+        let pad = pdo - SHORT_HLEN - self.hd();
+        if pad > 0 {
+            self.pending_payload = Some((d.cccid, d.datal));
+            self.stage = Stage::Pad { left: pad };
+        }
+        Ok(Event::None)
+    }
+
+    /// A C2HData's digest flag matches the negotiation; SUCCESS comes only with LAST_PDU.
+    fn check_c2h_flags(&self, ch: &CommonHeader, name: &'static str) -> Result<(), TcpError> {
+        let ddgstf = ch.flags & flags::DDGSTF != 0;
+        if ddgstf != self.neg.ddgst {
+            return Err(proto(
+                name,
+                "FLAGS.DDGSTF",
+                ch.flags as u64,
+                "does not match the data digest negotiated in ICResp",
+            ));
+        }
+        if ch.flags & flags::SUCCESS != 0 && ch.flags & flags::LAST_PDU == 0 {
+            return Err(proto(
+                name,
+                "FLAGS",
+                ch.flags as u64,
+                "SUCCESS without LAST_PDU",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A C2HData's data offset, range and length fit the header and the read `s`; its PDO.
+    fn check_c2h_layout(
+        &self,
+        ch: &CommonHeader,
+        name: &'static str,
+        d: &DataHeader,
+        s: &Slot,
+    ) -> Result<usize, TcpError> {
+        let align = (self.neg.cpda as usize + 1) * 4;
+        let pdo = ch.pdo as usize;
+        if pdo < SHORT_HLEN + self.hd() || pdo % align != 0 {
+            return Err(proto(
+                name,
+                "PDO",
+                pdo as u64,
+                "before the end of the header or not aligned to CPDA",
+            ));
+        }
+        if d.datal == 0 || d.datao != s.done || d.datal > s.len - s.done {
+            return Err(proto(
+                name,
+                "DATAO/DATAL",
+                ((d.datao as u64) << 32) | d.datal as u64,
+                "empty, out of order or past the end of the command's buffer",
+            ));
+        }
+        let dd = if self.neg.ddgst { DIGEST_LEN as u64 } else { 0 };
+        if ch.plen as u64 != pdo as u64 + d.datal as u64 + dd {
+            return Err(proto(
+                name,
+                "PLEN",
+                ch.plen as u64,
+                "not PDO + DATAL (+4 with data digest)",
+            ));
+        }
+        if ch.flags & flags::LAST_PDU != 0 && d.datao + d.datal != s.len {
+            return Err(proto(
+                name,
+                "FLAGS.LAST_PDU",
+                ch.flags as u64,
+                "set before the end of the command's data",
+            ));
+        }
+        Ok(pdo)
     }
 
     fn payload_stage(&mut self) -> Stage {
