@@ -49,7 +49,7 @@ pub use mapped_options::{
 #[cfg(feature = "cuda")]
 pub use mapped_sink::MappedSink;
 pub use null_sink::NullSink;
-pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, VerifyResult};
+pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, RunFigures, VerifyResult};
 pub use segments::run_sink_only;
 pub use sink_ext::PipelineSink;
 pub use ubdirect_core::util::pin_to_core;
