@@ -204,6 +204,9 @@ fn known(e: &(dyn Error + 'static)) -> Option<String> {
     if let Some(e) = e.downcast_ref::<CudaError>() {
         return Some(cuda_message(e));
     }
+    if let Some(e) = e.downcast_ref::<SetupError>() {
+        return Some(setup_message(e));
+    }
     if let Some(e) = e.downcast_ref::<LoopbackError>() {
         return Some(match e {
             LoopbackError::Driver(d) => net_message(d),
@@ -448,7 +451,7 @@ pub fn setup_message(e: &SetupError) -> String {
         SetupError::SinkCannotVerify => {
             "this sink cannot check what it received: run without --verify".into()
         }
-        other => scrub(&other.to_string()),
+        SetupError::NoSource => internal("the pipeline ran without a source"),
     }
 }
 

@@ -28,6 +28,8 @@ mod nvme;
 mod run;
 mod sinks;
 mod tcp;
+#[cfg(test)]
+mod tests;
 
 use std::any::Any;
 use std::path::PathBuf;
