@@ -5,13 +5,13 @@
 
 use std::any::Any;
 
+use ubdirect::dma::vfio::DomainOptions;
+use ubdirect::nvme::transport::tcp::addr::TcpTarget;
+use ubdirect::nvme::transport::tcp::ctrl::TcpOptions;
 use ubdirect::pipeline::{
     DmaFaultWatch, FileIo, HostCheck, Limit, Mode, Note, Pipeline, PipelineBuilder,
     PipelineRunError, SinkSpec, SourceSpec, UringTuning, AUTO_MAPPED_RESIDENT,
 };
-use ubdirect_core::vfio::DomainOptions;
-use ubdirect_nvme::transport::tcp::addr::TcpTarget;
-use ubdirect_nvme::transport::tcp::ctrl::TcpOptions;
 
 use super::units::{parse_offset, parse_size};
 use super::{CliResult, Outcome};
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn io_mapped_without_a_driver_says_so() {
-        if ubdirect_cuda::driver_available().is_ok() {
+        if ubdirect::cuda::driver_available().is_ok() {
             return; // a GPU machine: the device run covers mapped mode
         }
         let (p, src) = temp_file("nodriver", 1 << 20);

@@ -130,7 +130,7 @@ pub fn print(reports: &[PipelineReport]) -> serde_json::Result<()> {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use ubdirect_core::util::LatencyHistogram;
+    use ubdirect::pipeline::LatencyHistogram;
 
     #[test]
     fn pipeline_json_is_in_the_shared_units_and_validates() {

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use ubdirect::dma::PciAddress;
 use ubdirect::pipeline::{Mode, SinkSpec, SourceSpec};
-use ubdirect_core::PciAddress;
 
 pub(super) fn parse_source(s: &str) -> Result<SourceSpec, String> {
     if s.starts_with("nvmf-tcp://") {
