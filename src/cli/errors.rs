@@ -452,6 +452,9 @@ pub fn setup_message(e: &SetupError) -> String {
             "this sink cannot check what it received: run without --verify".into()
         }
         SetupError::NoSource => internal("the pipeline ran without a source"),
+        SetupError::NotBuilt { feature } => format!(
+            "this ubdirect was built without {feature} support: build it with the default features"
+        ),
     }
 }
 

@@ -715,6 +715,7 @@ fn setup_errors() -> Vec<SetupError> {
             active: vec![1, 2],
         },
         SetupError::NoGpu,
+        SetupError::NotBuilt { feature: "cuda" },
         SetupError::SinkCannotVerify,
     ]
 }

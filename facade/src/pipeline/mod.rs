@@ -4,7 +4,7 @@
 //! segment runs measure the source alone, the sink alone and the completion-handling cost.
 
 mod bar_sink;
-#[cfg(all(feature = "nvme", feature = "uring", feature = "cuda"))]
+#[cfg(feature = "nvme")]
 mod builder;
 mod classic;
 mod config;
@@ -34,7 +34,7 @@ mod sink_ext;
 mod verify;
 
 pub use bar_sink::{BarSink, Landed};
-#[cfg(all(feature = "nvme", feature = "uring", feature = "cuda"))]
+#[cfg(feature = "nvme")]
 pub use builder::{
     map_cap, mapped_plan, FileIo, HostCheck, MappedSettings, Note, Pipeline, PipelineBuilder,
     PipelineRunError, RunHook, SetupError, SinkSpec, SourceSpec, UringTuning, AUTO_MAPPED_RESIDENT,

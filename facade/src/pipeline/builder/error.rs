@@ -83,6 +83,12 @@ pub enum SetupError {
     /// Every GPU was asked for and the driver sees none.
     #[error("the CUDA driver sees no GPU")]
     NoGpu,
+    /// The run needs a part of the library this build left out.
+    #[error("this build of the ubdirect library has no {feature} support (its `{feature}` feature is off)")]
+    NotBuilt {
+        /// The cargo feature.
+        feature: &'static str,
+    },
     /// Verification asked of a sink that cannot checksum what it received.
     #[error("this sink cannot check what it received: run without verification")]
     SinkCannotVerify,
@@ -122,12 +128,14 @@ impl From<ubdirect_nvme::NvmeError> for PipelineRunError {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl From<ubdirect_cuda::CudaError> for PipelineRunError {
     fn from(e: ubdirect_cuda::CudaError) -> Self {
         PipelineRunError::open(e)
     }
 }
 
+#[cfg(feature = "uring")]
 impl From<ubdirect_uring::UringError> for PipelineRunError {
     fn from(e: ubdirect_uring::UringError) -> Self {
         PipelineRunError::open(e)

@@ -3,22 +3,13 @@
 //! (O_DIRECT or buffered), or read() and copied (`Mode::Copy`).
 
 use std::path::Path;
-use std::sync::Arc;
 
-use ubdirect_core::seams::BlockQueue;
-use ubdirect_core::UbPool;
-use ubdirect_uring::{DirectMode, UringOptions, UringQueue};
-
-use super::super::classic::run_copy;
-use super::super::config::{Mode, PipelineConfig};
-use super::super::cpu::online_cpus;
-use super::super::engine::run_direct;
+use super::super::config::Mode;
+#[cfg(feature = "cuda")]
+use super::super::config::PipelineConfig;
 use super::super::error::PipelineError;
-use super::super::sink_ext::PipelineSink;
-use super::super::verify::file_checksum;
 use super::error::{PipelineRunError, SetupError};
 use super::run::Run;
-use super::sinks::add_verify;
 use super::{FileIo, Note, SinkSpec};
 
 /// Stream the file at `path`.
@@ -36,26 +27,33 @@ pub(super) fn run(run: &mut Run<'_>, path: &Path) -> Result<(), PipelineRunError
     }
     let file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
     let size = file.metadata().map_err(PipelineRunError::open)?.len();
-    let resident = match s.file_io {
-        FileIo::Mapped => Some(super::mapped::resident(&file, s, size)),
-        FileIo::Auto if is_cuda && s.mode == Mode::Direct => {
-            let r = super::mapped::resident(&file, s, size);
-            (r >= super::AUTO_MAPPED_RESIDENT).then_some(r)
-        }
-        _ => None,
-    };
-    if let Some(resident) = resident {
-        drop(file);
-        let cfg = PipelineConfig {
-            limit: run.limit(size),
-            ..run.config()
+    #[cfg(feature = "cuda")]
+    {
+        let resident = match s.file_io {
+            FileIo::Mapped => Some(super::mapped_run::resident(&file, s, size)),
+            FileIo::Auto if is_cuda && s.mode == Mode::Direct => {
+                let r = super::mapped_run::resident(&file, s, size);
+                (r >= super::AUTO_MAPPED_RESIDENT).then_some(r)
+            }
+            _ => None,
         };
-        return super::mapped::run(run, path, resident, cfg);
+        if let Some(resident) = resident {
+            drop(file);
+            let cfg = PipelineConfig {
+                limit: run.limit(size),
+                ..run.config()
+            };
+            return super::mapped_run::run(run, path, resident, cfg);
+        }
     }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (file, size);
     if s.mapped.any_given() {
         run.note(Note::MappedSettingsUnused);
     }
     let pool = run.dev.pool(s.block_size)?;
+    #[cfg(feature = "uring")]
+    use super::file_uring::uring;
     uring(run, path, &pool)
 }
 
@@ -68,87 +66,12 @@ pub(super) fn open_error(path: &Path, e: std::io::Error) -> PipelineRunError {
     .into()
 }
 
-/// The io_uring options of the run: the read mode, the depth, the tuning, and io-wq workers
-/// on every CPU but the polling core.
-fn uring_options(run: &Run<'_>) -> UringOptions {
-    let s = run.s;
-    UringOptions {
-        direct: match s.file_io {
-            FileIo::Direct => DirectMode::Require,
-            FileIo::Buffered => DirectMode::Off,
-            FileIo::Auto | FileIo::Mapped => DirectMode::Auto,
-        },
-        depth: s.qd,
-        sqpoll_idle_ms: s.uring.sqpoll_idle_ms,
-        force_async: s.uring.force_async,
-        max_workers: s.uring.max_workers,
-        iowq_cpus: s
-            .core
-            .map(|c| online_cpus().into_iter().filter(|&x| x != c).collect()),
-        writable: false,
-        idle_wait: s.uring.idle_wait,
-    }
-}
-
-/// The file through io_uring into the pool (`FileIo::Direct` or `Buffered`, auto's fallback),
-/// the segments first when asked for, then the repeated runs.
-fn uring(run: &mut Run<'_>, path: &Path, pool: &Arc<UbPool>) -> Result<(), PipelineRunError> {
-    let s = run.s;
-    let mut q = UringQueue::open(path, &[pool.region().clone()], &uring_options(run))?;
-    let cap = q.capacity();
-    let cfg = PipelineConfig {
-        limit: run.limit(cap),
-        ..run.config()
-    };
-    let name = format!(
-        "file:{} (io_uring, {}{})",
-        path.display(),
-        if q.is_direct() {
-            "O_DIRECT"
-        } else {
-            "buffered"
-        },
-        if q.is_async() { ", io-wq" } else { "" }
-    );
-    let mut sink = run.make_sink(pool, cap)?;
-    run.warn_numa();
-    if s.segments {
-        run.segments((&mut q, &name), Some(sink.as_mut()), pool, &cfg)?;
-        // The sink-alone segment fed this sink: a fresh one for the verified run (the old one
-        // released first: a CUDA sink registers the pool with the GPU).
-        drop(sink);
-        sink = run.make_sink(pool, cap)?;
-    }
-    for i in 0..s.repeat {
-        let label = run.label(i);
-        let sink = sink.as_mut();
-        let mut r = match s.mode {
-            Mode::Direct => run_direct(&mut q, &mut *sink, pool, &cfg, &label, &name)?,
-            Mode::Copy => run_copy(path, &mut *sink, &cfg, &format!("{label} (classic copy)"))?,
-        };
-        verify_file(
-            run,
-            path,
-            &mut r,
-            sink,
-            "sink checksum vs read() of the file",
-        )?;
-        run.reports.push(r);
-    }
-    Ok(())
-}
-
-/// With verification on: compare what `sink` received with read() of the file.
-pub(super) fn verify_file(
-    run: &Run<'_>,
-    path: &Path,
-    r: &mut super::super::report::PipelineReport,
-    sink: &mut dyn PipelineSink,
-    method: &str,
+/// Without io_uring, a file is not read into the pool.
+#[cfg(not(feature = "uring"))]
+fn uring(
+    _: &mut Run<'_>,
+    _: &Path,
+    _: &std::sync::Arc<ubdirect_core::UbPool>,
 ) -> Result<(), PipelineRunError> {
-    if run.s.verify {
-        let expected = file_checksum(path, run.s.start, r.bytes)?;
-        add_verify(r, sink, expected, method)?;
-    }
-    Ok(())
+    Err(SetupError::NotBuilt { feature: "uring" }.into())
 }

@@ -5,6 +5,9 @@
 //! when asked to), the segment measurements, verification against a second read and repeated
 //! runs.
 //!
+//! Needs the `nvme` feature; a CUDA sink and the mapped-file run need `cuda`, a file read into
+//! the pool needs `uring` (without them the run is refused with [`SetupError::NotBuilt`]).
+//!
 //! ```no_run
 //! use ubdirect::pipeline::{Pipeline, SinkSpec, SourceSpec};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,12 +26,16 @@
 mod devices;
 mod error;
 mod file;
+#[cfg(feature = "uring")]
+mod file_uring;
 mod mapped;
+#[cfg(feature = "cuda")]
+mod mapped_run;
 mod nvme;
 mod run;
 mod sinks;
 mod tcp;
-#[cfg(test)]
+#[cfg(all(test, feature = "uring"))]
 mod tests;
 
 use std::any::Any;

@@ -61,6 +61,7 @@ impl Run<'_> {
             .unwrap_or(Limit::Bytes(cap.saturating_sub(self.s.start).max(1)))
     }
     /// Label of run `i` of the repeated runs.
+    #[cfg(any(feature = "cuda", feature = "uring"))]
     pub(super) fn label(&self, i: usize) -> String {
         if self.s.repeat > 1 {
             format!("pipeline (run {}/{})", i + 1, self.s.repeat)

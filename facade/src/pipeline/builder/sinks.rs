@@ -4,11 +4,14 @@
 use std::sync::Arc;
 
 use ubdirect_core::seams::BlockQueue;
-use ubdirect_core::{UbPool, UbRegion};
+use ubdirect_core::UbPool;
+#[cfg(feature = "cuda")]
+use ubdirect_core::UbRegion;
 
 use super::super::bar_sink::BarSink;
 use super::super::config::PipelineConfig;
 use super::super::cpu::numa_node_of_cpu;
+#[cfg(feature = "cuda")]
 use super::super::cuda_sinks::CudaSinks;
 use super::super::engine::run_direct;
 use super::super::null_sink::NullSink;
@@ -42,15 +45,19 @@ impl Run<'_> {
                     s.verify,
                 ))
             }
+            #[cfg(feature = "cuda")]
             SinkSpec::Cuda(_) => Box::new(self.cuda_sinks(
                 Some(pool.region()),
                 pool.block_size(),
                 pool.block_count(),
             )?),
+            #[cfg(not(feature = "cuda"))]
+            SinkSpec::Cuda(_) => return Err(SetupError::NotBuilt { feature: "cuda" }.into()),
         })
     }
 
     /// The GPU ordinals of the CUDA sink (every GPU the driver sees for an empty list).
+    #[cfg(feature = "cuda")]
     pub(super) fn cuda_ordinals(&self) -> Result<Vec<usize>, PipelineRunError> {
         match &self.s.sink {
             SinkSpec::Cuda(v) if !v.is_empty() => Ok(v.clone()),
@@ -68,6 +75,7 @@ impl Run<'_> {
 
     /// One CUDA sink per GPU, `depth` copies of up to `slot` bytes each; `region` (the pool's
     /// memory) is registered once (PORTABLE: every GPU's context sees it as pinned).
+    #[cfg(feature = "cuda")]
     pub(super) fn cuda_sinks(
         &mut self,
         region: Option<&Arc<UbRegion>>,
@@ -154,5 +162,21 @@ pub(super) fn add_verify(
         .ok_or(SetupError::SinkCannotVerify)?
         .map_err(PipelineRunError::open)?;
     r.verify = Some(compare(method, delivered, expected));
+    Ok(())
+}
+
+/// With verification on: compare what `sink` received with read() of the file.
+#[cfg(any(feature = "cuda", feature = "uring"))]
+pub(super) fn verify_file(
+    run: &Run<'_>,
+    path: &std::path::Path,
+    r: &mut PipelineReport,
+    sink: &mut dyn PipelineSink,
+    method: &str,
+) -> Result<(), PipelineRunError> {
+    if run.s.verify {
+        let expected = super::super::verify::file_checksum(path, run.s.start, r.bytes)?;
+        add_verify(r, sink, expected, method)?;
+    }
     Ok(())
 }
