@@ -21,6 +21,8 @@
 //!
 //! [`Env`] (with `nvme` or `net`) opens everything in one call: hugepages checked, the DMA
 //! domain, the NVMe controllers and NICs, then the pool.
+//! [`pipeline::Pipeline`] (with `nvme`; file reads need `uring`, CUDA sinks `cuda`) runs a
+//! whole pipeline from a source and sink description, with the policy of `ubdirect pipeline`.
 //! [`dma`], [`hugepages`], [`diag`] and [`pipeline`] are always there. The pipeline's
 //! [`pipeline::NullSink`] and [`pipeline::BarSink`] need no feature; CUDA device memory as a sink
 //! needs `cuda`. An embedder that only drives NVMe writes

@@ -10,7 +10,9 @@
 
 use std::error::Error;
 
-use ubdirect::pipeline::PipelineError;
+use ubdirect::pipeline::{
+    MappedOptionError, PipelineError, SetupError, COPY_ALIGN, MAX_REGISTER_THREADS,
+};
 use ubdirect_core::seams::{BlockError, SinkError};
 use ubdirect_core::CoreError;
 use ubdirect_cuda::CudaError;
@@ -201,6 +203,9 @@ fn known(e: &(dyn Error + 'static)) -> Option<String> {
     }
     if let Some(e) = e.downcast_ref::<CudaError>() {
         return Some(cuda_message(e));
+    }
+    if let Some(e) = e.downcast_ref::<SetupError>() {
+        return Some(setup_message(e));
     }
     if let Some(e) = e.downcast_ref::<LoopbackError>() {
         return Some(match e {
@@ -404,10 +409,76 @@ fn pipeline_message(e: &PipelineError) -> String {
     match e {
         PipelineError::Source(b) => format!("source: {}", scrub(&b.message)),
         PipelineError::Sink(s) => format!("sink: {}", scrub(&s.message)),
+        PipelineError::MappedOption(m) => mapped_flag_message(m),
         PipelineError::RemovalRequested { device } => format!(
             "the kernel asked for device {device} back (hot-unplug, sysfs remove or unbind): the run stopped and released it; rescan and rebind it to vfio-pci (scripts/setup.sh) to use it again"
         ),
         other => scrub(&other.to_string()),
+    }
+}
+
+/// A pipeline setting the builder refused, said with the flag that set it.
+pub fn setup_message(e: &SetupError) -> String {
+    match e {
+        SetupError::QueueDepthZero => "--queue-depth must be at least 1".into(),
+        SetupError::PoolEmpty { block_size } => format!(
+            "the pool holds no block: --pool-size must be at least --block-size ({block_size})"
+        ),
+        SetupError::CopyNeedsFile => {
+            "--mode copy is the classic read() path: it needs a file: source".into()
+        }
+        SetupError::CopyToBar => {
+            "--mode copy has no BAR variant: a BAR is reached by DMA only".into()
+        }
+        SetupError::MappedSettingsUnused => "--copy-size, --map-window and --register-threads set up --io mapped (a file: source, --io mapped or auto); this run reads into the UB pool in --block-size blocks".into(),
+        SetupError::RepeatZero => "--repeat must be at least 1".into(),
+        SetupError::VerifyRepeat => "--verify checks one run: drop --repeat".into(),
+        SetupError::MappedNeedsCuda => "--io mapped hands registered page cache to the GPU copy engines: it needs --sink cuda[...] and --mode direct (use --io buffered or direct otherwise)".into(),
+        SetupError::StartPastEnd { start, size } => format!(
+            "--offset {start} is not below the file's {size} bytes: nothing to stream"
+        ),
+        SetupError::Mapped(m) => mapped_flag_message(m),
+        SetupError::WindowOverCap { window, cap } => format!(
+            "a {window}-byte window cannot be registered under --map-cap {cap}: lower --map-window (or --copy-size), or raise --map-cap"
+        ),
+        SetupError::BarTooSmall { len, block_size } => format!(
+            "BAR window of {len} bytes cannot hold one {block_size}-byte block: lower --block-size"
+        ),
+        SetupError::NamespaceNotActive { addr, nsid, active } => {
+            super::namespace::not_active(&addr.to_string(), *nsid, active)
+        }
+        SetupError::NoGpu => "cuda:all: the driver sees no GPU".into(),
+        SetupError::SinkCannotVerify => {
+            "this sink cannot check what it received: run without --verify".into()
+        }
+        SetupError::NoSource => internal("the pipeline ran without a source"),
+        SetupError::NotBuilt { feature } => format!(
+            "this ubdirect was built without {feature} support: build it with the default features"
+        ),
+    }
+}
+
+/// A mapped-run setting the library refused, said with the flag that set it.
+fn mapped_flag_message(e: &MappedOptionError) -> String {
+    match *e {
+        MappedOptionError::CopySizeZero => {
+            format!("--copy-size must be at least {COPY_ALIGN} (4K), not 0")
+        }
+        MappedOptionError::CopySizeUnaligned { size } => format!(
+            "--copy-size {size} is not a multiple of 4K: use {} or {}",
+            size / COPY_ALIGN * COPY_ALIGN,
+            size.next_multiple_of(COPY_ALIGN)
+        ),
+        MappedOptionError::CopySizeTooLarge { size, span, start } => format!(
+            "--copy-size {size} exceeds the {span} bytes streamed from the file (its size less --offset {start}): use at most {}",
+            span.next_multiple_of(COPY_ALIGN as u64)
+        ),
+        MappedOptionError::WindowNotMultiple { window, copy_size } => format!(
+            "--map-window {window} must be a positive multiple of the copy size ({copy_size} bytes; --copy-size sets it)"
+        ),
+        MappedOptionError::RegisterThreads { threads } => {
+            format!("--register-threads {threads}: use 1 to {MAX_REGISTER_THREADS}")
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ubdirect::pipeline::PipelineError;
+use ubdirect::pipeline::{PipelineError, SetupError};
 use ubdirect_core::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
 use ubdirect_core::{CoreError, PciAddress};
 use ubdirect_cuda::{CudaError, WindowError};
@@ -683,6 +683,59 @@ fn pipeline_errors() -> Vec<PipelineError> {
     v
 }
 
+/// Every refusal of the pipeline builder.
+fn setup_errors() -> Vec<SetupError> {
+    use ubdirect::pipeline::MappedOptionError;
+    vec![
+        SetupError::NoSource,
+        SetupError::QueueDepthZero,
+        SetupError::PoolEmpty { block_size: 4096 },
+        SetupError::CopyNeedsFile,
+        SetupError::CopyToBar,
+        SetupError::MappedSettingsUnused,
+        SetupError::RepeatZero,
+        SetupError::VerifyRepeat,
+        SetupError::MappedNeedsCuda,
+        SetupError::StartPastEnd {
+            start: 1 << 20,
+            size: 4096,
+        },
+        SetupError::Mapped(MappedOptionError::CopySizeZero),
+        SetupError::WindowOverCap {
+            window: 1 << 30,
+            cap: 1 << 20,
+        },
+        SetupError::BarTooSmall {
+            len: 4096,
+            block_size: 1 << 20,
+        },
+        SetupError::NamespaceNotActive {
+            addr: addr(),
+            nsid: Some(3),
+            active: vec![1, 2],
+        },
+        SetupError::NoGpu,
+        SetupError::NotBuilt { feature: "cuda" },
+        SetupError::SinkCannotVerify,
+    ]
+}
+
+#[test]
+fn the_cli_names_its_flags_for_pipeline_settings() {
+    let m = |e: SetupError| user_message(&e).0;
+    assert_eq!(
+        m(SetupError::VerifyRepeat),
+        "--verify checks one run: drop --repeat"
+    );
+    assert!(m(SetupError::MappedNeedsCuda).contains("--sink cuda[...] and --mode direct"));
+    let m = m(SetupError::NamespaceNotActive {
+        addr: addr(),
+        nsid: Some(3),
+        active: vec![1, 2],
+    });
+    assert!(m.contains("--ns 1"), "{m}");
+}
+
 /// What `PipelineConfig::validate` says about each kind of bad setting.
 fn config_errors() -> Vec<String> {
     use ubdirect::pipeline::{Limit, PipelineConfig};
@@ -789,6 +842,7 @@ fn library_errors() -> Vec<Box<dyn Error + Send + Sync>> {
     errs.extend(net_errors().into_iter().map(|e| e.into()));
     errs.extend(uring_errors().into_iter().map(|e| e.into()));
     errs.extend(pipeline_errors().into_iter().map(|e| e.into()));
+    errs.extend(setup_errors().into_iter().map(|e| e.into()));
     errs.extend(cuda_errors().into_iter().map(|e| e.into()));
     errs.extend(topology_errors().into_iter().map(|e| e.into()));
     errs

@@ -130,23 +130,25 @@ pub fn print(reports: &[PipelineReport]) -> serde_json::Result<()> {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use ubdirect_core::util::LatencyHistogram;
+    use ubdirect::pipeline::LatencyHistogram;
 
     #[test]
     fn pipeline_json_is_in_the_shared_units_and_validates() {
         let mut h = LatencyHistogram::new();
         h.record(2_000);
         let mut r = PipelineReport::new(
-            "pipeline",
-            Mode::Direct,
-            "file:/x".into(),
-            "null".into(),
-            1 << 20,
-            8,
-            2_000_000_000,
-            1907,
-            Duration::from_secs(1),
-            Duration::from_millis(500),
+            ubdirect::pipeline::RunFigures {
+                label: "pipeline".into(),
+                mode: Mode::Direct,
+                source: "file:/x".into(),
+                sink: "null".into(),
+                block_size: 1 << 20,
+                qd: 8,
+                bytes: 2_000_000_000,
+                blocks: 1907,
+                wall: Duration::from_secs(1),
+                cpu: Duration::from_millis(500),
+            },
             &h,
         );
         r.verify = Some(ubdirect::pipeline::compare("re-read", 7, 7));

@@ -166,22 +166,12 @@ impl EnvBuilder {
         let nvme = check_sources(self.nvme)?;
         #[cfg(feature = "net")]
         let nics = check_sources(self.nics)?;
-        // Every device, and the addresses to open (devices given open are distinct objects).
         let mut seen: Vec<&Checked> = Vec::new();
         #[cfg(feature = "nvme")]
         seen.extend(nvme.iter());
         #[cfg(feature = "net")]
         seen.extend(nics.iter());
-        for (i, c) in seen.iter().enumerate() {
-            if c.pci.is_some() && seen[..i].iter().any(|o| o.pci == c.pci) {
-                return Err(EnvError::Duplicate {
-                    addr: c.addr.clone(),
-                });
-            }
-        }
-        if seen.is_empty() {
-            return Err(EnvError::NoDevice);
-        }
+        check_distinct(&seen)?;
         let cfg = self.pool.ok_or(EnvError::NoPool)?;
         let total = cfg.validate().map_err(EnvError::PoolConfig)?;
         if self.memory == PoolMemory::Hugepages {
@@ -194,55 +184,99 @@ impl EnvBuilder {
             None => UbRegistry::new(DmaDomain::new().map_err(EnvError::Domain)?),
         };
         #[cfg(feature = "nvme")]
-        let mut controllers = Vec::with_capacity(nvme.len());
-        #[cfg(feature = "nvme")]
-        for c in nvme {
-            let opened = match (c.pci, c.dev) {
-                (_, Some(dev)) => Controller::open_device(&registry, dev, self.ctrl_opts.clone()),
-                (Some(a), None) => Controller::open(&registry, a, self.ctrl_opts.clone()),
-                (None, None) => unreachable!("every source has an address or a device"),
-            };
-            let addr = c.addr;
-            controllers.push(opened.map_err(|source| EnvError::Controller { addr, source })?);
-        }
+        let controllers = open_controllers(&registry, nvme, &self.ctrl_opts)?;
         #[cfg(feature = "net")]
-        let mut nic_devs = Vec::with_capacity(nics.len());
-        #[cfg(feature = "net")]
-        for c in nics {
-            let dev = match (c.pci, c.dev) {
-                (_, Some(dev)) => dev,
-                (Some(a), None) => {
-                    PciDevice::open(registry.domain(), a).map_err(|source| EnvError::Device {
-                        addr: c.addr.clone(),
-                        source,
-                    })?
-                }
-                (None, None) => unreachable!("every source has an address or a device"),
-            };
-            nic_devs.push((c.addr, dev));
-        }
+        let nic_devs = open_nic_devices(&registry, nics)?;
         let pool = match self.memory {
             PoolMemory::Hugepages => UbPool::with_hugepages(&registry, cfg, self.numa),
             PoolMemory::Anonymous => UbPool::with_anonymous(&registry, cfg, self.numa),
         }
         .map_err(EnvError::Pool)?;
-        #[cfg(feature = "net")]
-        let mut nics = Vec::with_capacity(nic_devs.len());
-        #[cfg(feature = "net")]
-        for (addr, dev) in nic_devs {
-            let nic = VirtioNet::from_device(&registry, dev, pool.clone(), self.net_cfg.clone())
-                .map_err(|source| EnvError::Nic { addr, source })?;
-            nics.push(nic);
-        }
         Ok(Env {
             #[cfg(feature = "net")]
-            nics,
+            nics: start_nics(&registry, nic_devs, &pool, &self.net_cfg)?,
             #[cfg(feature = "nvme")]
             controllers,
             pool,
             registry,
         })
     }
+}
+
+/// At least one device, and no PCI address named twice (devices given open are distinct
+/// objects).
+fn check_distinct(seen: &[&Checked]) -> Result<(), EnvError> {
+    for (i, c) in seen.iter().enumerate() {
+        if c.pci.is_some() && seen[..i].iter().any(|o| o.pci == c.pci) {
+            return Err(EnvError::Duplicate {
+                addr: c.addr.clone(),
+            });
+        }
+    }
+    if seen.is_empty() {
+        return Err(EnvError::NoDevice);
+    }
+    Ok(())
+}
+
+/// Open (or take over) every NVMe controller, in order.
+#[cfg(feature = "nvme")]
+fn open_controllers(
+    registry: &Arc<UbRegistry>,
+    nvme: Vec<Checked>,
+    opts: &ControllerOptions,
+) -> Result<Vec<Arc<Controller>>, EnvError> {
+    let mut controllers = Vec::with_capacity(nvme.len());
+    for c in nvme {
+        let opened = match (c.pci, c.dev) {
+            (_, Some(dev)) => Controller::open_device(registry, dev, opts.clone()),
+            (Some(a), None) => Controller::open(registry, a, opts.clone()),
+            (None, None) => unreachable!("every source has an address or a device"),
+        };
+        let addr = c.addr;
+        controllers.push(opened.map_err(|source| EnvError::Controller { addr, source })?);
+    }
+    Ok(controllers)
+}
+
+/// Open every NIC's PCI device (the NICs come up once the pool exists).
+#[cfg(feature = "net")]
+fn open_nic_devices(
+    registry: &Arc<UbRegistry>,
+    nics: Vec<Checked>,
+) -> Result<Vec<(String, Arc<PciDevice>)>, EnvError> {
+    let mut nic_devs = Vec::with_capacity(nics.len());
+    for c in nics {
+        let dev = match (c.pci, c.dev) {
+            (_, Some(dev)) => dev,
+            (Some(a), None) => {
+                PciDevice::open(registry.domain(), a).map_err(|source| EnvError::Device {
+                    addr: c.addr.clone(),
+                    source,
+                })?
+            }
+            (None, None) => unreachable!("every source has an address or a device"),
+        };
+        nic_devs.push((c.addr, dev));
+    }
+    Ok(nic_devs)
+}
+
+/// Bring every NIC up on `pool` (each fills its RX ring from it).
+#[cfg(feature = "net")]
+fn start_nics(
+    registry: &Arc<UbRegistry>,
+    nic_devs: Vec<(String, Arc<PciDevice>)>,
+    pool: &Arc<UbPool>,
+    cfg: &NetConfig,
+) -> Result<Vec<VirtioNet>, EnvError> {
+    let mut nics = Vec::with_capacity(nic_devs.len());
+    for (addr, dev) in nic_devs {
+        let nic = VirtioNet::from_device(registry, dev, pool.clone(), cfg.clone())
+            .map_err(|source| EnvError::Nic { addr, source })?;
+        nics.push(nic);
+    }
+    Ok(nics)
 }
 
 /// Parse every address before anything opens.

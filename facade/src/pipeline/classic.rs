@@ -13,7 +13,7 @@ use super::config::{Limit, Mode, PipelineConfig};
 use super::cpu::process_cpu_time;
 use super::engine::{block_range, make_progress};
 use super::error::PipelineError;
-use super::report::PipelineReport;
+use super::report::{PipelineReport, RunFigures};
 use super::sink_ext::PipelineSink;
 
 /// Run the classic path from the file at `path` into `sink`.
@@ -69,17 +69,17 @@ pub fn run_copy<S: PipelineSink + ?Sized>(
     }
     let wall = t0.elapsed();
     let cpu = process_cpu_time().saturating_sub(cpu0);
-    Ok(PipelineReport::new(
-        label,
-        Mode::Copy,
-        format!("file:{} (read)", path.display()),
-        sink.name(),
-        cfg.block_size,
-        1,
+    let figures = RunFigures {
+        label: label.into(),
+        mode: Mode::Copy,
+        source: format!("file:{} (read)", path.display()),
+        sink: sink.name(),
+        block_size: cfg.block_size,
+        qd: 1,
         bytes,
         blocks,
         wall,
         cpu,
-        &lat,
-    ))
+    };
+    Ok(PipelineReport::new(figures, &lat))
 }

@@ -15,6 +15,19 @@ pub fn numa_node_of_cpu(core: usize) -> Option<u32> {
         .next()
 }
 
+/// Online CPUs from sysfs ("0-15,32-47").
+pub fn online_cpus() -> Vec<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            v.extend(a..=b);
+        }
+    }
+    v
+}
+
 /// User + system CPU time of the whole process (all threads, io-wq workers included).
 pub fn process_cpu_time() -> Duration {
     // SAFETY: rusage is plain data, filled by getrusage.
@@ -71,6 +84,13 @@ mod tests {
         }
         assert!(process_cpu_time() > a);
         assert!(ubdirect_core::util::rdtsc() > 0);
+    }
+
+    #[test]
+    fn online_cpu_list_parses() {
+        let cpus = online_cpus();
+        assert!(!cpus.is_empty());
+        assert!(cpus.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use super::mapped_options::MappedPlan;
 use super::mapped_sink::MappedSink;
 use super::mapped_windows::{NotReady, Registrar, StopOnDrop, Windows};
 use super::progress::ProgressBar;
-use super::report::{MappedInfo, PipelineReport};
+use super::report::{MappedInfo, PipelineReport, RunFigures};
 
 /// Window length for `copy_size`-byte copies with the default window target: the largest
 /// multiple of the copy size up to it (at least one copy), so no copy straddles two windows.
@@ -155,19 +155,19 @@ pub fn run_mapped<S: MappedSink + ?Sized>(
         return Err(e);
     }
     let stats = src.registry.stats();
-    let mut r = PipelineReport::new(
-        label,
-        Mode::Direct,
-        src.name.clone(),
-        sinks.name(),
-        plan.copy_size,
-        st.qd,
-        st.delivered,
-        st.blocks,
-        st.wall,
+    let figures = RunFigures {
+        label: label.into(),
+        mode: Mode::Direct,
+        source: src.name.clone(),
+        sink: sinks.name(),
+        block_size: plan.copy_size,
+        qd: st.qd,
+        bytes: st.delivered,
+        blocks: st.blocks,
+        wall: st.wall,
         cpu,
-        &st.lat,
-    );
+    };
+    let mut r = PipelineReport::new(figures, &st.lat);
     r.gpus = sinks.shares(st.wall);
     r.mapped = Some(MappedInfo {
         resident: src.resident,

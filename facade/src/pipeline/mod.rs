@@ -4,6 +4,8 @@
 //! segment runs measure the source alone, the sink alone and the completion-handling cost.
 
 mod bar_sink;
+#[cfg(feature = "nvme")]
+mod builder;
 mod classic;
 mod config;
 mod cpu;
@@ -32,9 +34,14 @@ mod sink_ext;
 mod verify;
 
 pub use bar_sink::{BarSink, Landed};
+#[cfg(feature = "nvme")]
+pub use builder::{
+    map_cap, mapped_plan, FileIo, HostCheck, MappedSettings, Note, Pipeline, PipelineBuilder,
+    PipelineRunError, RunHook, SetupError, SinkSpec, SourceSpec, UringTuning, AUTO_MAPPED_RESIDENT,
+};
 pub use classic::run_copy;
 pub use config::{Limit, Mode, PipelineConfig};
-pub use cpu::{numa_node_of_cpu, process_cpu_time};
+pub use cpu::{numa_node_of_cpu, online_cpus, process_cpu_time};
 #[cfg(feature = "cuda")]
 pub use cuda_sinks::CudaSinks;
 pub use dma_faults::{DmaFaultWatch, DmaFaults};
@@ -49,7 +56,7 @@ pub use mapped_options::{
 #[cfg(feature = "cuda")]
 pub use mapped_sink::MappedSink;
 pub use null_sink::NullSink;
-pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, VerifyResult};
+pub use report::{GpuShare, LatencySummary, MappedInfo, PipelineReport, RunFigures, VerifyResult};
 pub use segments::run_sink_only;
 pub use sink_ext::PipelineSink;
 pub use ubdirect_core::util::pin_to_core;

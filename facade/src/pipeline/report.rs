@@ -134,42 +134,51 @@ pub struct PipelineReport {
     pub verify: Option<VerifyResult>,
 }
 
+/// The raw figures of one run, from which [`PipelineReport::new`] derives the rates.
+#[derive(Debug, Clone)]
+pub struct RunFigures {
+    /// What ran ("pipeline", "segment: ...").
+    pub label: String,
+    /// Direct or copy.
+    pub mode: Mode,
+    /// Source description.
+    pub source: String,
+    /// Sink description.
+    pub sink: String,
+    /// Block size in bytes.
+    pub block_size: usize,
+    /// Queue depth.
+    pub qd: usize,
+    /// Bytes delivered to the sink.
+    pub bytes: u64,
+    /// Blocks delivered.
+    pub blocks: u64,
+    /// Wall time of the run.
+    pub wall: Duration,
+    /// Process CPU time the run took.
+    pub cpu: Duration,
+}
+
 impl PipelineReport {
-    /// Fill the derived rates from the raw counts.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        label: &str,
-        mode: Mode,
-        source: String,
-        sink: String,
-        block_size: usize,
-        qd: usize,
-        bytes: u64,
-        blocks: u64,
-        wall: Duration,
-        cpu: Duration,
-        lat: &LatencyHistogram,
-    ) -> PipelineReport {
-        let s = wall.as_secs_f64().max(1e-9);
-        let gb = bytes as f64 / 1e9;
+    /// The report of a run: `f`'s counts with the derived rates, and `lat`'s percentiles.
+    pub fn new(f: RunFigures, lat: &LatencyHistogram) -> PipelineReport {
+        let s = f.wall.as_secs_f64().max(1e-9);
+        let gb = f.bytes as f64 / 1e9;
+        let cpu = f.cpu.as_secs_f64();
         PipelineReport {
-            label: label.into(),
-            mode,
-            source,
-            sink,
-            block_size,
-            qd,
-            bytes,
-            blocks,
-            seconds: wall.as_secs_f64(),
+            label: f.label,
+            mode: f.mode,
+            source: f.source,
+            sink: f.sink,
+            block_size: f.block_size,
+            qd: f.qd,
+            bytes: f.bytes,
+            blocks: f.blocks,
+            seconds: f.wall.as_secs_f64(),
             gb_per_s: gb / s,
-            iops: blocks as f64 / s,
-            cpu_s_per_gb: if gb > 0.0 {
-                cpu.as_secs_f64() / gb
-            } else {
-                0.0
-            },
-            cores: cpu.as_secs_f64() / s,
+            iops: f.blocks as f64 / s,
+            cpu_s_per_gb: if gb > 0.0 { cpu / gb } else { 0.0 },
+            cores: cpu / s,
             gpus: Vec::new(),
             mapped: None,
             latency: lat.into(),
@@ -265,16 +274,18 @@ mod tests {
         let mut lat = LatencyHistogram::default();
         lat.record(1000);
         let r = PipelineReport::new(
-            "t",
-            Mode::Direct,
-            "src".into(),
-            "sink".into(),
-            4096,
-            1,
-            2_000_000_000,
-            10,
-            Duration::from_secs(2),
-            Duration::from_millis(500),
+            RunFigures {
+                label: "t".into(),
+                mode: Mode::Direct,
+                source: "src".into(),
+                sink: "sink".into(),
+                block_size: 4096,
+                qd: 1,
+                bytes: 2_000_000_000,
+                blocks: 10,
+                wall: Duration::from_secs(2),
+                cpu: Duration::from_millis(500),
+            },
             &lat,
         );
         assert!((r.cores - 0.25).abs() < 1e-9);
