@@ -74,7 +74,7 @@ pub unsafe fn read(
     };
     if mapped {
         // SAFETY: forwarded contract.
-        unsafe { read_mapped(req, dst, &g) }?;
+        unsafe { read_mapped(req, dst, &mut g) }?;
         return Ok(Done::Mapped);
     }
     let direct = match io {
@@ -91,36 +91,45 @@ pub unsafe fn read(
     })
 }
 
-/// Queue copies of `len` bytes from `src` to `dst` in `COPY`-byte pieces.
+/// Queue copies of `len` bytes from `src` to `dst` in `COPY`-byte pieces, round-robin over the
+/// copy streams.
 ///
 /// # Safety
 /// `src` stays mapped and registered, and `dst` is device memory nothing else uses, until the
-/// stream's copies complete.
-unsafe fn copy(g: &Gpu, dst: u64, src: *const u8, len: u64) -> Result<()> {
+/// streams' copies complete.
+unsafe fn copy(g: &mut Gpu, dst: u64, src: *const u8, len: u64) -> Result<()> {
     let mut done = 0u64;
     while done < len {
         let n = COPY.min(len - done);
+        let st = g.next_stream();
         // SAFETY: the caller's contract; `done + n <= len`.
-        let r = unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
-                dst + done,
-                src.add(done as usize).cast(),
-                n as usize,
-                g.stream,
-            )
-        };
-        check(r, "cuMemcpyHtoDAsync")?;
+        unsafe { copy_on(st, dst + done, src.add(done as usize), n) }?;
         done += n;
     }
     Ok(())
 }
 
-/// Record the stream's end and wait for it.
+/// Queue one copy of `len` bytes from `src` to `dst` on `stream`.
+///
+/// # Safety
+/// As [`copy`]; `stream` is a live stream of the bound context.
+unsafe fn copy_on(stream: sys::CUstream, dst: u64, src: *const u8, len: u64) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let r = unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len as usize, stream) };
+    check(r, "cuMemcpyHtoDAsync")
+}
+
+/// Record each stream's end and wait for them all.
 fn finish(g: &Gpu, what: &str) -> Result<()> {
-    // SAFETY: live event and stream of the bound context.
-    let r = unsafe { sys::cuEventRecord(g.done, g.stream) };
-    check(r, "cuEventRecord")?;
-    wait(g.done, what)
+    for (&ev, &st) in g.dones.iter().zip(&g.streams) {
+        // SAFETY: live event and stream of the bound context.
+        let r = unsafe { sys::cuEventRecord(ev, st) };
+        check(r, "cuEventRecord")?;
+    }
+    for &ev in &g.dones {
+        wait(ev, what)?;
+    }
+    Ok(())
 }
 
 /// The mapped path: each window the range touches is acquired (registered on first use, kept
@@ -128,7 +137,7 @@ fn finish(g: &Gpu, what: &str) -> Result<()> {
 ///
 /// # Safety
 /// As [`read`].
-unsafe fn read_mapped(req: &Request, dst: u64, g: &Gpu) -> Result<()> {
+unsafe fn read_mapped(req: &Request, dst: u64, g: &mut Gpu) -> Result<()> {
     let registry = gpu_state::registry(&g.gpu)?;
     let end = req.offset + req.len;
     let mut held: Vec<Arc<FileWindow>> = Vec::new();
@@ -254,12 +263,13 @@ unsafe fn read_staged(req: &Request, dst: u64, g: &mut Gpu, direct: Option<&File
         if res.is_err() {
             break;
         }
+        let st = g.next_stream();
         // SAFETY: the stage is pinned memory we own, not reused before its event completes.
-        res = unsafe { copy(g, dst + (pos - req.offset), stage.add(lead), n) };
+        res = unsafe { copy_on(st, dst + (pos - req.offset), stage.add(lead), n) };
         if res.is_ok() {
             // SAFETY: live event and stream of the bound context.
             res = check(
-                unsafe { sys::cuEventRecord(g.stages[k].event, g.stream) },
+                unsafe { sys::cuEventRecord(g.stages[k].event, st) },
                 "cuEventRecord",
             );
         }

@@ -1,5 +1,5 @@
-//! Per-GPU state the package keeps for the life of the process: the opened GPU, one copy
-//! stream, events, and pinned staging buffers (made on first use); and the one registry of
+//! Per-GPU state the package keeps for the life of the process: the opened GPU, its copy
+//! streams, events, and pinned staging buffers (made on first use); and the one registry of
 //! file windows (page cache mapped and registered with CUDA) shared by every GPU.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,6 +17,9 @@ pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
 pub const STAGE: usize = 32 << 20;
 /// Staging buffers per GPU (one is read into while the other is copied).
 pub const STAGES: usize = 2;
+/// Copy streams per GPU: copies queued round-robin over them run on several copy engines at
+/// once (the CLI's CUDA sink uses 4 streams too).
+pub const COPY_STREAMS: usize = 4;
 
 /// Turn a CUDA status into a result naming the call.
 pub fn check(r: sys::CUresult, call: &str) -> Result<()> {
@@ -41,10 +44,12 @@ pub struct Stage {
 pub struct Gpu {
     /// The GPU (its primary context, which torch and cupy use too).
     pub gpu: Arc<CudaGpu>,
-    /// The copy stream.
-    pub stream: sys::CUstream,
-    /// Recorded after a batch of copies.
-    pub done: sys::CUevent,
+    /// The copy streams.
+    pub streams: Vec<sys::CUstream>,
+    /// One per stream: recorded after a batch of copies.
+    pub dones: Vec<sys::CUevent>,
+    /// The stream the next copy goes to.
+    pub next: usize,
     /// Staging buffers, made on first use.
     pub stages: Vec<Stage>,
 }
@@ -66,34 +71,52 @@ impl Gpu {
     fn open(ordinal: usize) -> Result<Gpu> {
         let gpu = CudaGpu::open(ordinal)?;
         gpu.bind()?;
-        let mut stream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the context is bound.
-        let r = unsafe {
-            sys::cuStreamCreate(
-                &mut stream,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            )
-        };
-        check(r, "cuStreamCreate")?;
+        let mut streams = Vec::with_capacity(COPY_STREAMS);
+        let mut dones = Vec::with_capacity(COPY_STREAMS);
+        for _ in 0..COPY_STREAMS {
+            let mut stream = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local; the context is bound.
+            let r = unsafe {
+                sys::cuStreamCreate(
+                    &mut stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                )
+            };
+            check(r, "cuStreamCreate")?;
+            streams.push(stream);
+            dones.push(event()?);
+        }
         Ok(Gpu {
             gpu,
-            stream,
-            done: event()?,
+            streams,
+            dones,
+            next: 0,
             stages: Vec::new(),
         })
     }
 
-    /// Make the copy stream wait for the work queued so far on `stream` (a CUDA Array
+    /// Make the copy streams wait for the work queued so far on `stream` (a CUDA Array
     /// Interface stream value: 1 legacy default, 2 per-thread default, else a handle).
     pub fn wait_for_stream(&mut self, stream: u64) -> Result<()> {
         let s = stream as usize as sys::CUstream;
-        // SAFETY: `done` is a live event of the bound context; `s` is the caller's stream of
-        // the same context (the CUDA Array Interface contract), or one of the two special
+        // SAFETY: `dones[0]` is a live event of the bound context; `s` is the caller's stream
+        // of the same context (the CUDA Array Interface contract), or one of the two special
         // default-stream handles the driver accepts.
-        check(unsafe { sys::cuEventRecord(self.done, s) }, "cuEventRecord")?;
-        // SAFETY: live stream and event of the bound context.
-        let r = unsafe { sys::cuStreamWaitEvent(self.stream, self.done, 0) };
-        check(r, "cuStreamWaitEvent")
+        let r = unsafe { sys::cuEventRecord(self.dones[0], s) };
+        check(r, "cuEventRecord")?;
+        for &st in &self.streams {
+            // SAFETY: live stream and event of the bound context.
+            let r = unsafe { sys::cuStreamWaitEvent(st, self.dones[0], 0) };
+            check(r, "cuStreamWaitEvent")?;
+        }
+        Ok(())
+    }
+
+    /// The stream for the next copy (round-robin).
+    pub fn next_stream(&mut self) -> sys::CUstream {
+        let s = self.streams[self.next % self.streams.len()];
+        self.next = self.next.wrapping_add(1);
+        s
     }
 
     /// Make the staging buffers (once).
