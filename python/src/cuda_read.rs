@@ -3,20 +3,22 @@
 //! (pread / O_DIRECT into pinned buffers, each copied while the next is read).
 
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
-use ubdirect::cuda::FileWindow;
+use ubdirect::cuda::{CudaGpu, FileWindow};
 
 use crate::errors::{Error, Result};
-use crate::gpu_state::{self, check, wait, Gpu, STAGE};
+use crate::gpu_state::{self, check, wait, Gpu, StreamEnds, STAGE};
 use crate::request::{Io, Request, AUTO_MAPPED_RESIDENT, DIRECT_ALIGN};
 
 /// File windows are this long (the last one of a file ends with it), so that reads of any
-/// ranges of a file share their windows and a second pass finds them registered.
-pub const WINDOW: u64 = 256 << 20;
-/// Bytes per copy out of a window (the CLI's default copy size).
-pub const COPY: u64 = 64 << 20;
+/// ranges of a file share their windows and a second pass finds them registered: the CLI's
+/// window for its default copy size.
+pub const WINDOW: u64 = ubdirect::pipeline::DEFAULT_WINDOW_TARGET;
+/// Bytes per copy out of a window: the CLI's default copy size.
+pub const COPY: u64 = ubdirect::pipeline::DEFAULT_COPY_SIZE as u64;
+const _: () = assert!(WINDOW % COPY == 0, "a copy never straddles two windows");
 
 /// How a CUDA read was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,9 +42,79 @@ impl Done {
     }
 }
 
-/// Read `req` into device memory `[dst, dst + req.len)` of GPU `ordinal`, choosing the path as
-/// the CLI's `--io auto` does: mapped when the range is at least 90 % in the page cache (and
-/// the driver registers read-only host memory), else O_DIRECT, else buffered.
+/// A read whose copies may still run: [`Pending::wait`] returns once they completed (and lets
+/// go of the file windows they read); dropping it waits too.
+pub struct Pending {
+    state: Arc<Mutex<Gpu>>,
+    gpu: Arc<CudaGpu>,
+    /// Recorded after the read's copies on every stream; `None` once waited for (or for a read
+    /// done before `start` returned).
+    ends: Option<StreamEnds>,
+    /// The windows the copies read.
+    held: Vec<Arc<FileWindow>>,
+    what: String,
+    /// Bytes read.
+    pub len: u64,
+    /// The path taken.
+    pub done: Done,
+}
+
+// SAFETY: the events are CUDA driver handles usable from any thread with the context bound
+// (`wait` binds it); the windows are Send + Sync.
+unsafe impl Send for Pending {}
+
+impl Pending {
+    fn finished(state: &Arc<Mutex<Gpu>>, gpu: &Arc<CudaGpu>, len: u64, done: Done) -> Pending {
+        Pending {
+            state: state.clone(),
+            gpu: gpu.clone(),
+            ends: None,
+            held: Vec::new(),
+            what: String::new(),
+            len,
+            done,
+        }
+    }
+
+    /// Wait (with a deadline) until every copy of the read completed.
+    pub fn wait(mut self) -> Result<Done> {
+        self.settle()?;
+        Ok(self.done)
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        let Some(ends) = self.ends.take() else {
+            return Ok(());
+        };
+        let r = self
+            .gpu
+            .bind()
+            .map_err(Error::from)
+            .and_then(|()| ends.iter().try_for_each(|&ev| wait(ev, &self.what)));
+        if let Err(e) = r {
+            // Copies may still read the windows (and record the events): leak both.
+            std::mem::forget(std::mem::take(&mut self.held));
+            return Err(e);
+        }
+        self.held.clear();
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        g.give_back_ends(ends);
+        Ok(())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // The windows must outlive the copies: an error here leaks them (settle says so).
+        let _ = self.settle();
+    }
+}
+
+/// Start reading `req` into device memory `[dst, dst + req.len)` of GPU `ordinal`, choosing
+/// the path as the CLI's `--io auto` does: mapped when the range is at least 90 % in the page
+/// cache (and the driver registers read-only host memory), else O_DIRECT, else buffered. A
+/// mapped read returns once its copies are queued (round-robin over the GPU's copy streams);
+/// direct and buffered reads return done.
 ///
 /// `after`: the destination's stream (CUDA Array Interface v3 `stream`: 1 the legacy default
 /// stream, 2 the per-thread one, else a handle): the copies start after the work queued on it,
@@ -50,19 +122,21 @@ impl Done {
 ///
 /// # Safety
 /// `[dst, dst + req.len)` is device memory of GPU `ordinal` that nothing but the work queued on
-/// `after` uses during the call; `after` is a live stream of that GPU's primary context.
-pub unsafe fn read(
+/// `after` uses until the returned [`Pending`] is waited for (or dropped); `after` is a live
+/// stream of that GPU's primary context.
+pub unsafe fn start(
     req: &Request,
     dst: u64,
     ordinal: usize,
     io: Io,
     after: Option<u64>,
-) -> Result<Done> {
+) -> Result<Pending> {
     let state = gpu_state::gpu(ordinal)?;
     let mut g = state.lock().unwrap_or_else(|p| p.into_inner());
     g.gpu.bind()?;
+    let gpu = g.gpu.clone();
     if req.len == 0 {
-        return Ok(Done::Buffered);
+        return Ok(Pending::finished(&state, &gpu, 0, Done::Buffered));
     }
     if let Some(s) = after {
         g.wait_for_stream(s)?;
@@ -74,8 +148,32 @@ pub unsafe fn read(
     };
     if mapped {
         // SAFETY: forwarded contract.
-        unsafe { read_mapped(req, dst, &mut g) }?;
-        return Ok(Done::Mapped);
+        let (held, queued) = unsafe { queue_mapped(req, dst, &mut g) };
+        let ends = match g.record_ends() {
+            Ok(e) => e,
+            Err(e) => {
+                // The copies cannot be waited for: their windows must stay.
+                std::mem::forget(held);
+                return Err(e);
+            }
+        };
+        drop(g);
+        let p = Pending {
+            state: state.clone(),
+            gpu,
+            ends: Some(ends),
+            held,
+            what: format!("copying {} bytes of {}", req.len, req.path),
+            len: req.len,
+            done: Done::Mapped,
+        };
+        return match queued {
+            Ok(()) => Ok(p),
+            Err(e) => {
+                p.wait()?;
+                Err(e)
+            }
+        };
     }
     let direct = match io {
         Io::Direct => Some(req.open_direct()?.ok_or_else(|| req.direct_refused())?),
@@ -84,11 +182,27 @@ pub unsafe fn read(
     };
     // SAFETY: forwarded contract.
     unsafe { read_staged(req, dst, &mut g, direct.as_ref()) }?;
-    Ok(if direct.is_some() {
+    let done = if direct.is_some() {
         Done::Direct
     } else {
         Done::Buffered
-    })
+    };
+    Ok(Pending::finished(&state, &gpu, req.len, done))
+}
+
+/// Read `req` into device memory `[dst, dst + req.len)` of GPU `ordinal`: [`start`], then wait.
+///
+/// # Safety
+/// As [`start`], until the call returns.
+pub unsafe fn read(
+    req: &Request,
+    dst: u64,
+    ordinal: usize,
+    io: Io,
+    after: Option<u64>,
+) -> Result<Done> {
+    // SAFETY: forwarded contract; the wait below ends the use of `dst`.
+    unsafe { start(req, dst, ordinal, io, after) }?.wait()
 }
 
 /// Queue copies of `len` bytes from `src` to `dst` in `COPY`-byte pieces, round-robin over the
@@ -133,31 +247,31 @@ fn finish(g: &Gpu, what: &str) -> Result<()> {
 }
 
 /// The mapped path: each window the range touches is acquired (registered on first use, kept
-/// for later reads) and copied from in place; the windows are held until every copy completed.
+/// for later reads) and copies out of it queued; returns the windows, which must outlive the
+/// copies, and whether every copy was queued.
 ///
 /// # Safety
-/// As [`read`].
-unsafe fn read_mapped(req: &Request, dst: u64, g: &mut Gpu) -> Result<()> {
-    let registry = gpu_state::registry(&g.gpu)?;
-    let end = req.offset + req.len;
+/// As [`start`].
+unsafe fn queue_mapped(req: &Request, dst: u64, g: &mut Gpu) -> (Vec<Arc<FileWindow>>, Result<()>) {
     let mut held: Vec<Arc<FileWindow>> = Vec::new();
+    let registry = match gpu_state::registry(&g.gpu) {
+        Ok(r) => r,
+        Err(e) => return (held, Err(e)),
+    };
+    let end = req.offset + req.len;
     let mut pos = req.offset;
-    let mut queued: Result<()> = Ok(());
     while pos < end {
         let wstart = pos / WINDOW * WINDOW;
         let wlen = WINDOW.min(req.size - wstart);
         let win = match registry.acquire(&req.file, wstart, wlen) {
             Ok(w) => w,
             Err(e) => {
-                queued = Err(Error::new(
-                    crate::errors::Kind::File,
-                    format!(
-                        "{}: the window of file bytes {wstart}..{}: {e}",
-                        req.path,
-                        wstart + wlen
-                    ),
-                ));
-                break;
+                let msg = format!(
+                    "{}: the window of file bytes {wstart}..{}: {e}",
+                    req.path,
+                    wstart + wlen
+                );
+                return (held, Err(Error::new(crate::errors::Kind::File, msg)));
             }
         };
         let n = (wstart + wlen).min(end) - pos;
@@ -172,18 +286,12 @@ unsafe fn read_mapped(req: &Request, dst: u64, g: &mut Gpu) -> Result<()> {
             )
         };
         held.push(win);
-        if let Err(e) = r {
-            queued = Err(e);
-            break;
+        if r.is_err() {
+            return (held, r);
         }
         pos += n;
     }
-    if let Err(e) = finish(g, &format!("copying {} bytes of {}", req.len, req.path)) {
-        // Copies may still read the windows: they must outlive them.
-        std::mem::forget(held);
-        return Err(e);
-    }
-    queued
+    (held, Ok(()))
 }
 
 /// Read `need` bytes at `offset` of an O_DIRECT file into `buf` (whose length is a multiple of

@@ -17,9 +17,12 @@ pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
 pub const STAGE: usize = 32 << 20;
 /// Staging buffers per GPU (one is read into while the other is copied).
 pub const STAGES: usize = 2;
-/// Copy streams per GPU: copies queued round-robin over them run on several copy engines at
-/// once (the CLI's CUDA sink uses 4 streams too).
-pub const COPY_STREAMS: usize = 4;
+/// Copy streams per GPU, as many as the CLI's CUDA sink: copies queued round-robin over them
+/// run on several copy engines at once.
+pub const COPY_STREAMS: usize = ubdirect::cuda::DEFAULT_STREAMS;
+
+/// One event per copy stream, recorded at the end of a read's copies.
+pub type StreamEnds = [sys::CUevent; COPY_STREAMS];
 
 /// Turn a CUDA status into a result naming the call.
 pub fn check(r: sys::CUresult, call: &str) -> Result<()> {
@@ -52,6 +55,8 @@ pub struct Gpu {
     pub next: usize,
     /// Staging buffers, made on first use.
     pub stages: Vec<Stage>,
+    /// Event sets of reads that completed, for the next reads to record.
+    spare_ends: Vec<StreamEnds>,
 }
 
 // SAFETY: CUDA driver handles (streams, events, pinned memory) may be used from any thread once
@@ -92,6 +97,7 @@ impl Gpu {
             dones,
             next: 0,
             stages: Vec::new(),
+            spare_ends: Vec::new(),
         })
     }
 
@@ -117,6 +123,35 @@ impl Gpu {
         let s = self.streams[self.next % self.streams.len()];
         self.next = self.next.wrapping_add(1);
         s
+    }
+
+    /// Record an event at the end of every copy stream (the copies queued so far); the set
+    /// goes back with [`Gpu::give_back_ends`] once they completed.
+    pub fn record_ends(&mut self) -> Result<StreamEnds> {
+        let ends = match self.spare_ends.pop() {
+            Some(e) => e,
+            None => {
+                let mut e = [std::ptr::null_mut(); COPY_STREAMS];
+                for ev in &mut e {
+                    *ev = event()?;
+                }
+                e
+            }
+        };
+        for (&ev, &st) in ends.iter().zip(&self.streams) {
+            // SAFETY: live event and stream of the bound context.
+            let r = unsafe { sys::cuEventRecord(ev, st) };
+            if let Err(e) = check(r, "cuEventRecord") {
+                self.spare_ends.push(ends);
+                return Err(e);
+            }
+        }
+        Ok(ends)
+    }
+
+    /// Keep an event set from [`Gpu::record_ends`] whose events completed, for reuse.
+    pub fn give_back_ends(&mut self, ends: StreamEnds) {
+        self.spare_ends.push(ends);
     }
 
     /// Make the staging buffers (once).

@@ -7,6 +7,7 @@ mod device_buffer;
 mod errors;
 mod gpu_state;
 mod host_read;
+mod pending_read;
 mod request;
 mod storage;
 
@@ -87,10 +88,12 @@ fn release_windows(py: Python<'_>) {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_host, m)?)?;
     m.add_function(wrap_pyfunction!(read_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(pending_read::start_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(registered_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(release_windows, m)?)?;
     m.add_class::<device_buffer::DeviceBuffer>()?;
+    m.add_class::<pending_read::PendingRead>()?;
     m.add_class::<storage::Env>()?;
     m.add("WINDOW", cuda_read::WINDOW)?;
     Ok(())

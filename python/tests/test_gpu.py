@@ -84,3 +84,52 @@ def test_mapped_windows_stay_registered(big_file):
     assert ubdirect.registered_bytes() >= 256 << 20
     ubdirect.release_windows()
     assert ubdirect.registered_bytes() == 0
+
+
+def test_started_reads_overlap(big_file):
+    """Several mapped reads queued before any is waited for land byte-exact."""
+    torch = pytest.importorskip("torch")
+    from ubdirect._read import start_into
+
+    size = os.path.getsize(big_file)
+    ranges = [(0, 200 << 20), ((200 << 20) + 1, 300 << 20), (size - (90 << 20), 90 << 20)]
+    bufs = [torch.empty(ln, dtype=torch.uint8, device="cuda") for _, ln in ranges]
+    started = [start_into(big_file, b, off, ln, io="mapped") for b, (off, ln) in zip(bufs, ranges)]
+    assert [p.wait() for p in started] == [(ln, "mapped") for _, ln in ranges]
+    assert started[0].wait() == (0, "done")
+    for b, (off, ln) in zip(bufs, ranges):
+        ref = np.fromfile(big_file, dtype=np.uint8, count=ln, offset=off)
+        assert np.array_equal(b.cpu().numpy(), ref), (off, ln)
+
+
+@pytest.mark.parametrize("item_mib", [256, 7])
+def test_loader_mapped_whole_file(big_file, item_mib):
+    """The Loader with copies of several items queued at once: every item byte-exact, in order."""
+    pytest.importorskip("torch")
+    size = os.path.getsize(big_file)
+    item = item_mib << 20
+    items = [(str(big_file), off, min(item, size - off)) for off in range(0, size, item)]
+    ref = np.fromfile(big_file, dtype=np.uint8)
+    n = 0
+    with ubdirect.Loader(items, device=0, prefetch=2, io="mapped") as loader:
+        for (_, off, ln), t in zip(items, loader):
+            assert np.array_equal(t.cpu().numpy(), ref[off : off + ln]), (off, ln)
+            n += 1
+    assert n == len(items)
+
+
+def test_loader_error_after_good_items_and_early_stop(big_file, tmp_path):
+    pytest.importorskip("torch")
+    good = [(str(big_file), i << 20, 1 << 20) for i in range(3)]
+    items = good + [(str(tmp_path / "missing.bin"), 0, 1 << 20)] + good
+    got = []
+    with pytest.raises(ubdirect.FileError, match="missing.bin"):
+        for t in ubdirect.Loader(items, device=0, io="mapped"):
+            got.append(t.cpu().numpy().tobytes())
+    ref = np.fromfile(big_file, dtype=np.uint8, count=3 << 20)
+    assert got == [ref[i << 20 : (i + 1) << 20].tobytes() for i in range(3)]
+    loader = ubdirect.Loader([(str(big_file), 0, 64 << 20)] * 16, device=0, io="mapped")
+    for i, _t in enumerate(loader):
+        if i == 2:
+            break
+    loader.close()

@@ -1,12 +1,13 @@
 """``Loader``: a list of (path, offset, length) items read in order into fresh tensors, the
 next ones prefetched on one background thread."""
 
+import collections
 import queue
 import threading
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from ._errors import InvalidArgument
-from ._read import check_io, check_range, read_into
+from ._read import check_io, check_range, start_into
 
 try:  # A torch IterableDataset when torch is installed (DataLoader then treats it as one).
     import torch as _torch
@@ -23,6 +24,11 @@ except ImportError:  # pragma: no cover - depends on the machine
 Item = Tuple[str, int, int]
 
 _DONE = object()
+# The worker queues the copies of the next items before it waits for the oldest one (always
+# the next item; more while they total under _AHEAD_ITEMS items and _AHEAD_BYTES), so the GPU's
+# copy engines never wait for the thread between items.
+_AHEAD_ITEMS = 8
+_AHEAD_BYTES = 512 << 20
 # How long close() waits for the worker to finish the read it is in.
 _JOIN_LIMIT_S = 120.0
 
@@ -39,6 +45,10 @@ def _alloc(length: int, device: Optional[int]) -> Any:
     from ._native import DeviceBuffer
 
     return DeviceBuffer(length, device)
+
+
+def _over(started: "collections.deque[Tuple[Any, Any, int]]") -> bool:
+    return len(started) >= _AHEAD_ITEMS or sum(n for _b, _p, n in started) >= _AHEAD_BYTES
 
 
 class _Epoch:
@@ -63,18 +73,49 @@ class _Epoch:
         return False
 
     def _work(self) -> None:
+        started: "collections.deque[Tuple[Any, Any, int]]" = collections.deque()
+        try:
+            self._read_all(started)
+        finally:
+            # Copies into the buffers may still run: wait before letting them go.
+            for _buf, pending, _n in started:
+                try:
+                    pending.wait()
+                except BaseException:
+                    pass
+
+    def _read_all(self, started: "collections.deque[Tuple[Any, Any, int]]") -> None:
         for path, offset, length in self.items:
             if self.stop.is_set():
                 return
             try:
                 buf = _alloc(length, self.device)
-                read_into(path, buf, offset, length, self.io)
-            except BaseException as e:  # surfaces in the iterating thread
+                started.append((buf, start_into(path, buf, offset, length, self.io), length))
+            except BaseException as e:  # surfaces in the iterating thread, after the items before
+                if self._hand_out(started, drain=True):
+                    self._put(e)
+                return
+            if not self._hand_out(started, drain=False):
+                return
+        if self._hand_out(started, drain=True):
+            self._put(_DONE)
+
+    def _hand_out(self, started: "collections.deque[Tuple[Any, Any, int]]", drain: bool) -> bool:
+        """Wait for the oldest started reads, in order, and queue their buffers: all of them
+        (``drain``), else while more than one is started and they exceed the look-ahead. False
+        when the epoch stopped or a read failed (its error queued)."""
+        while started and (drain or (len(started) > 1 and _over(started))):
+            buf, pending, _n = started[0]
+            try:
+                pending.wait()
+            except BaseException as e:
+                started.popleft()
                 self._put(e)
-                return
+                return False
+            started.popleft()
             if not self._put(buf):
-                return
-        self._put(_DONE)
+                return False
+        return True
 
     def next(self) -> Any:
         while True:
@@ -102,7 +143,9 @@ class _Epoch:
 
 class Loader(_Base):  # type: ignore[misc, valid-type]
     """Reads ``items`` (a list of ``(path, offset, length)``) in order, each into a fresh
-    buffer, prefetching up to ``prefetch`` items ahead on one background thread.
+    buffer, prefetching up to ``prefetch`` items ahead on one background thread. Besides those,
+    the GPU copies of the next items are queued while the thread waits for the current one (the
+    next item, and more while they total under 512 MiB): their buffers are allocated then.
 
     Iterating yields one buffer per item, in order: a ``torch.uint8`` tensor of ``length``
     bytes on ``cuda:<device>`` when torch is installed, else a :class:`DeviceBuffer`

@@ -65,3 +65,32 @@ def read_into(
     else:
         n = _native.read_host(p, d.addr, d.nbytes, offset, length, io)
     return n
+
+
+class _Finished:
+    """A read done before ``start_into`` returned."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def wait(self) -> "tuple[int, str]":
+        return self.n, "done"
+
+
+def start_into(
+    path: Union[str, "os.PathLike[str]"],
+    dst: Any,
+    offset: int = 0,
+    length: Optional[int] = None,
+    io: str = "auto",
+) -> Any:
+    """``read_into`` that returns once a mapped read's copies are queued: the result's
+    ``wait()`` returns (bytes read, the path taken) once they completed. ``dst`` is kept alive
+    until then; its contents are undefined before it."""
+    check_io(io)
+    check_range(offset, length)
+    d = resolve(dst)
+    p = os.fsdecode(os.fspath(path))
+    if d.cuda:
+        return _native.start_cuda(p, dst, d.addr, d.nbytes, offset, length, io, d.stream)
+    return _Finished(_native.read_host(p, d.addr, d.nbytes, offset, length, io))

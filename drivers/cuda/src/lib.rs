@@ -32,4 +32,4 @@ pub use file_window::{
 pub use gpu::CudaGpu;
 pub use host_register::{CudaHostPinner, HostRegistration};
 pub use loader::{driver_available, nvrtc_available};
-pub use sink::{CudaSink, CudaSinkConfig};
+pub use sink::{CudaSink, CudaSinkConfig, DEFAULT_STREAMS};

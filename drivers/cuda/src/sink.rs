@@ -20,6 +20,10 @@ use crate::slots::Slots;
 /// How long a pageable copy waits for the device work still using its slot.
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Copy streams per GPU by default (the CLI's `--streams`): host-to-device copies spread
+/// round-robin over several streams run on several copy engines at once.
+pub const DEFAULT_STREAMS: usize = 4;
+
 /// How to build a [`CudaSink`].
 #[derive(Debug, Clone)]
 pub struct CudaSinkConfig {
