@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The Python package on a CUDA machine (the H200 device machine), in one call of the device tool:
 # the pytest suite (GPU tests included) against the wheel, then file -> GPU from an 8 GiB
-# /dev/shm file: the CLI's mapped pipeline, ubdirect.Loader, and a PyTorch-style threaded loader.
+# /dev/shm file: the CLI's mapped pipeline, ubdirect.Loader, a PyTorch-style threaded loader,
+# and KvikIO when its wheels are carried.
 #
 # Usage: python/bench/h200.sh CARRY_DIR [OUT_DIR]
-#   CARRY_DIR holds the wheel (pip wheel ./python) and `ubdirect` (the release CLI); TESTS
-#   (python/tests beside this script) the pytest suite.
-# Env: SHM_GIB (8), ITEM_MIB ("256,64": Loader item sizes), THREADS ("8,16"), PASSES (3).
+#   CARRY_DIR holds the wheel (pip wheel ./python), `ubdirect` (the release CLI), optionally
+#   wheels/ (pytest and its dependencies, for a machine without pytest) and kvikio/ (kvikio-cu13,
+#   libkvikio-cu13, rapids-logger, cuda-pathfinder, nvidia-cufile: installed --no-deps, without
+#   cupy: KvikIO reads into torch tensors); TESTS (python/tests beside this script) the suite.
+# Env: SHM_GIB (8), ITEM_MIB ("256,64": Loader item sizes), THREADS ("8,16"), PASSES (3),
+#   KVIKIO_THREADS ("1,8,16").
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TESTS=${TESTS:-$here/../tests}
@@ -66,4 +70,13 @@ PY
 
 log "loader_bench.py $SHM ${ITEM_MIB:-256,64} ${THREADS:-8,16} ${PASSES:-3}"
 timeout 150 python3 "$here/loader_bench.py" "$SHM" "${ITEM_MIB:-256,64}" "${THREADS:-8,16}" "${PASSES:-3}" 2>&1 | tee -a "$LOG"
+
+if ls "$CARRY"/kvikio/*.whl > /dev/null 2>&1; then
+    log "KvikIO: pip install --no-index --no-deps --target $OUT/kvikio $CARRY/kvikio/*.whl"
+    python3 -m pip install -q --no-index --no-deps --target "$OUT/kvikio" "$CARRY"/kvikio/*.whl 2>&1 | tail -n 5 | tee -a "$LOG"
+    export PYTHONPATH="$PYTHONPATH:$OUT/kvikio"
+    python3 -c 'import kvikio; print("kvikio", kvikio.__version__, "imports")' 2>&1 | tail -n 5 | tee -a "$LOG"
+    log "kvikio_bench.py $SHM ${KVIKIO_THREADS:-1,8,16} 2"
+    timeout 120 python3 "$here/kvikio_bench.py" "$SHM" "${KVIKIO_THREADS:-1,8,16}" 2 2>&1 | tail -n 20 | tee -a "$LOG"
+fi
 rm -f "$SHM"
