@@ -773,6 +773,14 @@ reserve_pages() {
         say "hugepages: $have x ${HUGEPGSZ}kB reserved on $3 (HUGEMEM=$HUGEMEM MiB needs $2): unchanged"
         return 0
     fi
+    # More than the free memory (less 64 MiB for the system) is refused before the count is
+    # touched: the kernel would take every free page while trying, and the machine's processes
+    # would meet the OOM killer before the count is put back.
+    avail=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+    more=$((($2 - have) * HUGEPGSZ))
+    if [ -n "$avail" ] && [ "$more" -gt $((avail - 65536)) ]; then
+        die "hugepages: HUGEMEM=$HUGEMEM MiB needs $2 x ${HUGEPGSZ}kB on $3, $((more / 1024)) MiB more than the $have reserved, but only $((avail / 1024)) MiB of memory is available (MemAvailable, of which 64 MiB stay with the system): nothing was changed and no device was bound. Ask for less (HUGEMEM), free memory, or reserve at boot with hugepages=$2 on the kernel command line"
+    fi
     echo "$2" >"$1" 2>/dev/null
     got=$(read_attr "$1")
     RAISED="$RAISED $1:$have"
