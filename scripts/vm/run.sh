@@ -16,7 +16,7 @@
 #                          with a 1 MiB Controller Memory Buffer) (UBD_VM_DEVICES, all)
 #   --extra-qemu "ARGS"    more QEMU arguments, word-split          (UBD_VM_QEMU_EXTRA)
 #   --append "ARGS"        more kernel command-line arguments       (UBD_VM_APPEND)
-#   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 4608M, UBD_VM_SMP 2)
+#   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
 #                          (with 3G the 1 GiB hugepage finds no free aligned gigabyte at boot)
 #   --hugepages "ARGS"     hugepage kernel arguments                (UBD_VM_HUGEPAGES)
 #   --timeout SECONDS      deadline; the guest is killed and the run fails (UBD_VM_TIMEOUT, 900)
@@ -53,7 +53,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 UBD_VM_DEVICES=${UBD_VM_DEVICES:-nvme0 nvme1 ivshmem nic0 nic1 nvmemdts0 nicmq nvmecmb sata igb}
 UBD_VM_QEMU_EXTRA=${UBD_VM_QEMU_EXTRA:-}
 UBD_VM_APPEND=${UBD_VM_APPEND:-}
-UBD_VM_MEM=${UBD_VM_MEM:-4608M}
+UBD_VM_MEM=${UBD_VM_MEM:-3584M}
 UBD_VM_SMP=${UBD_VM_SMP:-2}
 UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepages=768 hugepagesz=1G hugepages=1}
 UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
