@@ -159,10 +159,7 @@ deny_host() {
 
 # allow_host: a fresh entry for $host with its DH-HMAC-CHAP settings, admitted by $subdir.
 allow_host() {
-    [ -n "$host" ] || die "no host NQN: nvmet.sh --allow-host HOSTNQN"
     [ -d "$subdir" ] || die "no subsystem $nqn: set the target up first (nvmet.sh ADDR)"
-    [ -n "$keyf" ] || [ -z "$ctrlkeyf$hash$dhgroup" ] ||
-        die "--dhchap-ctrl-key-file, --dhchap-hash and --dhchap-dhgroup need --dhchap-key-file"
     drop_host
     hd=$cfg/hosts/$host
     mkdir "$hd" || die "cannot create $hd"
@@ -240,6 +237,10 @@ add-port)
     ;;
 connect)
     [ -n "$addr" ] || die "no address: nvmet.sh --connect ADDR"
+    [ -n "$secretf" ] || [ -z "$ctrlsecretf" ] || die "--dhchap-ctrl-secret-file needs --dhchap-secret-file"
+    for f in $secretf $ctrlsecretf; do
+        [ -r "$f" ] || die "cannot read the secret file $f"
+    done
     load nvme-tcp
     [ -c /dev/nvme-fabrics ] || die "no /dev/nvme-fabrics: the kernel's NVMe-oF initiator is missing"
     if [ -n "$hostnqn" ]; then
@@ -285,6 +286,12 @@ disconnect)
     echo "nvmet.sh: $n controller(s) of $nqn disconnected"
     ;;
 allow-host)
+    [ -n "$host" ] || die "no host NQN: nvmet.sh --allow-host HOSTNQN"
+    [ -n "$keyf" ] || [ -z "$ctrlkeyf$hash$dhgroup" ] ||
+        die "--dhchap-ctrl-key-file, --dhchap-hash and --dhchap-dhgroup need --dhchap-key-file"
+    for f in $keyf $ctrlkeyf; do
+        [ -r "$f" ] || die "cannot read the secret file $f"
+    done
     configfs
     allow_host
     echo "nvmet.sh: $host admitted on $nqn${keyf:+ (DH-HMAC-CHAP ${hash:-hmac(sha256)} ${dhgroup:-null}${ctrlkeyf:+, bidirectional})}"
