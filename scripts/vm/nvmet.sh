@@ -16,16 +16,34 @@
 #       until SECONDS (default 30) pass; prints the namespace's block device (/dev/nvmeXn1).
 #       --ctrl-loss-tmo: give up on a lost target after that long (kernel default 600 s; with
 #       reconnect_delay=1), so I/O to a removed port fails instead of waiting
+#       --hostnqn HOSTNQN: connect as that host (its hostid is the UUID of a uuid-form NQN);
+#       --dhchap-secret-file FILE / --dhchap-ctrl-secret-file FILE: authenticate with the DHHC-1
+#       host secret in FILE (dhchap_secret=), and the controller too with the one in the other
+#       (dhchap_ctrl_secret=); a refused authentication is not retried
 #   nvmet.sh --disconnect [--nqn NQN]  delete every fabrics controller connected to NQN
+#   nvmet.sh --allow-host HOSTNQN [--dhchap-key-file FILE [--dhchap-ctrl-key-file FILE]
+#            [--dhchap-hash HASH] [--dhchap-dhgroup GROUP]] [--nqn NQN]
+#       admit HOSTNQN on NQN through allowed_hosts (attr_allow_any_host 0: only the hosts
+#       admitted this way connect), authenticated with DH-HMAC-CHAP when a key file is given:
+#       FILE holds the host's DHHC-1 secret (dhchap_key), the controller key FILE makes it
+#       bidirectional (dhchap_ctrl_key); HASH hmac(sha256) (default), hmac(sha384) or
+#       hmac(sha512); GROUP null (default), ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144 or
+#       ffdhe8192. Run again to replace the host's settings. Secrets come from files, never
+#       from arguments (they would show in ps).
+#   nvmet.sh --deny-host HOSTNQN [--nqn NQN]   the host entry removed; when no admitted host
+#       is left, NQN admits any host again (attr_allow_any_host 1)
 #
 # Kernels: the ubd kernel has nvmet, nvmet-tcp and nvme-tcp built in; on Debian's kernels they are
 # modules in the initramfs (UBD_VM_MODULES_ONDEMAND) and loaded here with modprobe.
-# Exit status: 0 done, 1 failed (the reason on stderr), 2 usage.
+# Exit status: 0 done, 1 failed (the reason on stderr), 2 usage, 3 this kernel lacks
+# DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH for --allow-host with a key, CONFIG_NVME_HOST_AUTH for
+# --connect with a secret; the reason on stderr).
 set -u
 
 nqn=nqn.2026-11.io.ubdirect:test
 port=4420
 mode=up addr='' dev='' file='' size=64M wait=30 opts=''
+host='' keyf='' ctrlkeyf='' hash='' dhgroup='' hostnqn='' secretf='' ctrlsecretf=''
 cfg=/sys/kernel/config/nvmet
 
 die() {
@@ -51,6 +69,15 @@ while [ $# -gt 0 ]; do
     --add-port) mode=add-port && addr=$2 && shift 2 ;;
     --connect) mode=connect && addr=$2 && shift 2 ;;
     --disconnect) mode=disconnect && shift ;;
+    --allow-host) mode=allow-host && host=$2 && shift 2 ;;
+    --deny-host) mode=deny-host && host=$2 && shift 2 ;;
+    --dhchap-key-file) keyf=$2 && shift 2 ;;
+    --dhchap-ctrl-key-file) ctrlkeyf=$2 && shift 2 ;;
+    --dhchap-hash) hash=$2 && shift 2 ;;
+    --dhchap-dhgroup) dhgroup=$2 && shift 2 ;;
+    --hostnqn) hostnqn=$2 && shift 2 ;;
+    --dhchap-secret-file) secretf=$2 && shift 2 ;;
+    --dhchap-ctrl-secret-file) ctrlsecretf=$2 && shift 2 ;;
     -h | --help) usage ;;
     -*) echo "nvmet.sh: unknown option '$1'" >&2 && usage ;;
     *) addr=$1 && shift ;;
@@ -99,6 +126,59 @@ remove_port() {
     rmdir "$portdir" || die "cannot remove $portdir"
 }
 
+# secret FILE: the first line of FILE (a DHHC-1 secret), without its newline.
+secret() {
+    [ -r "$1" ] || die "cannot read the secret file $1"
+    head -n1 "$1" | tr -d '\n'
+}
+
+# unsupported WHAT: exit 3, this kernel lacks DH-HMAC-CHAP.
+unsupported() {
+    echo "nvmet.sh: $*" >&2
+    exit 3
+}
+
+# drop_host: unlink $host from $subdir's allowed hosts and remove its entry.
+drop_host() {
+    if [ -L "$subdir/allowed_hosts/$host" ]; then
+        rm "$subdir/allowed_hosts/$host" || die "cannot unlink $host from $nqn"
+    fi
+    if [ -d "$cfg/hosts/$host" ]; then
+        rmdir "$cfg/hosts/$host" || die "cannot remove $cfg/hosts/$host (still admitted by another subsystem?)"
+    fi
+}
+
+# deny_host: drop_host; with no admitted host left, the subsystem admits any host again.
+deny_host() {
+    drop_host
+    for l in "$subdir"/allowed_hosts/*; do
+        [ -L "$l" ] && return 0
+    done
+    echo 1 >"$subdir/attr_allow_any_host"
+}
+
+# allow_host: a fresh entry for $host with its DH-HMAC-CHAP settings, admitted by $subdir.
+allow_host() {
+    [ -d "$subdir" ] || die "no subsystem $nqn: set the target up first (nvmet.sh ADDR)"
+    drop_host
+    hd=$cfg/hosts/$host
+    mkdir "$hd" || die "cannot create $hd"
+    if [ -n "$keyf" ]; then
+        if [ ! -e "$hd/dhchap_key" ]; then
+            rmdir "$hd"
+            unsupported "this kernel's nvmet has no DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH): no dhchap_key in $hd"
+        fi
+        secret "$keyf" >"$hd/dhchap_key" || die "the target refused the host key in $keyf (see dmesg)"
+        if [ -n "$ctrlkeyf" ]; then
+            secret "$ctrlkeyf" >"$hd/dhchap_ctrl_key" || die "the target refused the controller key in $ctrlkeyf (see dmesg)"
+        fi
+        echo "${hash:-hmac(sha256)}" >"$hd/dhchap_hash" || die "the target refused hash ${hash:-hmac(sha256)}"
+        echo "${dhgroup:-null}" >"$hd/dhchap_dhgroup" || die "the target refused DH group ${dhgroup:-null}"
+    fi
+    echo 0 >"$subdir/attr_allow_any_host"
+    ln -s "$hd" "$subdir/allowed_hosts/$host" || die "cannot admit $host on $nqn"
+}
+
 case $mode in
 up)
     [ -n "$addr" ] || die "no address: nvmet.sh ADDR [--dev DEV | --file PATH] (e.g. 127.0.0.1)"
@@ -130,12 +210,18 @@ remove)
     done
     for s in "$cfg"/subsystems/*; do
         [ -d "$s" ] || continue
+        for l in "$s"/allowed_hosts/*; do
+            [ -L "$l" ] && rm "$l"
+        done
         for n in "$s"/namespaces/*; do
             [ -d "$n" ] || continue
             echo 0 >"$n/enable"
             rmdir "$n"
         done
         rmdir "$s" || die "cannot remove $s"
+    done
+    for h in "$cfg"/hosts/*; do
+        [ -d "$h" ] && { rmdir "$h" || die "cannot remove $h"; }
     done
     echo "nvmet.sh: target removed"
     ;;
@@ -151,12 +237,30 @@ add-port)
     ;;
 connect)
     [ -n "$addr" ] || die "no address: nvmet.sh --connect ADDR"
+    [ -n "$secretf" ] || [ -z "$ctrlsecretf" ] || die "--dhchap-ctrl-secret-file needs --dhchap-secret-file"
+    for f in $secretf $ctrlsecretf; do
+        [ -r "$f" ] || die "cannot read the secret file $f"
+    done
     load nvme-tcp
     [ -c /dev/nvme-fabrics ] || die "no /dev/nvme-fabrics: the kernel's NVMe-oF initiator is missing"
+    if [ -n "$hostnqn" ]; then
+        opts="$opts,hostnqn=$hostnqn"
+        case $hostnqn in *:uuid:*) opts="$opts,hostid=${hostnqn##*:uuid:}" ;; esac
+    fi
+    retry=1
+    if [ -n "$secretf$ctrlsecretf" ]; then
+        # Reading /dev/nvme-fabrics unconnected lists the options this kernel parses.
+        grep -q dhchap_secret /dev/nvme-fabrics ||
+            unsupported "this kernel's NVMe-oF initiator has no DH-HMAC-CHAP (CONFIG_NVME_HOST_AUTH): no dhchap_secret option in /dev/nvme-fabrics"
+        [ -n "$secretf" ] && opts="$opts,dhchap_secret=$(secret "$secretf")"
+        [ -n "$ctrlsecretf" ] && opts="$opts,dhchap_ctrl_secret=$(secret "$ctrlsecretf")"
+        retry=0
+    fi
     end=$(($(cut -d. -f1 /proc/uptime) + wait))
     while :; do
         out=$(echo "transport=tcp,traddr=$addr,trsvcid=$port,nqn=$nqn$opts" 2>/dev/null |
             { exec 3<>/dev/nvme-fabrics && cat >&3 && head -n1 <&3; } 2>&1) && break
+        [ $retry = 1 ] || die "the connection to $nqn at $addr:$port with DH-HMAC-CHAP was refused ($out; see dmesg)"
         [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ] ||
             die "cannot connect to $nqn at $addr:$port within ${wait}s ($out): is the target up (nvmet.sh $addr on the target)?"
         sleep 1
@@ -180,6 +284,24 @@ disconnect)
         echo 1 >"$c/delete_controller" && n=$((n + 1))
     done
     echo "nvmet.sh: $n controller(s) of $nqn disconnected"
+    ;;
+allow-host)
+    [ -n "$host" ] || die "no host NQN: nvmet.sh --allow-host HOSTNQN"
+    [ -n "$keyf" ] || [ -z "$ctrlkeyf$hash$dhgroup" ] ||
+        die "--dhchap-ctrl-key-file, --dhchap-hash and --dhchap-dhgroup need --dhchap-key-file"
+    for f in $keyf $ctrlkeyf; do
+        [ -r "$f" ] || die "cannot read the secret file $f"
+    done
+    configfs
+    allow_host
+    echo "nvmet.sh: $host admitted on $nqn${keyf:+ (DH-HMAC-CHAP ${hash:-hmac(sha256)} ${dhgroup:-null}${ctrlkeyf:+, bidirectional})}"
+    ;;
+deny-host)
+    [ -n "$host" ] || die "no host NQN: nvmet.sh --deny-host HOSTNQN"
+    configfs
+    [ -d "$subdir" ] || die "no subsystem $nqn"
+    deny_host
+    echo "nvmet.sh: $host no longer admitted on $nqn"
     ;;
 esac
 exit 0

@@ -214,6 +214,14 @@ expect "nvmet.sh: --dev that is not a block device" \
 expect "nvmet.sh: --dev and --file together" "1 nvmet.sh: --dev and --file exclude each other" \
     "$(out_of sh "$here/nvmet.sh" 127.0.0.1 --dev /dev/null --file "$tmp/f")"
 expect "nvmet.sh: ... and created no file" "no" "$([[ -e $tmp/f ]] && echo yes || echo no)"
+expect "nvmet.sh: DH-HMAC-CHAP settings without a host key" \
+    "1 nvmet.sh: --dhchap-ctrl-key-file, --dhchap-hash and --dhchap-dhgroup need --dhchap-key-file" \
+    "$(out_of sh "$here/nvmet.sh" --allow-host nqn.2014-08.org.nvmexpress:uuid:x --dhchap-hash 'hmac(sha512)')"
+expect "nvmet.sh: an unreadable host key file" "1 nvmet.sh: cannot read the secret file $tmp/no.key" \
+    "$(out_of sh "$here/nvmet.sh" --allow-host nqn.2014-08.org.nvmexpress:uuid:x --dhchap-key-file "$tmp/no.key")"
+expect "nvmet.sh: a controller secret without a host secret (kernel host)" \
+    "1 nvmet.sh: --dhchap-ctrl-secret-file needs --dhchap-secret-file" \
+    "$(out_of sh "$here/nvmet.sh" --connect 127.0.0.1 --dhchap-ctrl-secret-file "$tmp/no.key")"
 expect "pair.sh: no initiator command" "2 vm: error: no initiator command: scripts/vm/pair.sh [options] -- <command> (see --help)" \
     "$(out_of "$here/pair.sh")"
 

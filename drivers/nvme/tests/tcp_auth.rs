@@ -144,6 +144,23 @@ fn wrong_key_is_refused_before_any_other_command() {
 }
 
 #[test]
+fn a_target_closing_instead_of_refusing_a_wrong_key_is_named() {
+    let mut cfg = config(KEY);
+    cfg.close_on_failure = true;
+    let t = start(cfg);
+    let (qid, e) = auth_error(connect(&t, &opts(Some(other_key()), None)));
+    assert_eq!(qid, 0);
+    assert_eq!(
+        e,
+        AuthError::ClosedAfter {
+            step: "DH-HMAC-CHAP_Reply"
+        }
+    );
+    assert!(e.to_string().contains("check that the host secret"), "{e}");
+    only_auth_commands(&t);
+}
+
+#[test]
 fn missing_key_is_refused_and_nothing_is_sent() {
     let t = start(config(KEY));
     let e = connect(&t, &opts(None, None)).unwrap_err();

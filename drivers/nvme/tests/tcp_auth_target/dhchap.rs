@@ -29,6 +29,9 @@ pub struct TargetAuth {
     pub ascr: bool,
     /// Answer a host challenge with a Success1 that carries no response.
     pub silent: bool,
+    /// Close the connection instead of returning an AUTH_Failure1 (as Linux nvmet can: it
+    /// fails the controller as it refuses the host).
+    pub close_on_failure: bool,
     /// Host NQN.
     pub hostnqn: String,
     /// Subsystem NQN.
@@ -78,6 +81,11 @@ impl Side {
     /// The message an Authentication Receive returns.
     pub fn receive(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether the next Authentication Receive would return an AUTH_Failure1.
+    pub fn failing(&self) -> bool {
+        self.outbox.get(..2) == Some(&[auth_type::COMMON, msg::FAILURE1][..])
     }
 
     /// An Authentication Send from the host.

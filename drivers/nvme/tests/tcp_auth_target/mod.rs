@@ -95,6 +95,7 @@ pub fn config(host: &str) -> TargetAuth {
         group: DhGroup::Null,
         require: true,
         silent: false,
+        close_on_failure: false,
         ascr: false,
         no_io_atr: false,
         no_auth: false,
@@ -255,6 +256,10 @@ impl Conn {
                 assert_eq!(sqe[43], 0xe9, "SECP");
                 self.side.send(&m[..len]);
                 resp(cid, 0, 0)
+            }
+            (0x7f, 0x06) if self.side.cfg.close_on_failure && self.side.failing() => {
+                let _ = self.t.shutdown(std::net::Shutdown::Both);
+                Vec::new()
             }
             (0x7f, 0x06) => {
                 let mut m = self.side.receive();

@@ -5,7 +5,7 @@
 use zeroize::Zeroizing;
 
 use super::algo::{DhGroup, DhKey, DhValueError, HashFn};
-use super::error::AuthError;
+use super::error::{AuthError, STEP_NEGOTIATE, STEP_REPLY};
 use super::messages::{self, Challenge, Incoming, Reply};
 use super::AuthConfig;
 use crate::transport::tcp::error::TcpError;
@@ -139,13 +139,17 @@ impl Transaction<'_> {
             .into(),
             e => e,
         })?;
-        let buf = ch.receive()?;
+        let buf = ch
+            .receive()
+            .map_err(|e| AuthError::closed_after(STEP_NEGOTIATE, e))?;
         let (reply, pending, agreed) = match self.on_challenge(&buf) {
             Ok(r) => r,
             Err(e) => return Err(self.fail(ch, e)),
         };
         ch.send(&reply)?;
-        let buf = ch.receive()?;
+        let buf = ch
+            .receive()
+            .map_err(|e| AuthError::closed_after(STEP_REPLY, e))?;
         if let Err(e) = self.on_success1(&buf, &pending) {
             return Err(self.fail(ch, e));
         }
@@ -185,7 +189,7 @@ impl Transaction<'_> {
 
     /// Check the Challenge against what the host offered and build the Reply.
     fn on_challenge(&self, buf: &[u8]) -> Result<(Vec<u8>, Pending, Authenticated), AuthError> {
-        const STEP: &str = "AUTH_Negotiate";
+        const STEP: &str = STEP_NEGOTIATE;
         let c = match self.incoming(buf, STEP)? {
             Incoming::Challenge(c) => c,
             other => {
@@ -261,7 +265,7 @@ impl Transaction<'_> {
             })?;
         if c.challenge.len() != hash.digest_len() {
             return Err(AuthError::BadMessage {
-                step: "AUTH_Negotiate",
+                step: STEP_NEGOTIATE,
                 reason: format!(
                     "HL is {} but {} is {} bytes long",
                     c.challenge.len(),
@@ -305,7 +309,7 @@ impl Transaction<'_> {
 
     /// Check Success1: its hash length and, bidirectional, the controller's response.
     fn on_success1(&self, buf: &[u8], p: &Pending) -> Result<(), AuthError> {
-        const STEP: &str = "DH-HMAC-CHAP_Reply";
+        const STEP: &str = STEP_REPLY;
         let s = match self.incoming(buf, STEP)? {
             Incoming::Success1(s) => s,
             other => {

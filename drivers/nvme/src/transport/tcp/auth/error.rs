@@ -3,6 +3,7 @@
 use thiserror::Error;
 
 use super::messages::{failure, MessageError};
+use crate::transport::tcp::error::TcpError;
 
 /// The fix [`AuthError::NoSecret`] names.
 pub const GIVE_SECRET: &str = "give a host secret (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN)";
@@ -25,6 +26,14 @@ pub enum AuthError {
         step: &'static str,
         /// Reason code explanation.
         explanation: u8,
+    },
+    /// The target closed the connection where it owed the host an answer to `step`.
+    /// Linux's nvmet fails the controller as it refuses a host, and its connection can close
+    /// before the AUTH_Failure1 reaches the host.
+    #[error("the target closed the connection instead of answering the host's {step}: a target refusing the host does so at times (Linux nvmet); {}; nothing else was sent", closed_hint(.step))]
+    ClosedAfter {
+        /// The host message left unanswered.
+        step: &'static str,
     },
     /// The controller's response R2 does not match the controller secret.
     #[error("the controller's DH-HMAC-CHAP response does not match the controller secret: this target does not hold that secret (wrong controller secret, or not the intended target); the connection was dropped")]
@@ -77,12 +86,35 @@ pub enum AuthError {
     Random,
 }
 
+/// What a target closing the connection after `step` most likely refused.
+fn closed_hint(step: &str) -> &'static str {
+    if step == STEP_REPLY {
+        "check that the host secret is the one the target holds for this host NQN, and the target's log"
+    } else {
+        "check that the target holds a DH-HMAC-CHAP key for this host NQN and can use a hash and DH group the host offers, and the target's log"
+    }
+}
+
+/// The host message answered by the controller's Success1 or Failure1.
+pub const STEP_REPLY: &str = "DH-HMAC-CHAP_Reply";
+/// The host message answered by the controller's Challenge or Failure1.
+pub const STEP_NEGOTIATE: &str = "AUTH_Negotiate";
+
 impl AuthError {
     /// A malformed-message error for `step` from a parse error.
     pub fn message(step: &'static str, e: MessageError) -> AuthError {
         AuthError::BadMessage {
             step,
             reason: e.to_string(),
+        }
+    }
+
+    /// `e` as [`AuthError::ClosedAfter`] `step` when it says the connection closed; other
+    /// errors unchanged.
+    pub fn closed_after(step: &'static str, e: TcpError) -> TcpError {
+        match e {
+            TcpError::Closed { .. } => AuthError::ClosedAfter { step }.into(),
+            e => e,
         }
     }
 
