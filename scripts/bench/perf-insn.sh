@@ -9,8 +9,9 @@
 #
 # Instructions are grouped by the source file they come from (inlined code keeps its file) and,
 # for the standard library's inlined code, by the function it was inlined into:
-#   perf loop  the worker's own lines (slot table, request set-up, counters, checks, rdtsc)
-#   closure    the poll closure's lines (latency, counts, verify, the free list)
+#   perf loop  the worker's own lines (src/cli/perf.rs: worker, Worker and its parts: slot table,
+#              request set-up, counters, checks, rdtsc)
+#   closure    the poll closure's lines (Worker::reap: latency, counts, verify, the free list)
 #   histogram  core/src/util/histogram.rs (recording a latency)
 #   driver     drivers/nvme/src/ and the rest of core/src, and std code inlined there (submit,
 #              ring, poll, the doorbell writes); std code the compiler inlined from the driver
@@ -70,8 +71,8 @@ run() {
             fn = file; sub(/^[^:]*:/, "", fn)
             if (file ~ /^core\/src\/util\/histogram\.rs/) c["hist"] += n
             else if (file ~ /^(drivers\/nvme\/src|core\/src)/) c["driver"] += n
-            else if (fn ~ /^ubdirect::cli::perf::worker::\{\{closure\}\}/) c["closure"] += n
-            else if (fn ~ /^ubdirect::cli::perf::worker/) c["perf"] += n
+            else if (fn ~ /^<?ubdirect::cli::perf::[A-Za-z_:]*reap::\{\{closure\}\}/) c["closure"] += n
+            else if (fn ~ /^<?ubdirect::cli::perf::/) c["perf"] += n
             else if (fn ~ /^(<)?ubdirect_(nvme|core)/) c["driver"] += n
             else c["lib"] += n
         }
