@@ -30,8 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     }
     let (tx_addr, rx_addr) = (args[1].as_str(), args[2].as_str());
-    let frames: u64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
-    let size: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1514);
+    let (frames, size) = counts(&args)?;
 
     // 1. One call: the hugepages checked, the DMA domain, both NICs' devices, a pool of 4 KiB
     //    blocks (mapped for the devices' DMA, so after them), then the NICs come up, each
@@ -68,11 +67,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while got < frames {
         while sent < frames && txv.len() < BATCH && sent - got < 128 {
             let mut buf = pool.get()?;
-            let f = &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + size];
-            f[0..6].copy_from_slice(&dst);
-            f[6..12].copy_from_slice(&src);
-            f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-            f[14..].fill(sent as u8);
+            fill_frame(
+                &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + size],
+                dst,
+                src,
+                sent,
+            );
             txv.push(TxFrame::new(buf, size).map_err(|(_, e)| e)?);
             sent += 1;
         }
@@ -103,4 +103,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     a.shutdown()?;
     b.shutdown()?;
     Ok(())
+}
+
+/// An Ethernet frame from `src` to `dst` (EtherType 0x88b5, local experimental) whose payload
+/// bytes are all `seq`'s low byte.
+fn fill_frame(f: &mut [u8], dst: [u8; 6], src: [u8; 6], seq: u64) {
+    f[0..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f[14..].fill(seq as u8);
+}
+
+/// The frame count and size arguments (1000 frames of 1514 bytes when not given).
+fn counts(args: &[String]) -> Result<(u64, usize), std::num::ParseIntError> {
+    let frames = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
+    let size = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1514);
+    Ok((frames, size))
 }

@@ -51,59 +51,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let done = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (ctrl, pool) = (env.controller(0), env.pool());
-                s.spawn(move || -> Result<u64, String> {
-                    // This thread's own queue pair: created here, used only here.
-                    let opts = QueueOptions {
-                        depth: QD,
-                        ..QueueOptions::default()
-                    };
-                    // Its payload is one `IoBuf` window per request: completions hand it back.
-                    let mut qp = IoQueuePair::<IoBuf>::with_payload(ctrl, opts)
-                        .map_err(|e| e.to_string())?;
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
-                    let mut next_lba = move || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        ns.lba_at(x % span * IO as u64).expect("a 4 KiB multiple")
-                    };
-                    let (mut submitted, mut completed) = (0u64, 0u64);
-                    let mut free: Vec<IoBuf> = Vec::with_capacity(QD);
-                    for _ in 0..QD {
-                        let b = pool.get().map_err(|e| e.to_string())?;
-                        free.push(IoBuf::prefix(b, IO).map_err(|e| e.to_string())?);
-                    }
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while completed < reads {
-                        // Submit while there are buffers, then one doorbell write for all.
-                        while submitted < reads {
-                            let Some(buf) = free.pop() else { break };
-                            let lba: Lba = next_lba();
-                            qp.submit_read(&ns, lba, buf, IoFlags::empty(), submitted)
-                                .map_err(|r| r.error.to_string())?;
-                            submitted += 1;
-                        }
-                        qp.ring();
-                        // Reap: every completion hands its buffer back for the next read.
-                        let mut failed = None;
-                        qp.poll(QD, |c| {
-                            if let Err(e) = c.result {
-                                failed.get_or_insert(e.to_string());
-                            }
-                            free.push(c.bufs);
-                            completed += 1;
-                        })
-                        .map_err(|e| e.to_string())?;
-                        if let Some(e) = failed {
-                            return Err(e);
-                        }
-                        if Instant::now() > deadline {
-                            return Err(format!("{completed} of {reads} reads done in 60 s"));
-                        }
-                    }
-                    Ok(completed)
-                })
+                let job = Job {
+                    ctrl: env.controller(0),
+                    pool: env.pool(),
+                    ns,
+                    span,
+                    reads,
+                    seed: 0x9e37_79b9_7f4a_7c15u64 ^ t as u64,
+                };
+                s.spawn(move || reader(job))
             })
             .collect();
         workers
@@ -118,4 +74,68 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         total as f64 / secs
     );
     Ok(())
+}
+
+/// What one reader thread needs.
+struct Job<'a> {
+    ctrl: &'a std::sync::Arc<ubdirect::nvme::Controller>,
+    pool: &'a std::sync::Arc<ubdirect::dma::UbPool>,
+    ns: ubdirect::nvme::Namespace,
+    span: u64,
+    reads: u64,
+    seed: u64,
+}
+
+/// One thread's reads on its own queue pair: created here, used only here. Returns the reads
+/// completed.
+fn reader(job: Job<'_>) -> Result<u64, String> {
+    let opts = QueueOptions {
+        depth: QD,
+        ..QueueOptions::default()
+    };
+    // Its payload is one `IoBuf` window per request: completions hand it back.
+    let mut qp = IoQueuePair::<IoBuf>::with_payload(job.ctrl, opts).map_err(|e| e.to_string())?;
+    let (ns, span) = (job.ns, job.span);
+    let mut x = job.seed;
+    let mut next_lba = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ns.lba_at(x % span * IO as u64).expect("a 4 KiB multiple")
+    };
+    let (mut submitted, mut completed) = (0u64, 0u64);
+    let mut free: Vec<IoBuf> = Vec::with_capacity(QD);
+    for _ in 0..QD {
+        let b = job.pool.get().map_err(|e| e.to_string())?;
+        free.push(IoBuf::prefix(b, IO).map_err(|e| e.to_string())?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed < job.reads {
+        // Submit while there are buffers, then one doorbell write for all.
+        while submitted < job.reads {
+            let Some(buf) = free.pop() else { break };
+            let lba: Lba = next_lba();
+            qp.submit_read(&ns, lba, buf, IoFlags::empty(), submitted)
+                .map_err(|r| r.error.to_string())?;
+            submitted += 1;
+        }
+        qp.ring();
+        // Reap: every completion hands its buffer back for the next read.
+        let mut failed = None;
+        qp.poll(QD, |c| {
+            if let Err(e) = c.result {
+                failed.get_or_insert(e.to_string());
+            }
+            free.push(c.bufs);
+            completed += 1;
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{completed} of {} reads done in 60 s", job.reads));
+        }
+    }
+    Ok(completed)
 }
