@@ -26,8 +26,7 @@ use ubdirect::Env;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        eprintln!("usage: nic_burst <tx-bdf> <rx-bdf> [frames=1000] [frame-size=1514]");
-        std::process::exit(2);
+        usage();
     }
     let (tx_addr, rx_addr) = (args[1].as_str(), args[2].as_str());
     let (frames, size) = counts(&args)?;
@@ -119,4 +118,10 @@ fn counts(args: &[String]) -> Result<(u64, usize), std::num::ParseIntError> {
     let frames = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let size = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1514);
     Ok((frames, size))
+}
+
+/// Say how to call it and exit with status 2.
+fn usage() -> ! {
+    eprintln!("usage: nic_burst <tx-bdf> <rx-bdf> [frames=1000] [frame-size=1514]");
+    std::process::exit(2);
 }
