@@ -15,7 +15,7 @@ use super::IoQueuePair;
 /// Issue `reads` one-block reads of block 0 of the first namespace without metadata whose
 /// blocks fit a page (data into the command slot's own page), up to `depth` in flight on a
 /// ring of `8 * depth` entries, in batches (one SQ doorbell per batch, one CQ doorbell per
-/// poll); within `deadline`. Returns the counts, or None when no namespace suits.
+/// poll: with shadow doorbells the head goes to the shadow slot every batch); within `deadline`. Returns the counts, or None when no namespace suits.
 pub(crate) fn probe_shadow(
     ctrl: &Arc<Controller>,
     reads: usize,
