@@ -1,7 +1,7 @@
 //! The floor loop (`ubdirect_nvme::perf::floor`) against the NVMe model on the host:
 //! it keeps the asked depth in flight, completes reads without errors, writes at most one SQ
-//! and at most one SQ doorbell per batch of reads and one CQ head doorbell per batch (fewer where
-//! the CQ has entries to spare), and deletes its queue pair again.
+//! doorbell per batch of reads and one CQ head doorbell per batch (fewer where the CQ has
+//! entries to spare), and deletes its queue pair again.
 
 mod model_support;
 
