@@ -5,6 +5,10 @@ import os
 import pytest
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "guest: needs the QEMU guest's NVMe controller on vfio-pci (UBD_GUEST_NVME)")
+
+
 @pytest.fixture(scope="session")
 def data_file(tmp_path_factory):
     """A 1 MiB + 777 bytes file of random bytes (not a multiple of 4096: the tail is unaligned)."""

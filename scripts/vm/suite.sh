@@ -103,6 +103,16 @@ if ((${#explicit_bins[@]} == 0)); then
             vm_die "cc examples/c/perf_loop.c failed"
         test_bins+=(--bin "$capi_c/ubd_capi_perf_loop" --files "$capi_files")
     fi
+    # The Python package's guest tests (tests/guest/*python*.sh): the interpreter, its standard
+    # library, the wheel's contents and pytest, staged only when the plan runs such a script.
+    for t in tests/guest/*python*.sh; do
+        [[ -f $t && " $skip " != *" shell "* ]] || continue
+        [[ -z $filter || $(basename "$t") == *"$filter"* ]] || continue
+        py_files="${CARGO_TARGET_DIR:-$UBD_REPO/target}/guest-python"
+        "$UBD_VM_DIR/python-files.sh" "$py_files" || vm_die "staging the Python files for the guest failed"
+        test_bins+=(--files "$py_files")
+        break
+    done
     cargo test "${cargo_q[@]}" --workspace --no-run --message-format=json-render-diagnostics >"$json" ||
         vm_die "cargo test --workspace --no-run failed (see the compiler messages above)"
     mapfile -t all_bins < <(jq -r 'select(.reason == "compiler-artifact" and .profile.test == true
