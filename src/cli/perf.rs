@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use ubdirect::pipeline::DmaFaultWatch;
 use ubdirect_core::util::pin_to_core;
+use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
-use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_nvme::{
     Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
     QueueOptions, QueueStats, Recovery, ShadowDoorbells,

@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ubdirect_nvme::perf::LatencyHistogram;
+use ubdirect_core::util::LatencyHistogram;
 use ubdirect_nvme::prp;
 use ubdirect_nvme::NvmeStatus;
 

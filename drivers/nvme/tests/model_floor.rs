@@ -8,9 +8,9 @@ mod model_support;
 use std::time::Duration;
 
 use model_support::{fast_opts, model, within};
+use ubdirect_core::util::{LatencyHistogram, Tsc};
 use ubdirect_devmodel::nvme::NvmeConfig;
 use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
-use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
 /// 4 KiB random reads over the whole namespace for 100 ms (2 s deadline), `pad_ticks` of

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect_core::util::pin_to_core;
+use ubdirect_core::util::{LatencyHistogram, Tsc};
 use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
-use ubdirect_nvme::perf::{LatencyHistogram, Tsc};
 use ubdirect_nvme::Controller;
 
 use super::{finish, plain_core, single_core_randread, Args, PlainRun, ShadowInfo};

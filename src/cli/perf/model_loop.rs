@@ -5,9 +5,9 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
+use ubdirect_core::util::Tsc;
 use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig, NvmeModel};
-use ubdirect_nvme::perf::Tsc;
 use ubdirect_nvme::{Controller, ControllerOptions, ShadowDoorbells};
 
 use super::{fill_windows, worker, CoreResult, Counter, Job, Workload};

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
-use ubdirect_nvme::perf::{rdtsc, LatencyHistogram, Tsc};
+use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
 
 use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, ShadowInfo};
 use crate::cli::CliResult;

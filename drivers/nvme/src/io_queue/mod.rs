@@ -333,10 +333,11 @@ impl<P: IoPayload> IoQueuePair<P> {
         s.doorbell_kicks = self.sq_db.kicks;
         s
     }
-    /// Test hook (fault injection): the next command queued is taken as submitted (slot held,
-    /// clock started, counted in flight) but never written to the SQ, as if the device had lost
-    /// it. A reset with [`Recovery::Requeue`] submits it for real.
-    #[doc(hidden)]
+    /// Test hook for the project's own tests (feature `test-hooks`, off by default; not part of
+    /// the API): the next command queued is taken as submitted (slot held, clock started,
+    /// counted in flight) but never written to the SQ, as if the device had lost it. A reset
+    /// with [`Recovery::Requeue`] submits it for real.
+    #[cfg(feature = "test-hooks")]
     pub fn lose_next_command(&mut self) {
         self.lose_next = true;
     }

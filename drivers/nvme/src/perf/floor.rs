@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use ubdirect_core::{barrier, DmaMem, Mmio};
 
-use super::{rdtsc, LatencyHistogram};
 use crate::controller::{Controller, PAGE_SIZE};
 use crate::error::{NvmeError, Result};
 use crate::ring::{CqRing, SqRing};
 use crate::spec::command::io_opcode;
 use crate::spec::regs::{cq_head_doorbell, sq_tail_doorbell};
 use crate::spec::Sqe;
+use ubdirect_core::util::{rdtsc, LatencyHistogram};
 
 /// What the caller of [`FloorQueue::run`] asks for.
 #[derive(Debug, Clone, Copy)]

@@ -167,6 +167,7 @@ impl RxMachine {
     }
 
     /// The negotiated parameters.
+    #[cfg(any(test, feature = "internals"))]
     pub fn negotiated(&self) -> Negotiated {
         self.neg
     }
