@@ -466,6 +466,16 @@ mod tests {
     }
 
     #[test]
+    fn in_use_counts_a_block_taken_and_not_one_returned() {
+        let (_reg, p) = pool(4096, 4);
+        let kept = p.get().unwrap();
+        drop(p.get().unwrap());
+        assert_eq!(p.stats().in_use, 1);
+        drop(kept);
+        assert_eq!(p.stats().in_use, 0);
+    }
+
+    #[test]
     fn blocks_are_distinct_and_inside_the_region() {
         let (_reg, p) = pool(4096, 16);
         let bufs: Vec<UbBuf> = (0..16).map(|_| p.get().unwrap()).collect();
