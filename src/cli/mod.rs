@@ -17,6 +17,7 @@ pub mod errors;
 mod fault_hook;
 mod identify;
 pub mod json;
+mod leaks;
 mod log;
 mod loopback;
 mod namespace;

@@ -18,6 +18,7 @@ use ubdirect_nvme::{
 };
 
 use super::json::LatencyNs;
+use super::leaks::Leaks;
 use super::units::{parse_offset, parse_size, parse_usize_size};
 use super::{CliResult, Outcome};
 use report::{direction, latency_ns, window, Direction, HistogramJson};
@@ -337,6 +338,27 @@ struct PerfReport<'a> {
     latency_histogram: Option<HistogramJson>,
     cores: &'a [CoreResult],
     total: Total,
+    /// Pool blocks and DMA mappings still held once the run's queues are dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leaks: Option<Leaks>,
+}
+
+/// What the end of a run adds to its report.
+struct RunEnd {
+    /// Controller resets during the run.
+    resets: u64,
+    /// The leak check at exit (the engines that use the pool).
+    leaks: Option<Leaks>,
+}
+
+impl RunEnd {
+    /// A run with `resets` controller resets and no pool to check.
+    fn without_pool(resets: u64) -> RunEnd {
+        RunEnd {
+            resets,
+            leaks: None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -481,16 +503,23 @@ fn run_perf(args: &Args) -> CliResult {
         ctrl.device().numa_node(),
     )?;
     let job = Arc::new(Job::new(args, &ctrl, &target, &depths));
+    let mappings_expected = registry.region_count();
     let reset_hook = super::fault_hook::arm(ctrl.device());
     let mut cores = run_workers(args, &ctrl, &pool, &job)?;
     drop(reset_hook);
+    // The workers' queue pairs and buffers are dropped: whatever is still out leaked.
+    let end = RunEnd {
+        resets: ctrl.resets(),
+        leaks: Some(Leaks::count(&pool, &registry, mappings_expected)),
+    };
+    end.leaks.iter().for_each(|l| l.warn("perf"));
     finish(
         args,
         target.nsid,
         ShadowInfo::of(&ctrl),
         &job.tsc,
         &mut cores,
-        ctrl.resets(),
+        end,
     )
 }
 
@@ -681,12 +710,12 @@ fn finish(
     shadow: ShadowInfo,
     tsc: &Tsc,
     cores: &mut [CoreResult],
-    resets: u64,
+    end: RunEnd,
 ) -> CliResult {
     fill_windows(cores, tsc);
     let cores = &*cores;
     let mut total = summarize(cores, tsc, args.io_size);
-    total.controller_resets = resets;
+    total.controller_resets = end.resets;
     let report = PerfReport {
         address: &args.addr,
         engine: args.engine,
@@ -706,6 +735,7 @@ fn finish(
             .then(|| report::histogram(&total.hist, tsc, args.latency_histogram > 1)),
         cores,
         total,
+        leaks: end.leaks,
     };
     if args.json {
         super::json::print("perf", &report)?;
@@ -1657,6 +1687,7 @@ mod tests {
                 latency_histogram: Some(report::histogram(&total.hist, &tsc, engine == "floor")),
                 cores: &cores,
                 total: summarize(&cores, &tsc, args.io_size),
+                leaks: Some(Leaks::default()),
             };
             let doc = crate::cli::json::document("perf", &report).unwrap();
             assert_eq!(doc["engine"], engine);

@@ -9,7 +9,7 @@ use ubdirect_core::util::{LatencyHistogram, Tsc};
 use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
 use ubdirect_nvme::Controller;
 
-use super::{finish, plain_core, single_core_randread, Args, PlainRun, ShadowInfo};
+use super::{finish, plain_core, single_core_randread, Args, PlainRun, RunEnd, ShadowInfo};
 use crate::cli::CliResult;
 
 /// A read not completed within this long fails the run.
@@ -76,6 +76,6 @@ pub(super) fn run(
         ShadowInfo::not_used("the floor loop writes the doorbell registers"),
         &tsc,
         &mut cores,
-        ctrl.resets(),
+        RunEnd::without_pool(ctrl.resets()),
     )
 }

@@ -17,7 +17,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ubdirect_core::util::pin_to_core;
 use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
 
-use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, ShadowInfo};
+use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, RunEnd, ShadowInfo};
 use crate::cli::CliResult;
 
 /// Nothing completing for this long fails the run.
@@ -160,7 +160,7 @@ pub(super) fn run(args: &Args) -> CliResult {
         ShadowInfo::not_used("the kernel's nvme driver rings the doorbells"),
         &tsc,
         &mut cores,
-        0,
+        RunEnd::without_pool(0),
     )
 }
 
