@@ -28,8 +28,8 @@
 # The first fault rounds inject each guest kind once (blkdebug, then reset), the host injects
 # each of its kinds once (unplug, then throttle); after that the kinds are chosen at random.
 # Every job runs under a deadline (a kill counts as a hang). After each round: free hugepages
-# back to their start and no /dev/vfio file open (leaks). The CLI prints no pool-block or IOVA
-# counts, so leaks are measured at the system level.
+# back to their start and no /dev/vfio file open (leaks); inside each perf job, the pool blocks
+# and DMA mappings its --json output reports still held at exit must be 0 (leaks too).
 # Exit status: 0 when there were no mismatches, hangs, leaks, unexpected job failures, faults
 # not survived or not verified (a fault whose survival no later round showed is a failure),
 # at least --min-rounds rounds, and every fault kind injected at least once; the last line is
@@ -224,6 +224,18 @@ guest_main() {
         fi
     }
     show_fail() { sed 's/^/#   /' "$W/$1.out" | tail -n 6; }
+    # leak_check NAME: a finished perf job's in-process leak report (pool blocks still out, DMA
+    # mappings beyond its own); a non-zero count is a leak. A job that printed no report (it
+    # failed before the end of its run) is not counted here.
+    leak_check() {
+        grep -q '"pool_blocks_in_use"' "$W/$1.out" 2>/dev/null || return 0
+        lb=$(jnum "$W/$1.out" pool_blocks_in_use)
+        lmap=$(jnum "$W/$1.out" mappings_beyond_expected)
+        if [ "$lb" != 0 ] || [ "$lmap" != 0 ]; then
+            leaks=$((leaks + 1))
+            echo "SOAK-LEAK round $rounds $1: $lb pool block(s) and $lmap DMA mapping(s) still held at exit"
+        fi
+    }
 
     echo "SOAK-START duration=${duration}s seed=$seed round=${T}s nvme0=$NVME0 nvme1=$NVME1 nvme2=${NVME2:-none} bar=$BAR nics=$NIC0,$NIC1"
     end=$(($(up) + duration))
@@ -391,6 +403,15 @@ guest_main() {
             fi
         fi
 
+        # leaks inside the processes: every perf job that finished, except where its device
+        # failed on purpose: the reset round's nvme0 job (a command in flight when the
+        # controller resets stays with its dead queue, and its buffer with it, until recovery
+        # completes it) and an nvme2 job the unplug ended (its queue died with the device). The
+        # blkdebug read's I/O errors are completions: its buffers come back, so it is checked.
+        [ "$j0" = perf ] && [ "$fault" != reset ] && [ "$r0" != hang ] && leak_check nvme0
+        [ "$r1" != hang ] && leak_check nvme1
+        [ "$j2" = perf ] && [ "$r2" = ok ] && leak_check nvme2
+        [ "$fault" = blkdebug ] && [ "$brc" != 137 ] && leak_check bad
         # leaks: hugepages back, no vfio file open
         free_now="$(cat $hp2 2>/dev/null) $(cat $hp1 2>/dev/null)"
         open_vfio=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c '/dev/vfio/[0-9]')
