@@ -45,6 +45,16 @@ fn rw_with_warmup_and_histogram_reports_directions_and_sums() {
         assert_eq!(rc, 0, "stderr: {err}\nstdout: {out}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
         schema::validate(&v).unwrap();
+        let leaks = &v["leaks"];
+        assert_eq!(
+            (
+                leaks["pool_blocks_in_use"].as_u64(),
+                leaks["mappings_beyond_expected"].as_u64()
+            ),
+            (Some(0), Some(0)),
+            "{flag}: leaks at exit: {leaks}"
+        );
+        assert!(leaks["mappings_expected"].as_u64().unwrap() > 0, "{leaks}");
         assert_eq!(v["warmup_seconds"], 1.0, "{v}");
         let t = &v["total"];
         let ios = t["ios"].as_u64().unwrap();
