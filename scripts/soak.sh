@@ -571,6 +571,15 @@ while ! guest_done; do
         qmp '{"execute":"quit"}' >/dev/null 2>&1
         break
     fi
+    # a vCPU that has lost its timer interrupt for 100 s and more (the guest's cpuwatch wakes it
+    # every 2 s, but its sleeping tasks never run again; seen under TCG on a loaded host): the
+    # guest cannot finish, so stop QEMU instead of waiting for run.sh's timeout
+    if grep -qE '^GUEST-CPU-STALL cpu [0-9]+: no heartbeat for [0-9]{3,} s' "$CON" 2>/dev/null; then
+        echo "$(date +%T) a guest vCPU has had no timer interrupt for 100 s or more: stopping QEMU (a hang)" >>"$hlog"
+        diagnose "a guest vCPU without timer interrupts for 100 s"
+        qmp '{"execute":"quit"}' >/dev/null 2>&1
+        break
+    fi
     # a guest frozen as a whole prints nothing, not even its watchdog's SOAK-STUCK lines: a
     # console silent for 300 s (a round prints at least one line, a job is killed at T + 120 s)
     if [ $(($(date +%s) - $(stat -c %Y "$CON"))) -gt 300 ]; then
