@@ -47,25 +47,6 @@ one() {
     fi
 }
 
-if [ "$MODE" = cmb ]; then
-    echo "# cpus=$(nproc) kernel=$(uname -r)"
-    bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
-    r=1
-    while [ "$r" -le "$ROUNDS" ]; do
-        for q in $DEPTHS; do
-            if [ $((r % 2)) = 1 ]; then
-                one "$r" host "$q"
-                one "$r" cmb "$q" --sq-in-cmb
-            else
-                one "$r" cmb "$q" --sq-in-cmb
-                one "$r" host "$q"
-            fi
-        done
-        r=$((r + 1))
-    done
-    exit 0
-fi
-
 # capi_one ROUND QD: the C API's perf loop (examples/c/perf_loop.c); it prints IOPS only, so
 # the latency fields are 0 ("n/a" in the table).
 capi_one() {
@@ -77,22 +58,37 @@ capi_one() {
     fi
 }
 
-if [ "$MODE" = capi ]; then
+# Engines of the two-engine modes, each a command run with ROUND and QD appended.
+host() { one "$1" host "$2"; }
+cmb() { one "$1" cmb "$2" --sq-in-cmb; }
+ubd() { one "$1" ubdirect "$2"; }
+capi() { capi_one "$1" "$2"; }
+
+# alternate A B: ROUNDS rounds of every depth, A then B in odd rounds and B then A in even ones.
+alternate() {
     echo "# cpus=$(nproc) kernel=$(uname -r)"
     bind-vfio "$ADDR" >/dev/null 2>&1 || echo "# bind-vfio $ADDR failed"
     r=1
     while [ "$r" -le "$ROUNDS" ]; do
         for q in $DEPTHS; do
             if [ $((r % 2)) = 1 ]; then
-                one "$r" ubdirect "$q"
-                capi_one "$r" "$q"
+                "$1" "$r" "$q"
+                "$2" "$r" "$q"
             else
-                capi_one "$r" "$q"
-                one "$r" ubdirect "$q"
+                "$2" "$r" "$q"
+                "$1" "$r" "$q"
             fi
         done
         r=$((r + 1))
     done
+}
+
+if [ "$MODE" = cmb ]; then
+    alternate host cmb
+    exit 0
+fi
+if [ "$MODE" = capi ]; then
+    alternate ubd capi
     exit 0
 fi
 
