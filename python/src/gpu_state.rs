@@ -218,18 +218,10 @@ pub fn gpu(ordinal: usize) -> Result<Arc<Mutex<Gpu>>> {
     Ok(g)
 }
 
-/// Most bytes of file windows kept registered: half the RAM (the CLI's default `--map-cap`).
+/// Most bytes of file windows kept registered: the facade's default (half the RAM), as the
+/// CLI's `--map-cap`.
 fn map_cap() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024 / 2)
-        .unwrap_or(16 << 30)
+    ubdirect::pipeline::map_cap(&ubdirect::pipeline::MappedSettings::default())
 }
 
 static REGISTRY: OnceLock<Arc<FileWindowRegistry>> = OnceLock::new();
