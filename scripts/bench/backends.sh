@@ -47,11 +47,11 @@ while [ "$r" -le "$ROUNDS" ]; do
 done'
 qemu="-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,serial=ubdnull,drive=nullb,addr=0x10"
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
-scripts/vm/run.sh --kernel ubd --smp 1 --devices nvme0 --bin "$BIN" --extra-qemu "$qemu" \
+scripts/vm/run.sh --kernel ubd --smp 1 --tick oneshot --devices nvme0 --bin "$BIN" --extra-qemu "$qemu" \
     --env BOOT=1 --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
     -- "$guest" | tee -a "$log" | grep -E '^(B|FAIL|#) ' || true
 # No-IOMMU: setup.sh's system opt-in first (the library's is --allow-noiommu).
-scripts/vm/run.sh --kernel ubd --no-iommu --smp 1 --devices nvme0 --bin "$BIN" --extra-qemu "$qemu" \
+scripts/vm/run.sh --kernel ubd --no-iommu --smp 1 --tick oneshot --devices nvme0 --bin "$BIN" --extra-qemu "$qemu" \
     --env BOOT=2 --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" \
     -- "PCI_ALLOWED=0000:00:10.0 UBD_ALLOW_NOIOMMU=1 bash scripts/setup.sh config >/dev/null 2>&1 || echo '# setup.sh config failed'; $guest" |
     tee -a "$log" | grep -E '^(B|FAIL|#) ' || true

@@ -84,7 +84,7 @@ if [[ $MODE == capi ]]; then
     extra+=(--bin "$old/ubd_capi_perf_loop" --files "$old/capi")
 fi
 echo "# $(date -u '+%F %T UTC'), host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
-scripts/vm/run.sh --smp 1 --devices nvme0 --bin "$BIN" \
+scripts/vm/run.sh --smp 1 --tick oneshot --devices nvme0 --bin "$BIN" \
     --extra-qemu "-drive driver=null-co,size=1G,read-zeroes=on,if=none,id=nullb -device nvme,$ctrl" \
     --env "MODE=$MODE" --env "ROUNDS=$ROUNDS" --env "DEPTHS=$DEPTHS" --env "SECS=$SECS" --env "PADS=$PADS" "${extra[@]}" \
     -- 'sh scripts/bench/nvme-guest.sh' | tee "$log" | grep -E '^(R|C|FAIL|#) ' || true

@@ -1,7 +1,7 @@
 #!/bin/bash
 # NVMe/TCP depth, guest half (loop mode: nvmet and initiator in one guest): NVMe/TCP commands per
 # second as the target's backing disk sees them, per engine and depth, in one boot.
-#   scripts/vm/run.sh --smp 1 --mem 2G --devices nvme0 --bin target/release/ubdirect \
+#   scripts/vm/run.sh --smp 1 --tick oneshot --mem 2G --devices nvme0 --bin target/release/ubdirect \
 #       -- 'bash scripts/bench/nvmf-depth-guest.sh'
 # Lines: "K <round> <engine> q<QD> iops <what the engine reports> cmds/s <backing disk reads/s>
 # KiB/cmd <backing disk KiB per read>". Engines: ubdirect-wait (perf nvmf-tcp://, random 4 KiB,

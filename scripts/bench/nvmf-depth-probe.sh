@@ -1,7 +1,7 @@
 #!/bin/bash
 # NVMe/TCP depth diagnosis (guest half, loop mode): what the target's backing disk sees per engine.
 # Run from the host:
-#   scripts/vm/run.sh --smp 1 --mem 2G --devices nvme0 --bin target/release/ubdirect \
+#   scripts/vm/run.sh --smp 1 --tick oneshot --mem 2G --devices nvme0 --bin target/release/ubdirect \
 #     --bin /usr/bin/ss --bin /usr/bin/strace -- 'bash scripts/bench/nvmf-depth-probe.sh'
 # For each run: IOPS from the engine, and the backing disk's (/sys/block/nvme0n1/stat) reads
 # completed, reads merged, sectors read: commands the target really issued, and their size.

@@ -54,7 +54,7 @@ fi
 echo "# $(date -u '+%F %T UTC'), mode $mode, kernel $kernel, host load average: $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 case $mode in
 loop)
-    scripts/vm/run.sh --kernel "$kernel" --smp 1 --mem 2G --devices nvme0 \
+    scripts/vm/run.sh --kernel "$kernel" --smp 1 --tick oneshot --mem 2G --devices nvme0 \
         --hugepages "default_hugepagesz=2M hugepagesz=2M hugepages=128" "${bin_args[@]}" "${envs[@]}" --env TARGET=127.0.0.1 \
         -- 'addr=$(echo $UBD_NVME | cut -d, -f1); scripts/vm/nvmet.sh 127.0.0.1 --dev /dev/$(ls /sys/bus/pci/devices/$addr/nvme)n1 >/dev/null && bash scripts/bench/nvmf-guest.sh' |
         tee "$log" | grep -E '^(R|FAIL|#) ' || true

@@ -19,6 +19,10 @@
 #   --mem SIZE --smp N     guest memory and vCPUs            (UBD_VM_MEM 3584M, UBD_VM_SMP 2)
 #                          (with 3G the 1 GiB hugepage finds no free aligned gigabyte at boot)
 #   --hugepages "ARGS"     hugepage kernel arguments                (UBD_VM_HUGEPAGES)
+#   --tick periodic|oneshot the guest's timer tick: periodic (nohz=off highres=off: a lost
+#                          timer interrupt is followed by the next one, 4 ms later) or the
+#                          kernel's own one-shot high-resolution timers (the benchmarks use it:
+#                          sub-millisecond sleeps)                  (UBD_VM_TICK, periodic)
 #   --timeout SECONDS      deadline; the guest is killed and the run fails (UBD_VM_TIMEOUT, 900)
 #   --files DIR            copy DIR's contents into the guest's /ubd (repeatable)
 #   --bin FILE             an executable for the guest's /ubd/bin (PATH), libraries included
@@ -57,6 +61,7 @@ UBD_VM_MEM=${UBD_VM_MEM:-3584M}
 UBD_VM_SMP=${UBD_VM_SMP:-2}
 UBD_VM_HUGEPAGES=${UBD_VM_HUGEPAGES:-default_hugepagesz=2M hugepagesz=2M hugepages=768 hugepagesz=1G hugepages=1}
 UBD_VM_TIMEOUT=${UBD_VM_TIMEOUT:-900}
+UBD_VM_TICK=${UBD_VM_TICK:-periodic}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 UBD_VM_QMP=${UBD_VM_QMP:-}
@@ -78,6 +83,7 @@ while (($# > 0)); do
     --mem) UBD_VM_MEM=$2 && shift 2 ;;
     --smp) UBD_VM_SMP=$2 && shift 2 ;;
     --hugepages) UBD_VM_HUGEPAGES=$2 && shift 2 ;;
+    --tick) UBD_VM_TICK=$2 && shift 2 ;;
     --timeout) UBD_VM_TIMEOUT=$2 && shift 2 ;;
     --files) files+=("$2") && shift 2 ;;
     --bin) bins+=("$2") && shift 2 ;;
@@ -95,6 +101,11 @@ done
 (($# > 0)) || vm_die "no command: scripts/vm/run.sh [options] -- <command line> (see --help)"
 guest_cmd="$*"
 [[ $UBD_VM_TIMEOUT =~ ^[0-9]+$ ]] || vm_die "--timeout wants whole seconds, got '$UBD_VM_TIMEOUT'"
+case $UBD_VM_TICK in
+periodic) tick_arg='nohz=off highres=off' ;;
+oneshot) tick_arg= ;;
+*) vm_die "--tick wants periodic or oneshot, got '$UBD_VM_TICK'" ;;
+esac
 [[ $UBD_VM_NO_IOMMU == 0 || $UBD_VM_KERNEL == ubd ]] ||
     vm_die "--no-iommu needs --kernel ubd: Debian's $UBD_VM_KERNEL kernel has no CONFIG_VFIO_NOIOMMU"
 peer_args=() peer_ip=
@@ -302,6 +313,11 @@ done
 # the kernel panics ("timer doesn't work through Interrupt-remapped IO-APIC"; seen here).
 # tsc=reliable: no clocksource watchdog, so a loaded host cannot demote the TSC to the HPET
 # (every clock read would trap).
+# nohz=off highres=off (--tick periodic): the local APIC timer runs in periodic mode, which QEMU
+# re-arms by itself. In one-shot mode a timer interrupt that QEMU's TCG loses is never followed
+# by another: the kernel believes the event is still programmed, so that vCPU's timers (sleeps,
+# the test deadlines) never fire again, even when IPIs wake it ("The whole-guest freeze" in
+# RELIABILITY.md).
 # --no-iommu: no IOMMU device, and vfio's unsafe no-IOMMU mode on (noiommu-<n> groups and
 # /dev/vfio/devices/vfio<n> cdevs bound through /dev/iommu).
 iommu_dev=(-device intel-iommu,intremap=on,caching-mode=on)
@@ -311,7 +327,7 @@ if [[ $UBD_VM_NO_IOMMU == 1 ]]; then
     iommu_arg='intel_iommu=off vfio.enable_unsafe_noiommu_mode=1'
 fi
 # ubdirect.testbed=1 marks the guest (scripts/vm/guest/in-testbed: soak.sh --guest runs only there).
-append="console=ttyS0 rdinit=/init ubdirect.testbed=1 $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
+append="console=ttyS0 rdinit=/init ubdirect.testbed=1 $iommu_arg panic=-1 loglevel=4 init_on_alloc=0 no_timer_check tsc=reliable $tick_arg $UBD_VM_HUGEPAGES $UBD_VM_APPEND"
 # shellcheck disable=SC2206 # word splitting of the user's extra arguments is intended
 # shellcheck disable=SC2054 # commas belong to QEMU option values
 qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cpu max

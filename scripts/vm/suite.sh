@@ -37,7 +37,7 @@ while (($# > 0)); do
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' && exit 0 ;;
     --) vm_die "suite.sh runs the test plan: no command line (use scripts/vm/run.sh for that)" ;;
     --no-iommu) run_args+=("$1") && shift ;;
-    --kernel | --devices | --extra-qemu | --append | --mem | --smp | --hugepages | --files | --bin | --env | --run-dir)
+    --kernel | --devices | --extra-qemu | --append | --mem | --smp | --hugepages | --tick | --files | --bin | --env | --run-dir)
         run_args+=("$1" "$2") && shift 2 ;;
     *) vm_die "unknown option '$1' (see --help)" ;;
     esac
