@@ -42,7 +42,11 @@
 # when built and no other --bin .../ubdirect is given (in /ubd/bin), bash, busybox, bind-vfio,
 # bind-kernel, ubd-plan.
 # Exit status: the guest command's status; 124 when the deadline killed the guest; 125 when the
-# guest stopped without reporting a status (kernel panic, /init died); 2 for a setup error.
+# guest stopped without reporting a status (kernel panic, /init died); 123 when the guest froze
+# (its heartbeat, written every 2 s by /init to a second serial port, stopped for
+# UBD_VM_FREEZE_DEADLINE seconds, default 120, 0 = no watch; or a vCPU had no timer for 100 s:
+# "GUEST-CPU-STALL"): QEMU's threads and every vCPU's registers go to freeze-diag.log and QEMU
+# is stopped; 2 for a setup error.
 # A guest that dies before reaching /init, or does not reach it within UBD_VM_BOOT_DEADLINE
 # seconds (default 300; a TCG boot can hang on a starved vCPU), is booted once more
 # (UBD_VM_BOOT_ATTEMPTS=2).
@@ -65,6 +69,7 @@ UBD_VM_TICK=${UBD_VM_TICK:-periodic}
 UBD_VM_KEEP_RUNS=${UBD_VM_KEEP_RUNS:-8}
 UBD_VM_STRIP=${UBD_VM_STRIP:-1}
 UBD_VM_QMP=${UBD_VM_QMP:-}
+UBD_VM_FREEZE_DEADLINE=${UBD_VM_FREEZE_DEADLINE:-120}
 UBD_VM_NO_IOMMU=${UBD_VM_NO_IOMMU:-0}
 UBD_VM_PEER=${UBD_VM_PEER:-}
 files=() bins=() test_bins=() envs=() run_dir=
@@ -337,6 +342,10 @@ qemu=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg,thread=multi -cp
     -kernel "$kdir/vmlinux" -initrd "$initrd" -append "$append"
     "${dev_args[@]}" "${peer_args[@]}" $UBD_VM_QEMU_EXTRA)
 if [[ -n $UBD_VM_QMP ]]; then qemu+=(-qmp "unix:$UBD_VM_QMP,server=on,wait=off"); fi
+# The freeze watch's channels: the guest's heartbeat (ttyS1, written by /init) and a monitor of
+# its own for the diagnosis.
+qemu+=(-chardev "file,id=ubdhb,path=$run_dir/heartbeat" -device isa-serial,chardev=ubdhb
+    -qmp "unix:$run_dir/watch.qmp,server=on,wait=off")
 qemu+=(-pidfile "$run_dir/qemu.pid")
 printf '%q ' "${netns[@]}" "${qemu[@]}" >"$run_dir/qemu.cmd"
 echo >>"$run_dir/qemu.cmd"
@@ -351,6 +360,49 @@ awk_cmd=(awk)
 if awk -W version 2>&1 | grep -q mawk; then awk_cmd=(awk -W interactive); fi
 fifo="$run_dir/serial-in"
 
+# freeze_watch: after /init is ready, stop QEMU when the guest's heartbeat (scripts/vm/guest/init
+# writes its uptime to ttyS1 every 2 s) has not grown for UBD_VM_FREEZE_DEADLINE seconds, or the
+# guest's CPU watch reported a vCPU without timer interrupts for 100 s; record why in
+# $run_dir/frozen and what the host sees in freeze-diag.log first.
+freeze_watch() {
+    set +e +o pipefail
+    ((UBD_VM_FREEZE_DEADLINE > 0)) || return 0
+    local size=-1 now last=$SECONDS why=
+    until [[ -e $run_dir/guest.log.ready ]]; do sleep 1; done
+    while sleep 5; do
+        now=$(stat -c %s "$run_dir/heartbeat" 2>/dev/null || echo 0)
+        ((now != size)) && size=$now last=$SECONDS
+        if ((SECONDS - last >= UBD_VM_FREEZE_DEADLINE)); then
+            why="no guest heartbeat for $((SECONDS - last)) s (last: uptime $(tail -n1 "$run_dir/heartbeat" 2>/dev/null | tr -dc 0-9.)s)"
+        elif [[ -e $run_dir/guest.log-cpu-stall ]]; then
+            why="the guest's $(head -n1 "$run_dir/guest.log-cpu-stall" | cut -c1-120)"
+        fi
+        [[ -n $why ]] || continue
+        freeze_diag "$why" >"$run_dir/freeze-diag.log" 2>&1
+        echo "$why" >"$run_dir/frozen"
+        [[ -s $run_dir/qemu.pid ]] && kill "$(cat "$run_dir/qemu.pid")" 2>/dev/null
+        return 0
+    done
+}
+
+# freeze_diag WHY: QEMU's threads (state, CPU time) and every vCPU's registers and local APIC,
+# twice 5 s apart (a vCPU that spins moves its RIP; one halted keeps it).
+freeze_diag() {
+    local qpid pass t
+    qpid=$(cat "$run_dir/qemu.pid" 2>/dev/null)
+    echo "== $(date +%T) $1"
+    echo "last guest lines:"
+    grep -v '^\[' "$run_dir/guest.log" | tail -n 5
+    for pass in 1 2; do
+        for t in /proc/"$qpid"/task/*; do
+            echo "pass $pass thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): $(awk '{print "state " $3 ", utime " $14 ", stime " $15}' "$t/stat" 2>/dev/null)"
+        done
+        "$UBD_VM_DIR/qmp-hmp.py" "$run_dir/watch.qmp" "info registers -a" "info lapic 0" "info lapic 1" 2>&1 |
+            grep -iE 'CPU#|RIP=|HLT=|ISR|IRR|timer|LVTT|PPR' | head -60
+        ((pass == 1)) && sleep 5
+    done
+}
+
 # boot: one QEMU run; sets qemu_rc, t_boot, t_end.
 boot() {
     t_boot=$(date +%s.%N)
@@ -358,7 +410,8 @@ boot() {
     : >"$run_dir/dmesg.log"
     : >"$run_dir/hostcheck.log"
     : >"$run_dir/hostcheck.pending"
-    rm -f "$fifo" "$run_dir/qemu.pid" "$run_dir/guest.log.ready" "$run_dir/boot-stuck"
+    rm -f "$fifo" "$run_dir/qemu.pid" "$run_dir/guest.log.ready" "$run_dir/boot-stuck" \
+        "$run_dir/frozen" "$run_dir/guest.log-cpu-stall" "$run_dir/heartbeat"
     mkfifo "$fifo"
     exec 3<>"$fifo"
     # Boot watchdog: a TCG guest can hang before /init (seen: a vCPU starved by RCU stalls
@@ -377,24 +430,27 @@ boot() {
         exit 0
     ) &
     watchdog=$!
+    freeze_watch &
+    freezewatch=$!
     set +e
     timeout -k 10 "$UBD_VM_TIMEOUT" "${netns[@]}" "${qemu[@]}" <&3 2>"$run_dir/qemu.stderr" |
         "${awk_cmd[@]}" -v lf="$run_dir/guest.log" -v dm="$run_dir/dmesg.log" -v fifo="$fifo" \
             -v hc="'$UBD_VM_DIR/hostcheck.sh' '$run_dir' '$run_dir/hostcheck.pending' >>'$run_dir/hostcheck.log'" \
             -v pend="$run_dir/hostcheck.pending" '
             function checks() { if (npend > 0) { close(pend); system(hc); printf "" > pend; npend = 0 } }
-            { sub(/\r+$/, ""); print > lf }
+            { sub(/\r+$/, ""); print > lf; fflush(lf) }
             /^@@UBD-READY@@/ { printf "" > (lf ".ready"); close(lf ".ready") }
             $0 == "@@UBD-DMESG-BEGIN@@" { d = 1; printf "" > dm; next }
             $0 == "@@UBD-DMESG-END@@" { d = 0; next }
             d { print > dm; next }
             index($0, "UBD-HOSTCHECK ") { print > pend; npend++ }
+            /^GUEST-CPU-STALL cpu [0-9]+: no heartbeat for [0-9][0-9][0-9]+ s/ { print > (lf "-cpu-stall"); close(lf "-cpu-stall") }
             /^@@UBD-SYNC@@ [0-9]+$/ { fflush(lf); checks(); print $2 > fifo; fflush(fifo); next }
             { print; fflush() }
             END { checks() }'
     qemu_rc=${PIPESTATUS[0]}
-    kill "$watchdog" 2>/dev/null
-    wait "$watchdog" 2>/dev/null
+    kill "$watchdog" "$freezewatch" 2>/dev/null
+    wait "$watchdog" "$freezewatch" 2>/dev/null
     set -e
     t_end=$(date +%s.%N)
     exec 3>&-
@@ -426,6 +482,10 @@ timing=$(awk -v a="$t_start" -v b="$t_boot" -v c="$t_end" -v r="${ready:-?}" \
 echo "$timing" >"$run_dir/timing"
 # QEMU's stderr, less the expected warning about the NIC hub having no host side.
 grep -v 'hub 0 is not connected to host network' "$run_dir/qemu.stderr" | sed 's/^/vm: qemu: /' >&2 || true
+if [[ -e $run_dir/frozen ]]; then
+    vm_log "FROZE: $(cat "$run_dir/frozen") ($timing); QEMU stopped; diagnosis: $run_dir/freeze-diag.log; log: $run_dir/guest.log"
+    exit 123
+fi
 if ((qemu_rc == 124 || qemu_rc == 137)); then
     vm_log "DEADLINE: the guest did not finish within ${UBD_VM_TIMEOUT}s and was killed ($timing); log: $run_dir/guest.log"
     exit 124

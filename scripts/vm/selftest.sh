@@ -119,6 +119,12 @@ expect "summary: a suite the guest never reported fails" "1 guest-shell: 0 passe
 expect "summary: a guest killed at its deadline fails" "1" \
     "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" '' 124 | cut -c1)"
 expect "summary: the deadline is named" "1" "$(grep -c '^guest: 8 passed, 1 failed, 1 skipped (DEADLINE: the guest was killed after 900s)' "$tmp/sum.out")"
+echo "no guest heartbeat for 120 s" >"$rd/frozen"
+expect "summary: a frozen guest fails and is named" "1 1" \
+    "$(run_summary "${suites}@@UBD-HOSTCHECKS@@ 0\n" '' 123 | cut -c1) $(grep -c '^guest: 8 passed, 1 failed, 1 skipped (FROZE: no guest heartbeat for 120 s)' "$tmp/sum.out")"
+rm -f "$rd/frozen"
+expect "summary: a suite booted again after a frozen boot names it" "1" \
+    "$(UBD_VM_EXPECTED_SKIPS="$tmp/allow" "$here/summary.sh" "$rd" 0 900 7 6.12 'after a first boot that froze (x)' 2>&1 | grep -c '^guest: .*; after a first boot that froze (x)$')"
 
 # A pair run's target checks (targetcheck.sh): each request checked in the target's run
 # directory; a request count that differs from the checks that ran fails.

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The closing lines of a guest suite run (scripts/vm/suite.sh), from its run directory:
 #
-#   scripts/vm/summary.sh RUN-DIR RUN-STATUS RUN-TIMEOUT SUITE-SECONDS BOOT
+#   scripts/vm/summary.sh RUN-DIR RUN-STATUS RUN-TIMEOUT SUITE-SECONDS BOOT [EARLIER]
 #
 # BOOT: the boot the run was (6.12, 6.1, ubd, ubd-noiommu), the scope of its allowed skips.
+# EARLIER: what happened to an earlier boot of this suite (suite.sh boots again after a frozen
+# guest), shown on the closing line.
 # Reads guest.log (the plan's "@@UBD-SUITE@@ <suite> <passed> <failed> <skipped>" and
 # "@@UBD-HOSTCHECKS@@ <requested>" lines, the skip lines), hostcheck.log and timing. Prints
 # "guest-shell: N passed, N failed, N skipped", the same for guest-rust and hostcheck, a line per
@@ -19,6 +21,7 @@ rc=${2:?run status}
 run_timeout=${3:?run timeout}
 suite_s=${4:?suite seconds}
 boot=${5:?boot (6.12, 6.1, ubd, ubd-noiommu)}
+earlier=${6:-}
 glog="$run_dir/guest.log"
 
 suite_line() { # suite_line NAME -> "passed failed skipped" or nothing
@@ -79,6 +82,10 @@ case $rc in
     status_note=" (DEADLINE: the guest was killed after ${run_timeout}s)"
     total_fail=$((total_fail + 1))
     ;;
+123)
+    status_note=" (FROZE: $(cat "$run_dir/frozen" 2>/dev/null))"
+    total_fail=$((total_fail + 1))
+    ;;
 *)
     status_note=" (the guest did not finish: run.sh status $rc)"
     total_fail=$((total_fail + 1))
@@ -92,5 +99,5 @@ fi
 
 echo
 printf '%s\n' "${lines[@]}"
-echo "guest: $total_pass passed, $total_fail failed, $total_skip skipped$status_note; $(cat "$run_dir/timing" 2>/dev/null), suite ${suite_s}s; logs: $run_dir"
+echo "guest: $total_pass passed, $total_fail failed, $total_skip skipped$status_note; $(cat "$run_dir/timing" 2>/dev/null), suite ${suite_s}s; logs: $run_dir${earlier:+; $earlier}"
 ((total_fail == 0))
