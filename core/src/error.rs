@@ -212,17 +212,21 @@ pub enum CoreError {
     /// A bad argument from the caller; nothing was changed.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A registered file changed (size or mtime) since its region was mapped.
-    #[error("the file of UB region {id} changed while registered (size {old_size} -> {new_size} bytes{}): devices still read the pages pinned at registration, not the file as it is now; unregister the region once no DMA uses it and register the file again", if *.mtime_changed { ", modified" } else { "" })]
+    /// A registered file changed (size or mtime, or removed) since its region was mapped.
+    #[error("the file {file} of UB region {id} changed while registered (size {old_size} -> {new_size} bytes{}{}): devices would read the pages pinned at registration, not the file as it is now; unregister the region once no DMA uses it and register the file again", if *.mtime_changed { ", modified" } else { "" }, if *.removed { ", removed or replaced" } else { "" })]
     FileChanged {
         /// The region.
         id: u32,
+        /// The file: its path at registration (or its inode and device).
+        file: String,
         /// Size at registration.
         old_size: u64,
         /// Size now.
         new_size: u64,
         /// Whether the modification time moved.
         mtime_changed: bool,
+        /// Whether the file lost its last name (removed, or replaced by a rename over it).
+        removed: bool,
     },
     /// Every block of the pool is out.
     #[error("UB pool exhausted: all {block_count} blocks of {block_size} bytes are in use{}; return buffers (drop UbBuf) sooner or create the pool with more blocks (PoolConfig::block_count)", waited.map(|w| format!(" after waiting {w:?}")).unwrap_or_default())]

@@ -38,6 +38,16 @@ pub struct HostDma {
     faults: Mutex<Vec<DmaFault>>,
 }
 
+/// Whether the model's DMA reaches a region of `kind`: host memory both ways, a file region
+/// for reads only (its IOMMU mapping has READ permission only).
+fn readable_as(kind: &ubdirect_core::RegionKind, write: bool) -> bool {
+    match kind {
+        ubdirect_core::RegionKind::Host { .. } => true,
+        ubdirect_core::RegionKind::File { .. } => !write,
+        _ => false,
+    }
+}
+
 impl HostDma {
     /// DMA into the regions of `registry`.
     pub fn new(registry: Arc<UbRegistry>) -> HostDma {
@@ -61,7 +71,7 @@ impl HostDma {
             Some((reg, off))
                 if reg.contains_iova(iova, len)
                     && reg.is_mapped()
-                    && matches!(reg.kind, ubdirect_core::RegionKind::Host { .. }) =>
+                    && readable_as(&reg.kind, write) =>
             {
                 let p = reg.vaddr.wrapping_add(off);
                 Ok((reg, p))
@@ -151,5 +161,22 @@ mod tests {
         assert!(dma.read(0, &mut b).is_err());
         assert!(dma.read_u64(r.iova + 8192).is_err());
         assert_eq!(dma.faults().len(), 3);
+    }
+
+    #[test]
+    fn a_file_region_is_read_and_never_written() {
+        let path = std::env::temp_dir().join(format!("ubd-devmodel-dma-{}", std::process::id()));
+        std::fs::write(&path, [0x5au8; 4096]).unwrap();
+        let reg = UbRegistry::new(DmaDomain::host_only());
+        let r = reg
+            .register_file(&std::fs::File::open(&path).unwrap(), 0, 4096)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let dma = HostDma::new(reg.clone());
+        let mut b = [0u8; 8];
+        dma.read(r.iova + 8, &mut b).unwrap();
+        assert_eq!(b, [0x5a; 8]);
+        assert!(dma.write(r.iova + 8, b"x").is_err());
+        assert_eq!(dma.faults().len(), 1);
     }
 }

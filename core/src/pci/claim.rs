@@ -3,8 +3,9 @@
 //! Config-space writes, BAR mappings, bus mastering and reset program a device: whoever holds
 //! them can point its DMA anywhere in the domain. A driver claims the device when it opens it
 //! ([`PciDevice::claim`]) and reaches these operations only through its claim; while the claim
-//! lives, [`PciDevice::access`] refuses them to everyone else. A second driver on the same
-//! device is refused the same way. The claim is released when it is dropped.
+//! lives, [`PciDevice::access`] refuses them to everyone else, and so does every operation of an
+//! access taken before the claim. A second driver on the same device is refused the same way.
+//! The claim is released when it is dropped.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,7 +45,10 @@ impl Drop for DeviceClaim {
 
 /// Config-space writes, BAR mappings, bus mastering and reset of one device. From the
 /// driver's [`DeviceClaim::access`], or from [`PciDevice::access`] for a device no driver
-/// holds (a BAR used as peer memory, a tool).
+/// holds (a BAR used as peer memory, a tool). An access of the second kind re-checks the
+/// claim on every operation: once a driver claims the device, each one fails with
+/// [`CoreError::DeviceClaimed`] and changes nothing, however long ago the access was taken.
+/// The driver's own access checks nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceAccess<'a> {
     dev: &'a PciDevice,
@@ -62,50 +66,64 @@ impl<'a> DeviceAccess<'a> {
         self.dev
     }
 
+    /// Run `op` on the device: at once for the driver's access; for an access taken outside a
+    /// driver, only while no driver holds the device (the claim stays locked meanwhile, so no
+    /// driver can claim it half-way through).
+    #[inline]
+    fn unheld<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.loose {
+            self.dev.while_unclaimed(op)
+        } else {
+            op()
+        }
+    }
+
     /// Write a config-space byte (checked).
     pub fn config_write_u8(&self, off: u16, v: u8) -> Result<()> {
-        self.dev.config_write(off, &mut [v])
+        self.unheld(|| self.dev.config_write(off, &mut [v]))
     }
 
     /// Write a little-endian config-space u16 (checked).
     pub fn config_write_u16(&self, off: u16, v: u16) -> Result<()> {
-        self.dev.config_write(off, &mut v.to_le_bytes())
+        self.unheld(|| self.dev.config_write(off, &mut v.to_le_bytes()))
     }
 
     /// Write a little-endian config-space u32 (checked).
     pub fn config_write_u32(&self, off: u16, v: u32) -> Result<()> {
-        self.dev.config_write(off, &mut v.to_le_bytes())
+        self.unheld(|| self.dev.config_write(off, &mut v.to_le_bytes()))
     }
 
     /// mmap the whole BAR through VFIO (a model-backed window for a device model). A mapping
     /// made through [`PciDevice::access`] keeps the device from being claimed until it is
     /// dropped.
     pub fn map_bar(&self, bar: u8) -> Result<Mmio> {
-        let m = self.dev.map_bar_raw(bar)?;
-        Ok(if self.loose {
-            m.with_lease(BarLease::new(self.dev.loose_maps()))
-        } else {
-            m
+        self.unheld(|| {
+            let m = self.dev.map_bar_raw(bar)?;
+            Ok(if self.loose {
+                m.with_lease(BarLease::new(self.dev.loose_maps()))
+            } else {
+                m
+            })
         })
     }
 
     /// Set memory-space decoding and bus mastering in the command register (needed before the
     /// device may DMA).
     pub fn enable_bus_master(&self) -> Result<()> {
-        self.dev.enable_bus_master_raw()
+        self.unheld(|| self.dev.enable_bus_master_raw())
     }
 
     /// Reset the function (VFIO_DEVICE_RESET: FLR or another method the kernel picks). Fails
     /// with [`CoreError::Unsupported`] when VFIO reports no reset method.
     pub fn reset(&self) -> Result<()> {
-        self.dev.reset_raw()
+        self.unheld(|| self.dev.reset_raw())
     }
 
     /// Export BAR `bar` as a dma-buf (vfio-pci's `VFIO_DEVICE_FEATURE_DMA_BUF`), for an iommufd
     /// domain to map by file. The dma-buf is revoked when the device is reset or its memory
     /// decoding turns off.
     pub fn export_bar_dmabuf(&self, bar: u8) -> Result<std::os::fd::OwnedFd> {
-        self.dev.export_bar_dmabuf_raw(bar)
+        self.unheld(|| self.dev.export_bar_dmabuf_raw(bar))
     }
 }
 
@@ -159,6 +177,23 @@ impl ClaimState {
         }
         *held = Some(driver);
         Ok(())
+    }
+
+    /// Run `op` while no driver holds the device, keeping it unclaimed until `op` returns;
+    /// [`CoreError::DeviceClaimed`] naming the holder, without running `op`, while one does.
+    pub(super) fn while_free<T>(
+        &self,
+        dev: &PciDevice,
+        op: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let held = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(driver) = *held {
+            return Err(CoreError::DeviceClaimed {
+                addr: dev.address(),
+                driver,
+            });
+        }
+        op()
     }
 
     /// The driver holding the device, if any.

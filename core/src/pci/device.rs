@@ -567,6 +567,11 @@ impl PciDevice {
         Ok(reg & 1 == 0 && reg & (1 << 3) != 0)
     }
 
+    /// Run `op` while no driver holds the device ([`CoreError::DeviceClaimed`] otherwise).
+    pub(super) fn while_unclaimed<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.claim.while_free(self, op)
+    }
+
     pub(super) fn release_claim(&self) {
         self.claim.release();
     }

@@ -8,16 +8,21 @@
 //!   blocks that are DMA sources only ([`super::UbBuf::as_mut_slice`] panics on them).
 //! - Registering the same range of the same, unchanged file again returns the region already
 //!   registered (one mapping, one IOVA range; also when two threads race).
-//! - Change detection: [`UbRegistry::check_file_region`] fstat()s the file and compares size and
-//!   mtime with the registration ([`CoreError::FileChanged`]). A file truncated (or rewritten)
-//!   while registered: VFIO pinned the pages at registration, and pinned pages stay allocated
-//!   when the kernel drops them from the file, so devices keep reading the bytes as they were
-//!   (for tmpfs and the page cache alike; the part of the last page past a new end that is not
-//!   a page boundary is zeroed by the kernel); no IOMMU fault, no device error. Only a CPU load
-//!   from the mapping past the new end raises SIGBUS, and nothing here reads it from the CPU.
+//! - Change detection: [`UbRegion::check_file`] fstat()s the file and compares size and mtime
+//!   with the registration, and whether the file still has a name ([`CoreError::FileChanged`]).
+//!   The device paths that read a buffer (NVMe writes, NIC transmits) call it for buffers of
+//!   file regions and refuse a changed file's buffer; other regions pay nothing. A file
+//!   truncated (or rewritten) while registered: VFIO pinned the pages at registration, and
+//!   pinned pages stay allocated when the kernel drops them from the file, so a device reading
+//!   them would get the bytes as they were (for tmpfs and the page cache alike; the part of the
+//!   last page past a new end that is not a page boundary is zeroed by the kernel); no IOMMU
+//!   fault, no device error. Only a CPU load from the mapping past the new end raises SIGBUS,
+//!   and nothing here reads it from the CPU.
 //!   Registering the changed file maps a new region; the stale one stays until unregistered.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 use super::file_map::{cpu_page_size, stat_file, FileStamp, ReadOnlyFileMap};
@@ -33,12 +38,16 @@ fn stat(file: &File) -> Result<(u64, u64, FileStamp)> {
     })
 }
 
-/// The process mapping of a file region, with the file (for fstat on use) and its stamp. The
-/// region dropping it removed its IOMMU mapping first.
+/// The process mapping of a file region, with the file (for fstat on use), its name and what
+/// it looked like at registration. The region dropping it removed its IOMMU mapping first.
 pub(crate) struct FileMap {
     map: ReadOnlyFileMap,
     file: File,
     stamp: FileStamp,
+    /// The file's path at registration (from /proc/self/fd), or its device and inode.
+    name: String,
+    /// Names linking to the file at registration (0 for a file already unlinked then).
+    links: u64,
 }
 
 impl FileMap {
@@ -51,7 +60,45 @@ impl FileMap {
             op: format!("mmap of file bytes [{offset}, +{len}) read-only"),
             source,
         })?;
-        Ok(FileMap { map, file, stamp })
+        let meta = file.metadata().map_err(|source| CoreError::Io {
+            op: "fstat of the file to register".into(),
+            source,
+        })?;
+        let name = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| format!("inode {} of device {:#x}", meta.ino(), meta.dev()));
+        Ok(FileMap {
+            map,
+            file,
+            stamp,
+            name,
+            links: meta.nlink(),
+        })
+    }
+
+    /// One fstat of the file, compared with the registration: size, mtime, and whether the
+    /// file still has a name (a file removed, or replaced by a rename over it, has none).
+    /// [`CoreError::FileChanged`] naming the file and what changed.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn check(&self, id: u32) -> Result<()> {
+        let meta = self.file.metadata().map_err(|source| CoreError::Io {
+            op: format!("fstat of the registered file {}", self.name),
+            source,
+        })?;
+        let now = FileStamp::of(&meta);
+        let removed = self.links > 0 && meta.nlink() == 0;
+        if now == self.stamp && !removed {
+            return Ok(());
+        }
+        Err(CoreError::FileChanged {
+            id,
+            file: self.name.clone(),
+            old_size: self.stamp.size,
+            new_size: now.size,
+            mtime_changed: now.mtime_ns != self.stamp.mtime_ns,
+            removed,
+        })
     }
 }
 
@@ -146,10 +193,11 @@ impl UbRegistry {
             .min_by_key(|r| r.id)
     }
 
-    /// The check before using a file region: fstat its file and compare size and mtime with
-    /// the registration. [`CoreError::FileChanged`] when the file changed (the region keeps
-    /// the pages pinned at registration: see the module docs); InvalidArgument for a region
-    /// that is not a file region.
+    /// The check before using a file region ([`UbRegion::check_file`]): fstat its file and
+    /// compare size, mtime and its name's existence with the registration.
+    /// [`CoreError::FileChanged`] when the file changed (the region keeps the pages pinned at
+    /// registration: see the module docs); InvalidArgument for a region that is not a file
+    /// region.
     pub fn check_file_region(&self, region: &UbRegion) -> Result<()> {
         let Backing::File(m) = region.backing() else {
             return Err(CoreError::InvalidArgument(format!(
@@ -157,16 +205,7 @@ impl UbRegistry {
                 region.id
             )));
         };
-        let (_, _, now) = stat(&m.file)?;
-        if now == m.stamp {
-            return Ok(());
-        }
-        Err(CoreError::FileChanged {
-            id: region.id,
-            old_size: m.stamp.size,
-            new_size: now.size,
-            mtime_changed: now.mtime_ns != m.stamp.mtime_ns,
-        })
+        m.check(region.id)
     }
 
     /// The stamp (size, mtime) of a file region's file at registration.

@@ -320,6 +320,19 @@ impl UbRegion {
         }
     }
 
+    /// Whether a device reading the region reads the file as it is now, checked before a
+    /// device is given a buffer to read (an NVMe write, a NIC transmit): for a file region, one
+    /// fstat of its file compared with the registration (size, mtime, and whether the file
+    /// still has a name), [`CoreError::FileChanged`] naming the file and what changed; the
+    /// region's pinned pages are the file as it was. Any other region: Ok, no syscall.
+    #[inline]
+    pub fn check_file(&self) -> Result<()> {
+        match &self._backing {
+            Backing::File(m) => m.check(self.id),
+            _ => Ok(()),
+        }
+    }
+
     /// True when `[iova, iova+len)` lies inside the region (inside one of its pieces, for a
     /// region in pieces).
     pub fn contains_iova(&self, iova: u64, len: usize) -> bool {

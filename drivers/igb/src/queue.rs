@@ -257,7 +257,9 @@ impl PairState {
                 let min = MIN_FRAME;
                 return Err(IgbError::FrameTooShort { index, len, min });
             }
-            f.buf().region().check_dma(self.domain)?;
+            let region = f.buf().region();
+            region.check_dma(self.domain)?;
+            region.check_file()?;
         }
         Ok(())
     }
@@ -366,8 +368,10 @@ impl<'a> QueuePair<'a> {
 
     /// Sends frames from the front of `frames` as far as the TX ring has room (after
     /// reclaiming): sent frames leave the `Vec`, unsent ones stay in order. One tail write per
-    /// burst. Every frame is checked first: one too long ([`IgbError::FrameTooLarge`]) or too
-    /// short ([`IgbError::FrameTooShort`]) fails the burst with nothing sent.
+    /// burst. Every frame is checked first: one too long ([`IgbError::FrameTooLarge`]), too
+    /// short ([`IgbError::FrameTooShort`]), in a buffer of another DMA domain, or in a file
+    /// region whose file changed since it was registered (`CoreError::FileChanged`) fails the
+    /// burst with nothing sent.
     #[inline]
     pub fn tx_burst(&mut self, frames: &mut Vec<NicFrame>) -> Result<usize> {
         self.st.tx_burst(frames)

@@ -535,3 +535,63 @@ fn the_nic_seam_drives_igb_like_any_nic() {
         NicErrorKind::InvalidRequest
     );
 }
+
+#[test]
+fn a_frame_from_a_file_changed_since_registration_is_refused_with_nothing_sent() {
+    let path = std::env::temp_dir().join(format!("ubd-igb-file-frame-{}", std::process::id()));
+    let mut bytes = vec![0u8; 2 * 4096];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (i * 7) as u8;
+    }
+    for half in bytes.chunks_mut(4096) {
+        half[..6].copy_from_slice(&A);
+        half[6..12].copy_from_slice(&A);
+        half[12..14].copy_from_slice(&[0x88, 0xb5]);
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, bytes.len() as u64).unwrap();
+    let file_pool = ubdirect_core::UbPool::new(
+        &reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+    )
+    .unwrap();
+    let (m, nic) = open_model(&reg, &pool, cfg(A), IgbHostile::default(), fast_cfg(16));
+    let mut nic = nic.unwrap();
+    let mut q = nic.pair(0).unwrap();
+    let from_file = |b| NicFrame::new(b, 0, 100).map_err(|(_, e)| e).expect("frame");
+    // The file as registered: the frame goes out and comes back (the model echoes it).
+    let mut v = vec![from_file(file_pool.get().unwrap())];
+    assert_eq!(q.tx_burst(&mut v).unwrap(), 1);
+    let got = recv(&mut q, 1);
+    assert_eq!(got[0].data(), &bytes[..100]);
+    // Rewritten since: refused, the frame stays with the caller, the device sends nothing.
+    let second = file_pool.get().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(4096))
+        .unwrap();
+    let mut v = vec![from_file(second)];
+    let e = q.tx_burst(&mut v).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IgbError::Core(ubdirect_core::CoreError::FileChanged {
+                old_size: 8192,
+                new_size: 4096,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert_eq!(v.len(), 1, "the frame stays with the caller");
+    assert_eq!(m.stats().tx_frames, 1, "only the first frame was sent");
+    let _ = std::fs::remove_file(&path);
+}

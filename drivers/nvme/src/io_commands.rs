@@ -9,7 +9,7 @@ use crate::io_types::{IoBuf, IoData, IoPayload, Rejected, SgList};
 use crate::namespace::{Lba, Namespace};
 use crate::spec::command::{io_opcode, DSM_ATTR_DEALLOCATE};
 use crate::spec::Sqe;
-use ubdirect_core::DomainId;
+use ubdirect_core::{DomainId, UbRegion};
 
 /// Most blocks in one command's 16-bit zero-based NLB field.
 const MAX_NLB: u64 = 1 << 16;
@@ -42,11 +42,23 @@ pub(crate) fn check_lbas(ns: &NsLimits, slba: u64, nlb: u64) -> Result<(), NvmeE
     }
 }
 
-/// The buffer must be mapped in the device's domain and reachable, and the window's IOVA
-/// dword aligned (PRP entry rule).
+/// The buffer's region must be mapped in the device's domain and reachable and, when the
+/// device reads the buffer (`device_reads`: a Write), hold a file region's file as it is now
+/// ([`ubdirect_core::UbRegion::check_file`]: an fstat for file regions only).
 #[inline]
-fn check_one(buf: &IoBuf, domain: DomainId) -> Result<(), NvmeError> {
-    buf.buf().region().check_dma(domain)?;
+fn check_region(region: &UbRegion, domain: DomainId, device_reads: bool) -> Result<(), NvmeError> {
+    region.check_dma(domain)?;
+    if device_reads {
+        region.check_file()?;
+    }
+    Ok(())
+}
+
+/// The buffer must pass [`check_region`], and the window's IOVA be dword aligned (PRP entry
+/// rule).
+#[inline]
+fn check_one(buf: &IoBuf, domain: DomainId, device_reads: bool) -> Result<(), NvmeError> {
+    check_region(buf.buf().region(), domain, device_reads)?;
     let iova = buf.iova();
     if iova & 3 != 0 {
         return Err(crate::prp::PrpError::Misaligned { iova }.into());
@@ -54,11 +66,16 @@ fn check_one(buf: &IoBuf, domain: DomainId) -> Result<(), NvmeError> {
     Ok(())
 }
 
-fn check_sg(sg: &SgList, len: usize, domain: DomainId) -> Result<(), NvmeError> {
+fn check_sg(
+    sg: &SgList,
+    len: usize,
+    domain: DomainId,
+    device_reads: bool,
+) -> Result<(), NvmeError> {
     let ps = PAGE_SIZE as u64;
     let n = sg.len();
     for (i, s) in sg.iter().enumerate() {
-        s.buf.region().check_dma(domain)?;
+        check_region(s.buf.region(), domain, device_reads)?;
         if s.offset.checked_add(s.len).is_none_or(|e| e > s.buf.len()) || s.len == 0 {
             return Err(NvmeError::BufferTooSmall {
                 need: s.offset.saturating_add(s.len),
@@ -108,16 +125,17 @@ impl<P: IoPayload> IoQueuePair<P> {
         flags: IoFlags,
         tag: u64,
     ) -> Result<(), Rejected<P>> {
+        let device_reads = opcode == io_opcode::WRITE;
         let checked = (|| {
             let ns = self.ns_limits(ns.nsid())?;
             let len = match bufs.data() {
                 IoData::One(b) => {
-                    check_one(b, self.domain)?;
+                    check_one(b, self.domain, device_reads)?;
                     b.len()
                 }
                 IoData::Sg(sg) => {
                     let len = sg.total_len();
-                    check_sg(sg, len, self.domain)?;
+                    check_sg(sg, len, self.domain, device_reads)?;
                     len
                 }
                 IoData::None => {

@@ -2,8 +2,8 @@
 //! mapped in the IOMMU with READ permission only) is a DMA source for the NVMe controller: an
 //! NVMe WRITE straight from the file's page cache (tmpfs, /dev/shm) lands on the namespace
 //! byte for byte; an NVMe READ into the file region is blocked by the IOMMU (a DMAR write
-//! fault in the kernel log) and the file's bytes stay as they were; a file truncated while
-//! registered is detected on use, and the device still reads the pages pinned at registration.
+//! fault in the kernel log) and the file's bytes stay as they were; a write from a file
+//! truncated while registered is refused before anything is queued.
 //!
 //! nvme0 LBAs 100000..104096 are these tests' scratch.
 
@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fill_random, T};
-use ubdirect_core::{PoolConfig, RegionKind, UbBuf, UbPool, UbRegion, UbRegistry};
+use ubdirect_core::{CoreError, PoolConfig, RegionKind, UbBuf, UbPool, UbRegion, UbRegistry};
 use ubdirect_diag::kmsg::Kmsg;
-use ubdirect_nvme::{IoBuf, IoFlags, IoQueuePair, Lba};
+use ubdirect_nvme::{IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, NvmeError};
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
 
 const LEN: usize = 1 << 20;
@@ -241,10 +241,11 @@ fn the_device_cannot_write_into_a_registered_file_mapping() {
 
 #[test]
 #[ignore = "guest: needs vfio devices, run by scripts/test.sh"]
-fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
+fn a_write_from_a_truncated_registered_file_is_refused_before_the_device_sees_it() {
     let mut fb = FileBed::new("trunc", 0x7a11);
     let region = fb.region.clone();
     let src = fb.pool.get().unwrap();
+    let iova = src.iova();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&fb.f.path)
@@ -256,19 +257,33 @@ fn a_truncated_registered_file_is_still_read_as_it_was_by_the_device() {
             .contains(&format!("size {LEN} -> {} bytes", LEN / 4)),
         "{e}"
     );
-    // Nothing may read the mapping from the CPU past the new end now (SIGBUS); the device may.
-    let mut kmsg = Kmsg::from_now().expect("open /dev/kmsg");
+    // The pinned pages are the file as it was: the write is refused, nothing is queued, and
+    // the buffer comes back.
+    let ns = fb.qp.namespace(1).unwrap();
     let lba = SCRATCH_LBA + (LEN / 512) as u64;
-    let (src, first_diff) = fb.write_and_read_back(src, lba, "the truncated file's region");
-    assert_eq!(
-        first_diff, None,
-        "the device read the pages pinned at registration: all 1 MiB as before the truncation"
+    let rej = fb
+        .qp
+        .submit_write(
+            &ns,
+            Lba(lba),
+            IoBuf::prefix(src, LEN).unwrap(),
+            IoFlags::FUA,
+            1,
+        )
+        .expect_err("a write from the truncated file's stale pages was accepted");
+    assert!(
+        matches!(
+            rej.error,
+            NvmeError::Core(CoreError::FileChanged { id, .. }) if id == region.id
+        ),
+        "{}",
+        rej.error
     );
-    let faults = kmsg
-        .faults_for(&[fb.bed.ctrl.device().address()])
-        .expect("read /dev/kmsg");
-    assert!(faults.is_empty(), "no IOMMU fault: {faults:?}");
-    drop(src);
+    assert_eq!(fb.qp.in_flight(), 0, "nothing was queued");
+    match rej.bufs {
+        IoBufs::One(b) => assert_eq!(b.buf().iova(), iova),
+        other => panic!("the buffer did not come back: {other:?}"),
+    }
     // Registering the truncated file anew maps its new contents as another region.
     let n = fb
         .bed

@@ -143,3 +143,57 @@ fn a_buffer_of_another_domain_is_refused_and_comes_back() {
         _ => panic!("the buffer did not come back"),
     }
 }
+
+#[test]
+fn an_access_taken_before_the_controller_opened_is_refused_afterwards() {
+    let (reg, _m, dev) = model(NvmeConfig::default());
+    let pool = model_support::anon_pool(&reg, 4096, 8);
+    let early = dev.access().expect("nobody holds the device yet");
+    let ctrl = Controller::open_device(&reg, dev.clone(), fast_opts()).unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    let mut q = model_support::queue(&ctrl, 8);
+    let command = dev.config_read_u16(0x04).unwrap();
+    let refused = |what: &str, r: Result<(), CoreError>| match r {
+        Err(CoreError::DeviceClaimed { addr, driver }) => {
+            assert_eq!(addr, dev.address(), "{what}");
+            assert_eq!(driver, "nvme", "{what}");
+        }
+        Err(e) => panic!("{what} refused for the wrong reason: {e}"),
+        Ok(()) => panic!("{what} through an access taken before the claim went to the device"),
+    };
+    refused("reset", early.reset());
+    refused("map_bar(0)", early.map_bar(0).map(drop));
+    refused("config_write_u16", early.config_write_u16(0x04, 0));
+    refused("config_write_u8", early.config_write_u8(0x04, 0));
+    refused("config_write_u32", early.config_write_u32(0x04, 0));
+    refused("enable_bus_master", early.enable_bus_master());
+    refused("export_bar_dmabuf", early.export_bar_dmabuf(0).map(drop));
+    assert_eq!(
+        dev.config_read_u16(0x04).unwrap(),
+        command,
+        "the command register is as the controller left it"
+    );
+    // The controller's queue pair still works: nothing reset or re-programmed the device.
+    let mut w = pool.get().unwrap();
+    w.as_mut_slice()[..4096].fill(0x3c);
+    let w = q
+        .write_blocking(
+            &ns,
+            Lba(8),
+            IoBuf::prefix(w, 4096).unwrap(),
+            IoFlags::empty(),
+            T,
+        )
+        .expect("the controller's write after the refused operations");
+    drop(w);
+    let r = pool.get().unwrap();
+    let r = q
+        .read_blocking(&ns, Lba(8), IoBuf::prefix(r, 4096).unwrap(), T)
+        .expect("the controller's read after the refused operations");
+    assert!(r.buf().as_slice()[..4096].iter().all(|&b| b == 0x3c));
+    drop(q);
+    drop(ctrl);
+    early
+        .config_write_u16(0x04, command)
+        .expect("the early access works again once the controller is gone");
+}

@@ -252,8 +252,9 @@ impl PairState {
     /// back to their pools once the device has used them); unsent ones stay, in order, for the
     /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
     ///
-    /// Every frame is checked first; a frame too long or too short, or in a buffer mapped in
-    /// another DMA domain, fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
+    /// Every frame is checked first; a frame too long or too short, in a buffer mapped in
+    /// another DMA domain, or in a file region whose file changed since it was registered,
+    /// fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
     /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
     pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
@@ -263,7 +264,9 @@ impl PairState {
         }
         for (i, f) in frames.iter().enumerate() {
             check_len(i, f.len(), self.max_frame)?;
-            f.buf().region().check_dma(self.domain)?;
+            let region = f.buf().region();
+            region.check_dma(self.domain)?;
+            region.check_file()?;
         }
         self.reclaim_tx()?;
         let k = frames.len().min(self.tx.ring.free_count());
