@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An embedder that depends on the `ubdirect` facade with only the `nvme` feature compiles no
-# CLI, terminal, CUDA or io_uring crate ("crates by job"): checks the dependency tree
+# CLI, terminal, CUDA or io_uring crate, and no crate of the NVMe/TCP host (the facade's and
+# ubdirect-nvme's `nvmf` feature: crc32c, num-bigint) ("crates by job"): checks the dependency tree
 # of examples/embedder-nvme-only with `cargo tree -e normal`, then builds it (`cargo check`,
 # sharing the workspace's target/). Prints "embedder: ok" or names the crate that leaked in and
 # the path it came by. Exit status 1 on failure. Run by scripts/test.sh (host part).
@@ -8,7 +9,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 manifest="$repo/examples/embedder-nvme-only/Cargo.toml"
-forbidden=(clap indicatif cudarc io-uring tracing-subscriber)
+forbidden=(clap indicatif cudarc io-uring tracing-subscriber crc32c num-bigint)
 # The workspace's versions: its lock file, trimmed by cargo to what the embedder uses (the
 # example's own Cargo.lock is git-ignored, so it never drifts from the workspace's).
 cp "$repo/Cargo.lock" "$repo/examples/embedder-nvme-only/Cargo.lock"

@@ -13,7 +13,7 @@
 //! | feature | gives | default |
 //! |---|---|---|
 //! | `nvme` | [`nvme`]: the NVMe poll-mode driver | yes |
-//! | `nvmf` | reserved for the NVMe/TCP transport (implies `nvme`) | no |
+//! | `nvmf` | the NVMe/TCP host in [`nvme`] (`nvme::transport::tcp`, `nvme::qpair::TcpQueuePair`) and the pipeline's `SourceSpec::Tcp` (implies `nvme`) | yes |
 //! | `net` | [`virtio_net`]: the virtio-net poll-mode driver | yes |
 //! | `cuda` | [`cuda`], and the pipeline's CUDA sinks: `pipeline::CudaSinks`, `pipeline::run_mapped` | yes |
 //! | `uring` | [`uring`]: the kernel block path (io_uring, O_DIRECT) | yes |
@@ -27,7 +27,7 @@
 //! [`pipeline::NullSink`] and [`pipeline::BarSink`] need no feature; CUDA device memory as a sink
 //! needs `cuda`. An embedder that only drives NVMe writes
 //! `ubdirect = { version = "0.1", default-features = false, features = ["nvme"] }` and compiles
-//! no clap, indicatif, cudarc or io-uring (`examples/embedder-nvme-only`).
+//! no clap, indicatif, cudarc or io-uring, and no NVMe/TCP (`examples/embedder-nvme-only`).
 //!
 //! ```no_run
 //! use ubdirect::dma::{DmaDomain, UbRegistry};

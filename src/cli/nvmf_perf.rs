@@ -12,7 +12,7 @@ use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::transport::tcp::addr::TcpTarget;
 use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics;
-use ubdirect_nvme::transport::tcp::queue::{TcpCompletion, TcpQueue};
+use ubdirect_nvme::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
 
 use super::{CliResult, Outcome};
 
@@ -338,17 +338,14 @@ impl<'a> Run<'a> {
             }
         }
         let sqe = fabrics::rw(p.write, self.nsid, slba, self.span.per_io as u32);
-        let name = if p.write { "Write" } else { "Read" };
+        let len = p.io_size as u32;
+        let cmd = if p.write {
+            TcpCommand::new(sqe, "Write").write(0, len)
+        } else {
+            TcpCommand::new(sqe, "Read").read(0, len)
+        };
         self.q
-            .submit(
-                sqe,
-                name,
-                Some(p.write),
-                Some(b),
-                0,
-                p.io_size as u32,
-                tag as u64,
-            )
+            .submit(cmd.buf(b).tag(tag as u64))
             .map_err(|(e, _)| e)?;
         Ok(())
     }

@@ -243,6 +243,7 @@ pub enum NvmeError {
         max: u64,
     },
     /// The NVMe/TCP transport failed (connection, protocol, or the target's answer).
+    #[cfg(feature = "nvmf")]
     #[error(transparent)]
     Tcp(Box<crate::transport::tcp::TcpError>),
     /// An argument outside what the device reports it supports.
@@ -309,6 +310,7 @@ impl NvmeError {
     }
 }
 
+#[cfg(feature = "nvmf")]
 impl From<crate::transport::tcp::TcpError> for NvmeError {
     fn from(e: crate::transport::tcp::TcpError) -> NvmeError {
         NvmeError::Tcp(Box::new(e))

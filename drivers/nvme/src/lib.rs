@@ -22,6 +22,8 @@
 //!   tools and tests over the same calls, with the same types, returned typed.
 //! - Limits: 4 KiB memory pages, PRP lists only (no SGL), no metadata / protection information
 //!   (a namespace formatted with metadata is refused), polled completions (no interrupts).
+//! - Features: `nvmf` (default) builds the NVMe/TCP host (`transport::tcp`,
+//!   `qpair::TcpQueuePair`); with `default-features = false` only the PCIe driver is compiled.
 //!
 //! ```no_run
 //! # use std::time::Duration;
@@ -65,6 +67,7 @@ pub mod qpair;
 mod ring;
 pub mod spec;
 pub mod status;
+#[cfg(feature = "nvmf")]
 pub mod transport;
 
 pub use block_queue_seam::to_block_error;

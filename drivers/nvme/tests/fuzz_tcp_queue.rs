@@ -29,7 +29,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use ubdirect_nvme::transport::tcp::digest::crc;
 use ubdirect_nvme::transport::tcp::fabrics;
 use ubdirect_nvme::transport::tcp::pdu::{flags, pdu_type};
-use ubdirect_nvme::transport::tcp::queue::{TcpCompletion, TcpQueue};
+use ubdirect_nvme::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
 use ubdirect_nvme::transport::tcp::rx::Negotiated;
 use ubdirect_nvme::transport::tcp::TcpError;
 
@@ -528,8 +528,12 @@ impl Host {
             }
             b
         });
-        let n = if write.is_some() { len as u32 } else { 0 };
-        if self.q.submit(sqe, "Cmd", write, buf, GUARD, n, tag).is_ok() {
+        let cmd = match (write, buf) {
+            (Some(false), Some(b)) => TcpCommand::new(sqe, "Cmd").read(GUARD, len as u32).buf(b),
+            (Some(true), Some(b)) => TcpCommand::new(sqe, "Cmd").write(GUARD, len as u32).buf(b),
+            _ => TcpCommand::new(sqe, "Cmd"),
+        };
+        if self.q.submit(cmd.tag(tag)).is_ok() {
             self.taken.insert(tag, (write, len));
         }
     }

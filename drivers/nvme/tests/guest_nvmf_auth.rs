@@ -20,7 +20,7 @@ use ubdirect_nvme::transport::tcp::auth::{
 use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics;
 use ubdirect_nvme::transport::tcp::host::{uuid_of_nqn, HostIdentity};
-use ubdirect_nvme::transport::tcp::queue::TcpQueue;
+use ubdirect_nvme::transport::tcp::queue::{TcpCommand, TcpQueue};
 use ubdirect_nvme::transport::tcp::{addr::TcpTarget, TcpError};
 use ubdirect_testbed as testbed;
 
@@ -223,21 +223,17 @@ fn write_then_read_on(q: &mut TcpQueue<Vec<u8>>, slba: u64, seed: u64, len: usiz
     let data = pattern(seed, len);
     let blocks = (len / LBA) as u32;
     q.run(
-        fabrics::rw(true, 1, slba, blocks),
-        "Write",
-        Some(true),
-        Some(data.clone()),
-        len as u32,
+        TcpCommand::new(fabrics::rw(true, 1, slba, blocks), "Write")
+            .write(0, len as u32)
+            .buf(data.clone()),
         to,
     )
     .unwrap_or_else(|e| panic!("write {len} at {slba}: {e}"));
     let (_, got) = q
         .run(
-            fabrics::rw(false, 1, slba, blocks),
-            "Read",
-            Some(false),
-            Some(vec![0xee; len]),
-            len as u32,
+            TcpCommand::new(fabrics::rw(false, 1, slba, blocks), "Read")
+                .read(0, len as u32)
+                .buf(vec![0xee; len]),
             to,
         )
         .unwrap_or_else(|e| panic!("read {len} at {slba}: {e}"));

@@ -15,7 +15,7 @@ use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
 use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
 use ubdirect_nvme::transport::tcp::fabrics;
 use ubdirect_nvme::transport::tcp::host::HostIdentity;
-use ubdirect_nvme::transport::tcp::queue::{TcpCompletion, TcpQueue};
+use ubdirect_nvme::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
 use ubdirect_nvme::transport::tcp::{addr::TcpTarget, TcpError};
 use ubdirect_testbed as testbed;
 
@@ -120,9 +120,14 @@ fn write_then_read(digests: bool) {
             fill(&mut b, base + k, len);
             let slba = (base + k * (1 << 20)) / 4096 % ns.nsze;
             let sqe = fabrics::rw(true, 1, slba, (len / 4096) as u32);
-            q.submit(sqe, "Write", Some(true), Some(b), 0, len as u32, k)
-                .map_err(|(e, _)| e)
-                .unwrap();
+            q.submit(
+                TcpCommand::new(sqe, "Write")
+                    .write(0, len as u32)
+                    .buf(b)
+                    .tag(k),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
         }
         for c in drain(&mut q, n as usize) {
             c.result.unwrap_or_else(|e| panic!("write {len}: {e}"));
@@ -132,9 +137,14 @@ fn write_then_read(digests: bool) {
             b.as_mut_slice()[..len].fill(0xee);
             let slba = (base + k * (1 << 20)) / 4096 % ns.nsze;
             let sqe = fabrics::rw(false, 1, slba, (len / 4096) as u32);
-            q.submit(sqe, "Read", Some(false), Some(b), 0, len as u32, k)
-                .map_err(|(e, _)| e)
-                .unwrap();
+            q.submit(
+                TcpCommand::new(sqe, "Read")
+                    .read(0, len as u32)
+                    .buf(b)
+                    .tag(k),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
         }
         for c in drain(&mut q, n as usize) {
             c.result.unwrap_or_else(|e| panic!("read {len}: {e}"));
@@ -201,10 +211,15 @@ fn remove_the_port_under_reads(o: &TcpOptions, pool: &Arc<UbPool>, n: u64) -> Po
     let mut q: TcpQueue<UbBuf> = ctrl.io_queue(32).unwrap();
     for k in 0..n {
         let sqe = fabrics::rw(false, 1, k * 256, 256);
-        let buf = Some(pool.get().unwrap());
-        q.submit(sqe, "Read", Some(false), buf, 0, 1 << 20, k)
-            .map_err(|(e, _)| e)
-            .unwrap();
+        let buf = pool.get().unwrap();
+        q.submit(
+            TcpCommand::new(sqe, "Read")
+                .read(0, 1 << 20)
+                .buf(buf)
+                .tag(k),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
     }
     let mut back = Vec::new();
     let _ = q.poll(&mut |c| back.push(c));
@@ -294,11 +309,9 @@ fn nvmf_tcp_port_removed_mid_flight_fails_in_time_buffers_back_then_reconnects()
     let sqe = fabrics::rw(false, 1, 0, 1);
     let (_, b) = q
         .run(
-            sqe,
-            "Read",
-            Some(false),
-            Some(pool.get().unwrap()),
-            4096,
+            TcpCommand::new(sqe, "Read")
+                .read(0, 4096)
+                .buf(pool.get().unwrap()),
             Duration::from_secs(5),
         )
         .unwrap();
@@ -314,8 +327,13 @@ fn read_into(
     buf: UbBuf,
 ) -> Result<(UbBuf, Result<(), TcpError>), TcpError> {
     let sqe = fabrics::rw(false, 1, slba, (len / 4096) as u32);
-    q.submit(sqe, "Read", Some(false), Some(buf), 0, len as u32, 1)
-        .map_err(|(e, _)| e)?;
+    q.submit(
+        TcpCommand::new(sqe, "Read")
+            .read(0, len as u32)
+            .buf(buf)
+            .tag(1),
+    )
+    .map_err(|(e, _)| e)?;
     let mut got = None;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

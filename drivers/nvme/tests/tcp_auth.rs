@@ -14,6 +14,7 @@ use ubdirect_nvme::transport::tcp::auth::{messages::failure, AuthConfig, AuthErr
 use ubdirect_nvme::transport::tcp::auth::{DhGroup, DhchapSecret, HashFn};
 use ubdirect_nvme::transport::tcp::ctrl::TcpOptions;
 use ubdirect_nvme::transport::tcp::fabrics;
+use ubdirect_nvme::transport::tcp::queue::TcpCommand;
 use ubdirect_nvme::transport::tcp::TcpError;
 
 const KEY: &str = "DHHC-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
@@ -70,21 +71,17 @@ fn right_key_connects_authenticates_every_queue_and_moves_data() {
     let to = Duration::from_secs(10);
     let n = data.len() as u32;
     q.run(
-        fabrics::rw(true, 1, 4, 2),
-        "Write",
-        Some(true),
-        Some(data.clone()),
-        n,
+        TcpCommand::new(fabrics::rw(true, 1, 4, 2), "Write")
+            .write(0, n)
+            .buf(data.clone()),
         to,
     )
     .unwrap();
     let (_, back) = q
         .run(
-            fabrics::rw(false, 1, 4, 2),
-            "Read",
-            Some(false),
-            Some(vec![0; 2 * LBA]),
-            n,
+            TcpCommand::new(fabrics::rw(false, 1, 4, 2), "Read")
+                .read(0, n)
+                .buf(vec![0; 2 * LBA]),
             to,
         )
         .unwrap();

@@ -40,7 +40,8 @@ pub fn process_cpu_time() -> Duration {
 
 /// When the calling thread is pinned to one CPU (it was spawned by the pinned polling thread),
 /// let it run on every other CPU instead, so it never takes the polling core. Returns the CPU
-/// it left, if any.
+/// it left, if any. Used by the mapped-file run's registration threads (feature `cuda`).
+#[cfg(feature = "cuda")]
 pub fn leave_single_cpu() -> Option<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
@@ -94,6 +95,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cuda")]
     fn a_thread_pinned_to_one_cpu_moves_off_it() {
         // SAFETY: sysconf has no preconditions.
         if unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } < 2 {

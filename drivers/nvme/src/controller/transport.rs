@@ -2,7 +2,7 @@
 //! the controller and waiting for CSTS.RDY (bounded), and Identify are written once here, over
 //! [`ControllerTransport`]. PCIe provides register access by MMIO and admin commands on its
 //! admin rings ([`super::Controller`]); NVMe/TCP by Property Get / Set and capsules on its
-//! admin connection ([`crate::transport::tcp::ctrl::TcpController`]).
+//! admin connection (`transport::tcp::ctrl::TcpController`, with the `nvmf` feature).
 //!
 //! Creating an I/O queue pair is shared the same way: how many queues (Set Features, Number of
 //! Queues), which queue id ([`QueueIds`]) and how many entries (CAP.MQES and the transport's
@@ -97,7 +97,8 @@ impl QueueIds {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue pairs granted.
+    /// Queue pairs granted (the NVMe/TCP controller reports it; PCIe keeps its own count).
+    #[cfg(feature = "nvmf")]
     pub(crate) fn granted(&self) -> u16 {
         self.lock().len().saturating_sub(1) as u16
     }

@@ -1,7 +1,8 @@
 //! One queue-pair API for every NVMe transport (SPDK's qpair model): the same typed commands,
 //! submit, ring, poll, [`IoCompletion`] and [`Rejected`] whether the controller sits on PCIe
-//! ([`crate::IoQueuePair`]) or across the network ([`TcpQueuePair`]). An embedder's I/O code
-//! written against [`QueuePair`] moves from a local controller to a remote one unchanged:
+//! ([`crate::IoQueuePair`]) or across the network (`TcpQueuePair`, with the `nvmf` feature).
+//! An embedder's I/O code written against [`QueuePair`] moves from a local controller to a
+//! remote one unchanged:
 //!
 //! ```no_run
 //! use ubdirect_nvme::qpair::{QueuePair, Read, Write};
@@ -31,9 +32,11 @@
 
 mod command;
 mod pcie;
+#[cfg(feature = "nvmf")]
 mod tcp;
 
 pub use command::{Deallocate, Flush, IoCommand, IoOp, Read, Write, WriteZeroes};
+#[cfg(feature = "nvmf")]
 pub use tcp::TcpQueuePair;
 
 use crate::error::NvmeError;

@@ -13,7 +13,7 @@ use crate::spec::Sqe;
 use crate::transport::tcp::buf::DataBuf;
 use crate::transport::tcp::ctrl::TcpController;
 use crate::transport::tcp::fabrics;
-use crate::transport::tcp::queue::{TcpCompletion, TcpQueue};
+use crate::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
 use crate::transport::tcp::TcpError;
 
 /// Largest command this queue pair builds when the controller reports no MDTS.
@@ -118,9 +118,9 @@ impl TcpQueuePair {
             })
     }
 
-    /// The SQE of `cmd` and its data transfer (direction, payload, bytes), checked against
-    /// the namespace.
-    fn build(&self, cmd: &IoCommand<IoBufs>) -> Result<(Sqe, Option<bool>, u32), NvmeError> {
+    /// The [`TcpCommand`] of `cmd` (its SQE and data transfer; no buffer yet, its tag),
+    /// checked against the namespace.
+    fn build(&self, cmd: &IoCommand<IoBufs>) -> Result<TcpCommand<TcpPayload>, NvmeError> {
         let ns = self.ns_limits(cmd.ns.nsid())?;
         let slba = cmd.lba.0;
         match cmd.op {
@@ -151,12 +151,17 @@ impl TcpQueuePair {
                 let write = cmd.op == IoOp::Write;
                 let mut sqe = fabrics::rw(write, ns.nsid, slba, nlb as u32);
                 sqe.cdw12 |= cmd.flags.bits();
-                Ok((sqe, Some(write), len as u32))
+                let c = TcpCommand::new(sqe, cmd.op.name());
+                Ok(if write {
+                    c.write(0, len as u32)
+                } else {
+                    c.read(0, len as u32)
+                })
             }
             IoOp::Flush => {
                 let mut sqe = Sqe::new(io_opcode::FLUSH);
                 sqe.nsid = ns.nsid;
-                Ok((sqe, None, 0))
+                Ok(TcpCommand::new(sqe, cmd.op.name()))
             }
             IoOp::WriteZeroes { blocks } => {
                 check_lbas(&ns, slba, blocks)?;
@@ -170,7 +175,7 @@ impl TcpQueuePair {
                 sqe.nsid = ns.nsid;
                 sqe.set_slba(slba);
                 sqe.cdw12 = (blocks as u32 - 1) | cmd.flags.bits();
-                Ok((sqe, None, 0))
+                Ok(TcpCommand::new(sqe, cmd.op.name()))
             }
             IoOp::Deallocate { blocks } => {
                 check_lbas(&ns, slba, u64::from(blocks))?;
@@ -178,7 +183,7 @@ impl TcpQueuePair {
                 sqe.nsid = ns.nsid;
                 sqe.cdw10 = 0; // one range (zero-based)
                 sqe.cdw11 = DSM_ATTR_DEALLOCATE;
-                Ok((sqe, Some(true), 16))
+                Ok(TcpCommand::new(sqe, cmd.op.name()).write(0, 16))
             }
         }
     }
@@ -214,7 +219,7 @@ impl QueuePair for TcpQueuePair {
     }
 
     fn submit(&mut self, cmd: IoCommand<IoBufs>) -> Result<(), Rejected<IoBufs>> {
-        let (sqe, write, len) = match self.build(&cmd) {
+        let tcp_cmd = match self.build(&cmd) {
             Ok(b) => b,
             Err(error) => {
                 return Err(Rejected {
@@ -240,7 +245,7 @@ impl QueuePair for TcpQueuePair {
             _ => TcpPayload::Caller(cmd.payload),
         };
         self.q
-            .submit(sqe, cmd.op.name(), write, Some(payload), 0, len, cmd.tag)
+            .submit(tcp_cmd.buf(payload).tag(cmd.tag))
             .map_err(|(e, b)| Rejected {
                 bufs: b.map_or(IoBufs::None, TcpPayload::into_caller),
                 error: NvmeError::from(e),

@@ -6,7 +6,8 @@
 //! runs.
 //!
 //! Needs the `nvme` feature; a CUDA sink and the mapped-file run need `cuda`, a file read into
-//! the pool needs `uring` (without them the run is refused with [`SetupError::NotBuilt`]).
+//! the pool needs `uring`, an NVMe/TCP source needs `nvmf` (without them the run is refused
+//! with [`SetupError::NotBuilt`]).
 //!
 //! ```no_run
 //! use ubdirect::pipeline::{Pipeline, SinkSpec, SourceSpec};
@@ -34,6 +35,7 @@ mod mapped_run;
 mod nvme;
 mod run;
 mod sinks;
+#[cfg(feature = "nvmf")]
 mod tcp;
 #[cfg(all(test, feature = "uring"))]
 mod tests;
@@ -45,7 +47,9 @@ use std::time::Duration;
 
 use ubdirect_core::vfio::DomainOptions;
 use ubdirect_core::{PciAddress, PciDevice};
+#[cfg(feature = "nvmf")]
 use ubdirect_nvme::transport::tcp::ctrl::TcpOptions;
+#[cfg(feature = "nvmf")]
 use ubdirect_nvme::transport::tcp::host::HostIdentity;
 
 use super::config::{Limit, Mode};
@@ -66,7 +70,8 @@ pub enum SourceSpec {
     },
     /// A file (or block device) through io_uring, or its page cache mapped for the GPU.
     File(PathBuf),
-    /// A remote namespace over NVMe/TCP.
+    /// A remote namespace over NVMe/TCP (needs the `nvmf` feature: without it the run is
+    /// refused with [`SetupError::NotBuilt`]).
     Tcp {
         /// `nvmf-tcp://ADDR:PORT/SUBNQN[/NSID]`.
         addr: String,
@@ -202,7 +207,9 @@ struct Settings {
     repeat: usize,
     progress: bool,
     domain: DomainOptions,
+    #[cfg(feature = "nvmf")]
     tcp: TcpOptions,
+    #[cfg(feature = "nvmf")]
     host: Option<HostIdentity>,
     hostcheck: Option<HostCheck>,
 }
@@ -245,7 +252,9 @@ impl Pipeline {
                 repeat: 1,
                 progress: false,
                 domain: DomainOptions::default(),
+                #[cfg(feature = "nvmf")]
                 tcp: TcpOptions::default(),
+                #[cfg(feature = "nvmf")]
                 host: None,
                 hostcheck: None,
             },
@@ -348,7 +357,8 @@ impl PipelineBuilder {
         self
     }
     /// Connection options and host identity of an NVMe/TCP source (default: the defaults and
-    /// [`HostIdentity::system`]).
+    /// [`HostIdentity::system`]). With the `nvmf` feature.
+    #[cfg(feature = "nvmf")]
     pub fn tcp(mut self, opts: TcpOptions, host: HostIdentity) -> Self {
         self.s.tcp = opts;
         self.s.host = Some(host);

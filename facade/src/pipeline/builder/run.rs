@@ -88,7 +88,11 @@ pub(super) fn run(b: PipelineBuilder) -> Result<Vec<PipelineReport>, PipelineRun
         reports: Vec::new(),
     };
     match &source {
+        #[cfg(feature = "nvmf")]
         SourceSpec::Tcp { addr, nsid } => super::tcp::run(&mut run, addr, *nsid)?,
+        // Refused by `check` before anything opened.
+        #[cfg(not(feature = "nvmf"))]
+        SourceSpec::Tcp { .. } => return Err(SetupError::NotBuilt { feature: "nvmf" }.into()),
         SourceSpec::File(path) => super::file::run(&mut run, path)?,
         SourceSpec::Nvme { addr, nsid } => super::nvme::run(&mut run, *addr, *nsid)?,
     }
@@ -104,6 +108,9 @@ fn check(s: &Settings, source: &SourceSpec) -> Result<(), SetupError> {
         return Err(SetupError::PoolEmpty {
             block_size: s.block_size,
         });
+    }
+    if cfg!(not(feature = "nvmf")) && matches!(source, SourceSpec::Tcp { .. }) {
+        return Err(SetupError::NotBuilt { feature: "nvmf" });
     }
     let file = matches!(source, SourceSpec::File(_));
     if s.mode == Mode::Copy && !file {
@@ -133,5 +140,30 @@ fn log_note(note: Note) {
             "NVMe controller {addr} was reset {resets} time(s) during the run; the reads in flight were submitted again (requeued commands: {requeued})"
         ),
         Note::HostCheck(line) => tracing::info!("{line}"),
+    }
+}
+
+#[cfg(all(test, not(feature = "nvmf")))]
+mod tests {
+    use super::super::error::{PipelineRunError, SetupError};
+    use super::super::{Pipeline, SourceSpec};
+
+    #[test]
+    fn an_nvme_tcp_source_without_the_nvmf_feature_is_refused_before_anything_opens() {
+        let r = Pipeline::builder()
+            .source(SourceSpec::Tcp {
+                addr: "nvmf-tcp://127.0.0.1:4420/nqn.x".into(),
+                nsid: None,
+            })
+            .run();
+        assert!(
+            matches!(
+                r,
+                Err(PipelineRunError::Setup(SetupError::NotBuilt {
+                    feature: "nvmf"
+                }))
+            ),
+            "{r:?}"
+        );
     }
 }

@@ -10,7 +10,7 @@ use ubdirect_core::UbBuf;
 
 use super::error::TcpError;
 use super::fabrics;
-use super::queue::TcpQueue;
+use super::queue::{TcpCommand, TcpQueue};
 use crate::info::NamespaceInfo;
 
 /// One NVMe/TCP I/O queue reading and writing namespace `ns`.
@@ -148,13 +148,16 @@ impl TcpBlockQueue {
             ));
         }
         let sqe = fabrics::rw(write, self.nsid, offset / lba, (len as u64 / lba) as u32);
-        let name = if write { "Write" } else { "Read" };
-        self.q
-            .submit(sqe, name, Some(write), Some(buf), 0, len as u32, tag)
-            .map_err(|(e, b)| {
-                let err = block_err(&e);
-                (b.expect("the buffer comes back on refusal"), err)
-            })
+        let cmd = if write {
+            TcpCommand::new(sqe, "Write").write(0, len as u32)
+        } else {
+            TcpCommand::new(sqe, "Read").read(0, len as u32)
+        };
+        let cmd = cmd.buf(buf).tag(tag);
+        self.q.submit(cmd).map_err(|(e, b)| {
+            let err = block_err(&e);
+            (b.expect("the buffer comes back on refusal"), err)
+        })
     }
 }
 

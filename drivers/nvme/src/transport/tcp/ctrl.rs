@@ -20,7 +20,7 @@ use super::buf::DataBuf;
 use super::error::{TcpError, TcpResult};
 use super::fabrics::{self, property, ConnectData, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use super::host::HostIdentity;
-use super::queue::TcpQueue;
+use super::queue::{TcpCommand, TcpQueue};
 use super::sock;
 use crate::controller::transport::{self, ControllerTransport, IoQueueTransport, Registers};
 use crate::info::{ControllerInfo, NamespaceInfo};
@@ -385,11 +385,7 @@ impl TcpController {
         }
         self.admin_authenticated(|q| {
             q.run(
-                fabrics::keep_alive(),
-                "Keep Alive",
-                None,
-                None,
-                0,
+                TcpCommand::new(fabrics::keep_alive(), "Keep Alive"),
                 self.opts.admin_timeout,
             )
         })?;
@@ -460,14 +456,8 @@ struct Fabrics<'a> {
 
 impl Fabrics<'_> {
     fn get(&mut self, off: u32) -> TcpResult<u64> {
-        let (c, _) = self.q.run(
-            fabrics::property_get(off),
-            "Property Get",
-            None,
-            None,
-            0,
-            self.timeout,
-        )?;
+        let cmd = TcpCommand::new(fabrics::property_get(off), "Property Get");
+        let (c, _) = self.q.run(cmd, self.timeout)?;
         Ok(c.result as u64 | ((c.dw1 as u64) << 32))
     }
 }
@@ -481,14 +471,8 @@ impl Registers for Fabrics<'_> {
         Ok(self.get(property::CSTS)? as u32)
     }
     fn write_cc(&mut self, cc: u32) -> TcpResult<()> {
-        self.q.run(
-            fabrics::property_set(property::CC, cc),
-            "Property Set CC",
-            None,
-            None,
-            0,
-            self.timeout,
-        )?;
+        let cmd = TcpCommand::new(fabrics::property_set(property::CC, cc), "Property Set CC");
+        self.q.run(cmd, self.timeout)?;
         Ok(())
     }
 }
@@ -504,14 +488,10 @@ impl ControllerTransport for Fabrics<'_> {
         let mut s = Sqe::new(admin_opcode::IDENTIFY);
         s.nsid = nsid;
         s.cdw10 = cns as u32;
-        let (_, buf) = self.q.run(
-            s,
-            what,
-            Some(false),
-            Some(vec![0u8; IDENTIFY_LEN]),
-            IDENTIFY_LEN as u32,
-            self.timeout,
-        )?;
+        let cmd = TcpCommand::new(s, what)
+            .read(0, IDENTIFY_LEN as u32)
+            .buf(vec![0u8; IDENTIFY_LEN]);
+        let (_, buf) = self.q.run(cmd, self.timeout)?;
         if let Some(b) = buf {
             page.copy_from_slice(&b[..IDENTIFY_LEN]);
         }
@@ -521,7 +501,9 @@ impl ControllerTransport for Fabrics<'_> {
         let mut s = Sqe::new(admin_opcode::SET_FEATURES);
         s.cdw10 = fid as u32;
         s.cdw11 = cdw11;
-        let (c, _) = self.q.run(s, "Set Features", None, None, 0, self.timeout)?;
+        let (c, _) = self
+            .q
+            .run(TcpCommand::new(s, "Set Features"), self.timeout)?;
         Ok(c.result)
     }
 }
@@ -541,14 +523,10 @@ pub fn discover(
     let t = opts.admin_timeout;
     let mut q = ctrl.admin();
     let read = |q: &mut TcpQueue<Vec<u8>>, len: u32| -> TcpResult<Vec<u8>> {
-        let (_, b) = q.run(
-            fabrics::discovery_log(len, 0),
-            "Get Log Page (discovery)",
-            Some(false),
-            Some(vec![0u8; len as usize]),
-            len,
-            t,
-        )?;
+        let cmd = TcpCommand::new(fabrics::discovery_log(len, 0), "Get Log Page (discovery)")
+            .read(0, len)
+            .buf(vec![0u8; len as usize]);
+        let (_, b) = q.run(cmd, t)?;
         Ok(b.unwrap_or_default())
     };
     let head = read(&mut q, 1024)?;

@@ -11,7 +11,7 @@ use super::addr::TcpTarget;
 use super::ctrl::{TcpController, TcpOptions};
 use super::fabrics;
 use super::host::HostIdentity;
-use super::queue::TcpQueue;
+use super::queue::{TcpCommand, TcpQueue};
 use super::test_pdus::{c2h_success, resp_with as resp};
 use super::TcpError;
 use crate::error::NvmeError;
@@ -229,11 +229,9 @@ fn io_queues_take_the_granted_ids_and_entries_within_cap_mqes_as_on_pcie() {
 /// Read block 0 on `q`: the error.
 fn read_fails(q: &mut TcpQueue<Vec<u8>>) -> TcpError {
     q.run(
-        fabrics::rw(false, 1, 0, 1),
-        "Read",
-        Some(false),
-        Some(vec![0u8; 512]),
-        512,
+        TcpCommand::new(fabrics::rw(false, 1, 0, 1), "Read")
+            .read(0, 512)
+            .buf(vec![0u8; 512]),
         Duration::from_secs(5),
     )
     .unwrap_err()

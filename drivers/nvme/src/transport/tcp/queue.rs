@@ -31,8 +31,12 @@ use super::buf::DataBuf;
 use super::digest;
 use super::error::TcpError;
 use super::fabrics::{self, SGL_INCAPSULE, SGL_TRANSPORT};
+#[path = "queue_command.rs"]
+mod command;
 #[path = "queue_control.rs"]
 mod control;
+
+pub use command::TcpCommand;
 
 use super::pdu::{
     flags, pdu_type, CapsuleCmd, CommonHeader, DataHeader, CMD_HLEN, DIGEST_LEN, SHORT_HLEN,
@@ -273,18 +277,8 @@ impl<B: DataBuf> TcpQueue<B> {
         if now < ka.next {
             return;
         }
-        let sent = self
-            .submit_inner(
-                fabrics::keep_alive(),
-                "Keep Alive",
-                None,
-                None,
-                0,
-                0,
-                KEEP_ALIVE_TAG,
-                false,
-            )
-            .is_ok();
+        let cmd = TcpCommand::new(fabrics::keep_alive(), "Keep Alive").tag(KEEP_ALIVE_TAG);
+        let sent = self.submit_inner(cmd, false).is_ok();
         self.ka = Some(KeepAlive {
             next: now + ka.every,
             in_flight: sent,
@@ -340,35 +334,27 @@ impl<B: DataBuf> TcpQueue<B> {
         Ok(r > 0)
     }
 
-    /// Submit `sqe` (its CID is set here). `data` is `buf[off..off+len]` moved in or out per
-    /// `dir`; the buffer comes back in the completion. On refusal the buffer comes back in
-    /// the error tuple and nothing was sent.
-    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
-    pub fn submit(
-        &mut self,
-        sqe: Sqe,
-        name: &'static str,
-        write: Option<bool>,
-        buf: Option<B>,
-        off: usize,
-        len: u32,
-        tag: u64,
-    ) -> Result<(), (TcpError, Option<B>)> {
-        self.submit_inner(sqe, name, write, buf, off, len, tag, false)
+    /// Submit `cmd` (its SQE's CID is set here). Its data, the buffer's bytes
+    /// `offset..offset + len`, move in or out as [`TcpCommand::read`] / [`TcpCommand::write`]
+    /// said; the buffer comes back in the completion. On refusal the buffer comes back in the
+    /// error tuple and nothing was sent.
+    #[allow(clippy::result_large_err)]
+    pub fn submit(&mut self, cmd: TcpCommand<B>) -> Result<(), (TcpError, Option<B>)> {
+        self.submit_inner(cmd, false)
     }
 
-    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
-    fn submit_inner(
-        &mut self,
-        mut sqe: Sqe,
-        name: &'static str,
-        write: Option<bool>,
-        buf: Option<B>,
-        off: usize,
-        len: u32,
-        tag: u64,
-        own: bool,
-    ) -> Result<(), (TcpError, Option<B>)> {
+    /// [`TcpQueue::submit`]; `own`: the data are the queue's control buffer, not the command's.
+    #[allow(clippy::result_large_err)]
+    fn submit_inner(&mut self, cmd: TcpCommand<B>, own: bool) -> Result<(), (TcpError, Option<B>)> {
+        let TcpCommand {
+            mut sqe,
+            name,
+            write,
+            buf,
+            offset: off,
+            len,
+            tag,
+        } = cmd;
         if let Some(during) = self.dead {
             return Err((TcpError::Closed { during }, buf));
         }
@@ -486,20 +472,16 @@ impl<B: DataBuf> TcpQueue<B> {
         Ok(n)
     }
 
-    /// Submit one command and poll until it finishes or `timeout` passes (control path).
-    #[allow(clippy::too_many_arguments)]
+    /// Submit `cmd` and poll until it finishes or `timeout` passes (control path): the
+    /// CQE and the buffer back. The command's tag is replaced by one reserved for this wait.
     pub fn run(
         &mut self,
-        sqe: Sqe,
-        name: &'static str,
-        write: Option<bool>,
-        buf: Option<B>,
-        len: u32,
+        cmd: TcpCommand<B>,
         timeout: Duration,
     ) -> Result<(Cqe, Option<B>), TcpError> {
         const TAG: u64 = u64::MAX;
-        self.submit(sqe, name, write, buf, 0, len, TAG)
-            .map_err(|(e, _)| e)?;
+        let name = cmd.name;
+        self.submit(cmd.tag(TAG)).map_err(|(e, _)| e)?;
         self.wait_tag(TAG, name, timeout)
     }
 
@@ -582,17 +564,10 @@ impl<B: DataBuf> TcpQueue<B> {
         }
         self.ctl.clear();
         self.ctl.extend_from_slice(data);
-        self.submit_inner(
-            sqe,
-            name,
-            Some(true),
-            None,
-            0,
-            data.len() as u32,
-            u64::MAX,
-            true,
-        )
-        .map_err(|(e, _)| e)?;
+        let cmd = TcpCommand::new(sqe, name)
+            .write(0, data.len() as u32)
+            .tag(u64::MAX);
+        self.submit_inner(cmd, true).map_err(|(e, _)| e)?;
         self.wait_tag(u64::MAX, name, timeout).map(|(c, _)| c)
     }
 

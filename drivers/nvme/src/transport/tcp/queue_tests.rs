@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::fabrics::KEEP_ALIVE_OPCODE;
 use super::pdu::CMD_HLEN;
-use super::queue::TcpQueue;
+use super::queue::{TcpCommand, TcpQueue};
 use super::rx::Negotiated;
 use super::test_pdus::{c2h_success, r2t, resp};
 use super::TcpError;
@@ -113,15 +113,20 @@ fn batched_sends_carry_every_capsule_and_h2c_chunks_in_order() {
     // 36 commands without data (more than two batches) and one 10 KiB write that needs an
     // R2T, answered in 4096-byte H2CData PDUs (MAXH2CDATA).
     for tag in 0..36u64 {
-        q.submit(super::fabrics::keep_alive(), "Flush", None, None, 0, 0, tag)
+        q.submit(TcpCommand::new(super::fabrics::keep_alive(), "Flush").tag(tag))
             .map_err(|(e, _)| e)
             .unwrap();
     }
     let data: Vec<u8> = (0..10240u32).map(|i| (i * 7 % 251) as u8).collect();
     let w = super::fabrics::rw(true, 1, 0, 20);
-    q.submit(w, "Write", Some(true), Some(data.clone()), 0, 10240, 99)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    q.submit(
+        TcpCommand::new(w, "Write")
+            .write(0, 10240)
+            .buf(data.clone())
+            .tag(99),
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
     q.poll(&mut |_| {}).unwrap();
     let mut caps = vec![0u8; 37 * CMD_HLEN];
     t.read_exact(&mut caps).unwrap();
@@ -200,13 +205,10 @@ fn submit_reads(q: &mut TcpQueue<Vec<u8>>, t: &mut TcpStream, lens: &[usize]) ->
     for (tag, &len) in lens.iter().enumerate() {
         let sqe = super::fabrics::rw(false, 1, 0, (len / 512) as u32);
         q.submit(
-            sqe,
-            "Read",
-            Some(false),
-            Some(vec![0; len]),
-            0,
-            len as u32,
-            tag as u64,
+            TcpCommand::new(sqe, "Read")
+                .read(0, len as u32)
+                .buf(vec![0; len])
+                .tag(tag as u64),
         )
         .map_err(|(e, _)| e)
         .unwrap();
@@ -365,7 +367,8 @@ fn all_commands_at_depth_are_sent_before_any_answer_and_resubmits_go_out_at_once
         got += q.poll(&mut |c| back.push(c)).unwrap();
         for c in back.drain(..) {
             let sqe = super::fabrics::rw(false, 1, 0, 1);
-            q.submit(sqe, "Read", Some(false), c.buf, 0, 512, c.tag)
+            let b = c.buf.expect("a read's buffer comes back");
+            q.submit(TcpCommand::new(sqe, "Read").read(0, 512).buf(b).tag(c.tag))
                 .map_err(|(e, _)| e)
                 .unwrap();
         }
@@ -414,24 +417,18 @@ fn a_write_failed_after_its_r2t_sends_no_data_not_even_from_the_command_reusing_
     let mut q: TcpQueue<Vec<u8>> = TcpQueue::new(c, neg, 1, 64, 0, Duration::from_secs(60));
     // A: 64 KiB write (cid 0); B: 2 MiB write (cid 1).
     q.submit(
-        super::fabrics::rw(true, 1, 0, 128),
-        "Write",
-        Some(true),
-        Some(vec![0xaa; 65536]),
-        0,
-        65536,
-        100,
+        TcpCommand::new(super::fabrics::rw(true, 1, 0, 128), "Write")
+            .write(0, 65536)
+            .buf(vec![0xaa; 65536])
+            .tag(100),
     )
     .map_err(|(e, _)| e)
     .unwrap();
     q.submit(
-        super::fabrics::rw(true, 1, 0, 4096),
-        "Write",
-        Some(true),
-        Some(vec![0xbb; 2 << 20]),
-        0,
-        2 << 20,
-        101,
+        TcpCommand::new(super::fabrics::rw(true, 1, 0, 4096), "Write")
+            .write(0, 2 << 20)
+            .buf(vec![0xbb; 2 << 20])
+            .tag(101),
     )
     .map_err(|(e, _)| e)
     .unwrap();
@@ -448,17 +445,9 @@ fn a_write_failed_after_its_r2t_sends_no_data_not_even_from_the_command_reusing_
     }
     // 20 more commands: the batch (16) fills, the rest waits in the send queue.
     for tag in 0..20u64 {
-        q.submit(
-            super::fabrics::keep_alive(),
-            "Flush",
-            None,
-            None,
-            0,
-            0,
-            200 + tag,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+        q.submit(TcpCommand::new(super::fabrics::keep_alive(), "Flush").tag(200 + tag))
+            .map_err(|(e, _)| e)
+            .unwrap();
     }
     q.poll(&mut |_| {}).unwrap();
     // The target asks for A's data, then fails A (status: Invalid Field).
@@ -482,13 +471,10 @@ fn a_write_failed_after_its_r2t_sends_no_data_not_even_from_the_command_reusing_
     // A new 4 KiB read takes A's command ID (its buffer is larger, so the over-read below
     // stays inside the allocation in this test; with a 4 KiB Vec it reads past it).
     q.submit(
-        super::fabrics::rw(false, 1, 0, 8),
-        "Read",
-        Some(false),
-        Some(vec![0x55; 128 << 10]),
-        0,
-        4096,
-        300,
+        TcpCommand::new(super::fabrics::rw(false, 1, 0, 8), "Read")
+            .read(0, 4096)
+            .buf(vec![0x55; 128 << 10])
+            .tag(300),
     )
     .map_err(|(e, _)| e)
     .unwrap();

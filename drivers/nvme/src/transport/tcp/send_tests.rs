@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::pdu::CMD_HLEN;
-use super::queue::{TcpCompletion, TcpQueue};
+use super::queue::{TcpCommand, TcpCompletion, TcpQueue};
 use super::rx::Negotiated;
 use super::test_pdus::{r2t, resp, resp_failed};
 use super::TcpError;
@@ -60,18 +60,14 @@ fn submit_one(
     tag: u64,
 ) -> u16 {
     let sqe = super::fabrics::rw(write, 1, 0, (len / 512) as u32);
-    let name = if write { "Write" } else { "Read" };
-    q.submit(
-        sqe,
-        name,
-        Some(write),
-        Some(vec![0xaa; len]),
-        0,
-        len as u32,
-        tag,
-    )
-    .map_err(|(e, _)| e)
-    .unwrap();
+    let cmd = if write {
+        TcpCommand::new(sqe, "Write").write(0, len as u32)
+    } else {
+        TcpCommand::new(sqe, "Read").read(0, len as u32)
+    };
+    q.submit(cmd.buf(vec![0xaa; len]).tag(tag))
+        .map_err(|(e, _)| e)
+        .unwrap();
     q.poll(&mut |_| panic!("nothing can complete yet")).unwrap();
     let mut cap = [0u8; CMD_HLEN];
     t.read_exact(&mut cap).unwrap();

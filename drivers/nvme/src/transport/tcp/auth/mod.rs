@@ -22,7 +22,7 @@ pub use secret::{DhchapSecret, SecretError};
 
 use super::error::TcpError;
 use super::fabrics::FABRICS_OPCODE;
-use super::queue::TcpQueue;
+use super::queue::{TcpCommand, TcpQueue};
 use crate::spec::Sqe;
 
 /// Fabrics command type of Authentication Send.
@@ -117,29 +117,19 @@ impl dhchap::AuthChannel for QueueChannel<'_> {
     fn send(&mut self, msg: &[u8]) -> Result<(), TcpError> {
         let n = msg.len() as u32;
         let sqe = auth_command(false, n);
-        self.q
-            .run(
-                sqe,
-                "Authentication Send",
-                Some(true),
-                Some(msg.to_vec()),
-                n,
-                self.timeout,
-            )
-            .map(|_| ())
+        let cmd = TcpCommand::new(sqe, "Authentication Send")
+            .write(0, n)
+            .buf(msg.to_vec());
+        self.q.run(cmd, self.timeout).map(|_| ())
     }
     fn receive(&mut self) -> Result<Vec<u8>, TcpError> {
         let n = messages::MAX_MESSAGE as u32;
         let sqe = auth_command(true, n);
         let buf = vec![0u8; messages::MAX_MESSAGE];
-        let (_, buf) = self.q.run(
-            sqe,
-            "Authentication Receive",
-            Some(false),
-            Some(buf),
-            n,
-            self.timeout,
-        )?;
+        let cmd = TcpCommand::new(sqe, "Authentication Receive")
+            .read(0, n)
+            .buf(buf);
+        let (_, buf) = self.q.run(cmd, self.timeout)?;
         Ok(buf.unwrap_or_default())
     }
 }
