@@ -504,15 +504,8 @@ diagnose() {
     {
         echo "== $(date +%T) $1"
         echo "console: $(wc -l <"$CON") lines, last change $(($(date +%s) - $(stat -c %Y "$CON")))s ago; last guest line: $(grep -v '^\[' "$CON" | tail -n1 | cut -c1-200)"
-        for pass in 1 2; do
-            [ -n "$qpid" ] && for t in /proc/"$qpid"/task/*; do
-                echo "pass $pass thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): $(awk '{print "state " $3 ", utime " $14 ", stime " $15}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
-            done
-            qmp '{"execute":"query-status"}' '{"execute":"query-cpus-fast"}' 2>&1
-            qmp '{"execute":"human-monitor-command","arguments":{"command-line":"info registers -a"}}' 2>&1 |
-                grep -oE 'CPU#[0-9]+|RIP=[0-9a-f]+|HLT=[01]|EFL=[0-9a-f]+' | paste -sd' '
-            [ "$pass" = 1 ] && sleep 5
-        done
+        qmp '{"execute":"query-status"}' 2>&1
+        [ -n "$qpid" ] && "$repo/scripts/vm/vcpu-diag.sh" "$qpid" "$QMP"
         qmp '{"execute":"human-monitor-command","arguments":{"command-line":"info pci"}}' 2>&1 | grep -iE 'bus|device|non-vga|storage' | head -40
     } >>"$dg" 2>&1
     rips=$(grep -oE 'CPU#[0-9]+|RIP=[0-9a-f]+|HLT=[01]' "$dg" | paste -sd' ' | tail -c 300)

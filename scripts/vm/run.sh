@@ -385,22 +385,12 @@ freeze_watch() {
     done
 }
 
-# freeze_diag WHY: QEMU's threads (state, CPU time) and every vCPU's registers and local APIC,
-# twice 5 s apart (a vCPU that spins moves its RIP; one halted keeps it).
+# freeze_diag WHY: the last guest lines, then what scripts/vm/vcpu-diag.sh sees.
 freeze_diag() {
-    local qpid pass t
-    qpid=$(cat "$run_dir/qemu.pid" 2>/dev/null)
     echo "== $(date +%T) $1"
     echo "last guest lines:"
     grep -v '^\[' "$run_dir/guest.log" | tail -n 5
-    for pass in 1 2; do
-        for t in /proc/"$qpid"/task/*; do
-            echo "pass $pass thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): $(awk '{print "state " $3 ", utime " $14 ", stime " $15}' "$t/stat" 2>/dev/null)"
-        done
-        "$UBD_VM_DIR/qmp-hmp.py" "$run_dir/watch.qmp" "info registers -a" "info lapic 0" "info lapic 1" 2>&1 |
-            grep -iE 'CPU#|RIP=|HLT=|ISR|IRR|timer|LVTT|PPR' | head -60
-        ((pass == 1)) && sleep 5
-    done
+    "$UBD_VM_DIR/vcpu-diag.sh" "$(cat "$run_dir/qemu.pid" 2>/dev/null)" "$run_dir/watch.qmp"
 }
 
 # boot: one QEMU run; sets qemu_rc, t_boot, t_end.
