@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use ubdirect_core::UbRegistry;
-use ubdirect_nvme::{Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
+use ubdirect_nvme::{CmbLayout, Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
 use super::{CliResult, Outcome};
 
@@ -38,6 +38,8 @@ struct Registers {
     io_queues_granted: u16,
     shadow_doorbells: bool,
     max_command_bytes: usize,
+    /// The Controller Memory Buffer (null: none).
+    cmb: Option<CmbLayout>,
 }
 
 #[derive(Serialize)]
@@ -68,6 +70,7 @@ pub fn run(args: &Args) -> CliResult {
         io_queues_granted: ctrl.io_queues_granted(),
         shadow_doorbells: ctrl.shadow_doorbells(),
         max_command_bytes: ctrl.max_command_bytes(),
+        cmb: ctrl.cmb_layout()?,
     };
     if args.json {
         let doc = IdentifyJson {
@@ -126,6 +129,45 @@ fn print_controller(addr: &str, c: &ControllerInfo, r: &Registers) {
         if r.shadow_doorbells { "on" } else { "off" },
         r.max_command_bytes
     );
+    println!("cmb       : {}", cmb_line(r.cmb.as_ref()));
+}
+
+/// The CMB as one line: where it lies, its size and what may be placed in it.
+fn cmb_line(cmb: Option<&CmbLayout>) -> String {
+    let Some(c) = cmb else {
+        return "none".to_string();
+    };
+    let uses: Vec<&str> = [
+        (c.sqs, "sqs"),
+        (c.cqs, "cqs"),
+        (c.lists, "lists"),
+        (c.rds, "rds"),
+        (c.wds, "wds"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|&(_, name)| name)
+    .collect();
+    format!(
+        "BAR{} offset {:#x}, {} bytes, holds: {}",
+        c.bir,
+        c.offset,
+        c.size,
+        if uses.is_empty() {
+            "nothing".to_string()
+        } else {
+            uses.join(" ")
+        }
+    )
+}
+
+/// DPS's protection type in words.
+fn protection_line(pi_type: u8) -> String {
+    match pi_type {
+        0 => "0 (none)".to_string(),
+        1..=3 => format!("{pi_type} (Type {pi_type} protection information)"),
+        t => format!("{t} (reserved)"),
+    }
 }
 
 fn print_namespace(ns: &NamespaceInfo) {
@@ -133,7 +175,13 @@ fn print_namespace(ns: &NamespaceInfo) {
     println!("nsze    : {:#x}", ns.nsze);
     println!("ncap    : {:#x}", ns.ncap);
     println!("nuse    : {:#x}", ns.nuse);
+    println!("csi     : {}", ns.command_set);
     println!("flbas   : {:#x}", ns.flbas);
+    println!(
+        "ms      : {} (metadata bytes per block in use)",
+        ns.metadata_size
+    );
+    println!("dps     : {}", protection_line(ns.protection_type));
     println!("nlbaf   : {}", ns.lbaf.len().saturating_sub(1));
     for (i, f) in ns.lbaf.iter().enumerate() {
         println!(
@@ -150,4 +198,31 @@ fn print_namespace(ns: &NamespaceInfo) {
         ns.nsze,
         ns.lba_size
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cmb_and_protection_lines_say_what_the_registers_hold() {
+        assert_eq!(cmb_line(None), "none");
+        let c = CmbLayout {
+            bir: 2,
+            offset: 0x1000,
+            size: 16 << 20,
+            sqs: true,
+            cqs: false,
+            lists: true,
+            rds: false,
+            wds: true,
+        };
+        assert_eq!(
+            cmb_line(Some(&c)),
+            "BAR2 offset 0x1000, 16777216 bytes, holds: sqs lists wds"
+        );
+        assert_eq!(protection_line(0), "0 (none)");
+        assert_eq!(protection_line(2), "2 (Type 2 protection information)");
+        assert_eq!(protection_line(5), "5 (reserved)");
+    }
 }

@@ -13,7 +13,7 @@ use ubdirect_core::util::pin_to_core;
 use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
 use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
 use ubdirect_nvme::{
-    Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
+    CommandSet, Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
     QueueOptions, QueueStats, Recovery, ShadowDoorbells,
 };
 
@@ -553,6 +553,7 @@ impl Target {
         let ns = super::namespace::pick(ctrl, &args.addr, args.nsid)?;
         let nsid = ns.nsid;
         let lba = ns.lba_size as u64;
+        check_command_set(args.workload, nsid, ns.command_set)?;
         if args.io_size as u64 % lba != 0 {
             return Err(format!(
                 "-o {} is not a multiple of namespace {nsid}'s {lba}-byte logical block: use -o {}",
@@ -595,6 +596,23 @@ impl Target {
             first_block,
             span_blocks,
         })
+    }
+}
+
+/// Refuse, before anything is sent, a workload the namespace's command set cannot take: writes
+/// on a namespace that takes no random writes (a zoned namespace writes only at each zone's
+/// write pointer, one command at a time), and any I/O on one that has no logical blocks.
+fn check_command_set(workload: Workload, nsid: u32, set: CommandSet) -> Result<(), String> {
+    let writes = !matches!(workload, Workload::Read | Workload::Randread);
+    match set {
+        CommandSet::Nvm => Ok(()),
+        CommandSet::Zoned if !writes => Ok(()),
+        CommandSet::Zoned => Err(format!(
+            "namespace {nsid} is a zoned namespace (Zoned Namespace command set): it takes writes only at each zone's write pointer, which perf does not track; use -w read or -w randread"
+        )),
+        other => Err(format!(
+            "namespace {nsid} uses the {other} command set, which has no logical blocks to read or write: pick an NVM namespace with -n"
+        )),
     }
 }
 
@@ -1720,6 +1738,20 @@ mod tests {
             let e = e.to_string();
             assert!(e.contains("-a"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_zoned_namespace_takes_reads_and_refuses_writes_before_the_run() {
+        for w in [Workload::Read, Workload::Randread] {
+            assert_eq!(check_command_set(w, 1, CommandSet::Zoned), Ok(()));
+        }
+        for w in [Workload::Write, Workload::Randwrite, Workload::Rw] {
+            let e = check_command_set(w, 2, CommandSet::Zoned).unwrap_err();
+            assert!(e.contains("namespace 2 is a zoned namespace"), "{e}");
+            assert_eq!(check_command_set(w, 2, CommandSet::Nvm), Ok(()));
+        }
+        let e = check_command_set(Workload::Read, 3, CommandSet::KeyValue).unwrap_err();
+        assert!(e.contains("Key Value command set"), "{e}");
     }
 
     /// A -w rw run's report: reads and writes apart, each core's and the total's; the

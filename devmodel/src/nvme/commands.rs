@@ -100,7 +100,8 @@ impl State {
         }
     }
 
-    /// Identify: the controller, a namespace or the active namespace list (tampered with
+    /// Identify: the controller, a namespace, the active namespace list or a namespace's
+    /// identification descriptors (tampered with
     /// when the model is hostile).
     fn identify(&mut self, m: &NvmeModel, sqe: &[u8; 64]) -> Option<Done> {
         let (nsid, cns) = (dw(sqe, 1), dw(sqe, 10) as u8);
@@ -110,6 +111,8 @@ impl State {
             0x00 => self.identify_namespace(nsid),
             0x02 if nsid >= 0xffff_fffe => return Done::err(0, sc::INVALID_NS),
             0x02 => self.active_list(nsid),
+            0x03 if nsid == 0 || nsid >= 0xffff_fffe => return Done::err(0, sc::INVALID_NS),
+            0x03 => self.ns_descriptors(nsid),
             _ => return bad_field(),
         };
         if let Some(t) = self.tamper.as_mut() {

@@ -76,6 +76,18 @@ impl State {
         }
     }
 
+    /// Namespace Identification Descriptor list (CNS 03h): one Command Set Identifier
+    /// descriptor naming the NVM command set; zeros for an inactive NSID.
+    pub(crate) fn ns_descriptors(&self, nsid: u32) -> [u8; 4096] {
+        let mut p = [0u8; 4096];
+        if self.cfg.namespaces.iter().any(|n| n.nsid == nsid) {
+            p[0] = 0x04; // NIDT: Command Set Identifier
+            p[1] = 1; // NIDL
+            p[4] = 0x00; // CSI: NVM
+        }
+        p
+    }
+
     /// Active Namespace ID list (CNS 02h): active NSIDs above `after`, ascending, at most 1024.
     pub(crate) fn active_list(&self, after: u32) -> [u8; 4096] {
         let mut p = [0u8; 4096];

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::command_set::CommandSet;
 use crate::error::NvmeError;
 use crate::spec::identify::{ascii_field, IdentifyController, IdentifyNamespace};
 
@@ -114,6 +115,11 @@ pub struct NamespaceInfo {
     pub lba_size: u32,
     /// Metadata bytes per block of the format in use.
     pub metadata_size: u16,
+    /// End-to-end protection information type in use (DPS bits 2:0; 0 = none, 1-3 = Type 1-3).
+    pub protection_type: u8,
+    /// The I/O command set the namespace is formatted for (from the Namespace Identification
+    /// Descriptor list; [`CommandSet::Nvm`] when the controller reports none).
+    pub command_set: CommandSet,
     /// All reported LBA formats.
     pub lbaf: Vec<LbaFormatInfo>,
 }
@@ -160,6 +166,8 @@ impl NamespaceInfo {
             flbas: id.flbas,
             lba_size,
             metadata_size: cur.ms.get(),
+            protection_type: id.dps & 0x7,
+            command_set: CommandSet::Nvm,
             lbaf,
         })
     }

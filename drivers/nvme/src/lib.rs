@@ -51,6 +51,7 @@ mod admin_queue;
 mod block_queue_seam;
 mod blocking_helpers;
 pub mod cmb;
+mod command_set;
 pub mod controller;
 mod doorbell;
 pub mod error;
@@ -72,6 +73,7 @@ pub mod transport;
 
 pub use block_queue_seam::to_block_error;
 pub use cmb::{Cmb, CmbLayout};
+pub use command_set::{command_set_from_descriptors, CommandSet};
 pub use controller::{Controller, ControllerOptions, ShadowDecision, ShadowDoorbells};
 pub use error::{NvmeError, Result, TIMEOUT_ABORTED, TIMEOUT_ADMIN, TIMEOUT_WAIT};
 pub use info::{ControllerInfo, LbaFormatInfo, NamespaceInfo};

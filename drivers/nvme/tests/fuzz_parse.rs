@@ -1,5 +1,5 @@
 //! Fuzz targets, one per structure the NVMe driver parses from device input:
-//! Identify Controller and Identify Namespace pages, completion entries and their status, and
+//! Identify Controller and Identify Namespace pages, Namespace Identification Descriptor lists, completion entries and their status, and
 //! the CAP / CSTS / VS registers. Each runs `UBD_FUZZ_CASES` cases (10,000 in CI). A decode
 //! must never panic, and what it accepts must hold the invariants the driver relies on.
 
@@ -11,8 +11,20 @@ use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig};
 use ubdirect_nvme::spec::identify::{IdentifyController, IdentifyNamespace};
 use ubdirect_nvme::spec::regs::{cq_head_doorbell, sq_tail_doorbell, Cap, Csts, Version};
 use ubdirect_nvme::spec::Cqe;
-use ubdirect_nvme::{ControllerInfo, NamespaceInfo, NvmeError, NvmeStatus};
+use ubdirect_nvme::{
+    command_set_from_descriptors, CommandSet, ControllerInfo, NamespaceInfo, NvmeError, NvmeStatus,
+};
 use zerocopy::FromBytes;
+
+/// A Namespace Identification Descriptor list: an EUI-64, a UUID, then the CSI (zoned).
+fn descriptor_template() -> [u8; 4096] {
+    let mut p = [0u8; 4096];
+    p[0..2].copy_from_slice(&[0x01, 8]);
+    p[12..14].copy_from_slice(&[0x03, 16]);
+    p[32..34].copy_from_slice(&[0x04, 1]);
+    p[36] = 0x02;
+    p
+}
 
 fn ns_template() -> [u8; 4096] {
     NsConfig {
@@ -43,6 +55,27 @@ proptest! {
             Err(NvmeError::DeviceInput { field, .. }) => {
                 prop_assert!(["FLBAS", "LBAF.LBADS", "NSZE"].contains(&field));
             }
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn fuzz_namespace_descriptor_list(p in page(descriptor_template(), 64)) {
+        fuzz_support::tick("fuzz_namespace_descriptor_list");
+        let page: &[u8; 4096] = p[..].try_into().unwrap();
+        match command_set_from_descriptors(page) {
+            Ok(Some(set)) => {
+                // The CSI descriptor the walk found lies inside the page, with NIDL 1.
+                let mut off = 0;
+                while page[off] != 0x04 {
+                    prop_assert!(page[off] != 0);
+                    off += 4 + page[off + 1] as usize;
+                }
+                prop_assert_eq!(page[off + 1], 1);
+                prop_assert_eq!(set, CommandSet::from_csi(page[off + 4]));
+            }
+            Ok(None) => {}
+            Err(NvmeError::DeviceInput { field, .. }) => prop_assert!(field.contains("NIDL")),
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
     }

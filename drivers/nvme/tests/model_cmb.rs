@@ -121,3 +121,22 @@ fn hostile_cmb_registers_are_typed_errors() {
         "{r:?}"
     );
 }
+
+#[test]
+fn the_cmb_layout_is_read_without_opening_the_cmb() {
+    let reg = registry();
+    let cfg = NvmeConfig {
+        cmb: Some(CmbConfig::qemu(16)),
+        ..NvmeConfig::default()
+    };
+    let m = NvmeModel::new(&reg, cfg);
+    let c = Controller::open_device(&reg, m.attach(&reg), fast_opts()).unwrap();
+    assert!(c.cmb().is_none(), "not opened with ControllerOptions::cmb");
+    let l = c.cmb_layout().unwrap().expect("the model has a CMB");
+    assert_eq!((l.bir, l.offset, l.size), (2, 0, 16 << 20));
+    assert!(l.sqs && !l.cqs && l.lists && l.rds && l.wds, "{l:?}");
+    assert_eq!(m.cmbmsc(), 1, "CRE set to read the registers, CMSE not");
+    let m = NvmeModel::new(&reg, NvmeConfig::default());
+    let c = Controller::open_device(&reg, m.attach(&reg), fast_opts()).unwrap();
+    assert_eq!(c.cmb_layout().unwrap(), None);
+}

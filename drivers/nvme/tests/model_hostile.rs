@@ -10,7 +10,7 @@ use std::time::Duration;
 use model_support::{fast_opts, hostile, open_hostile, within};
 use ubdirect_core::CoreError;
 use ubdirect_devmodel::nvme::{regs, Hostile, NsConfig, NvmeConfig, NvmeModel, Tamper};
-use ubdirect_nvme::{Controller, ControllerOptions, NvmeError};
+use ubdirect_nvme::{CommandSet, Controller, ControllerOptions, NvmeError};
 
 /// Bring-up on the model takes ~10 ms (debug build); anything past this is a hang.
 const LIMIT: Duration = Duration::from_secs(5);
@@ -145,8 +145,8 @@ fn endless_active_namespace_list_is_bounded() {
     let default_cap = ControllerOptions::default().max_namespaces as u64;
     assert_eq!(default_cap, 1024);
     // One active-list page of 1024 NSIDs, then one Identify Namespace per NSID, plus
-    // Identify Controller.
-    assert_eq!(m.stats().admin_count(IDENTIFY), 1 + 1 + default_cap);
+    // Identify Controller and the descriptor list of the one namespace that decoded.
+    assert_eq!(m.stats().admin_count(IDENTIFY), 1 + 1 + default_cap + 1);
 }
 
 #[test]
@@ -471,4 +471,63 @@ fn a_namespace_with_metadata_is_refused_as_ubdirects_limit_not_the_controllers()
     let m = e.to_string();
     assert!(m.contains("ubdirect does not transfer metadata"), "{m}");
     assert!(!m.contains("controller does not support"), "{m}");
+}
+
+#[test]
+fn a_zoned_namespace_is_known_by_its_command_set_identifier() {
+    // Byte 4 of the Namespace Identification Descriptor list is the CSI descriptor's value.
+    let (_m, r) = open_hostile(
+        NvmeConfig::default(),
+        Hostile {
+            identify_patches: vec![(3, 4, 0x02), (0, 29, 0x01)],
+            ..Hostile::default()
+        },
+    );
+    let ctrl = r.unwrap();
+    let ns = &ctrl.namespaces()[0];
+    assert_eq!(ns.command_set, CommandSet::Zoned);
+    assert!(!ns.command_set.takes_random_writes());
+    assert_eq!(ns.protection_type, 1, "DPS bits 2:0");
+    let (_m, r) = open_hostile(NvmeConfig::default(), Hostile::default());
+    let ctrl = r.unwrap();
+    assert_eq!(ctrl.namespaces()[0].command_set, CommandSet::Nvm);
+    assert_eq!(ctrl.namespaces()[0].protection_type, 0);
+}
+
+#[test]
+fn a_controller_without_descriptor_lists_has_nvm_namespaces() {
+    // NVMe 1.2: the driver does not ask; NVMe 1.4 refusing CNS 03h: the NVM command set.
+    let (_m, r) = open_hostile(
+        NvmeConfig {
+            vs: 0x0001_0200,
+            ..NvmeConfig::default()
+        },
+        Hostile {
+            identify_patches: vec![(3, 4, 0x02)],
+            ..Hostile::default()
+        },
+    );
+    assert_eq!(r.unwrap().namespaces()[0].command_set, CommandSet::Nvm);
+}
+
+#[test]
+fn a_descriptor_list_running_past_its_page_leaves_the_namespace_out() {
+    // NIDL 255 of descriptors chained to the end of the page: the last runs past it.
+    let mut patches = Vec::new();
+    for off in (0..4096 - 256).step_by(256) {
+        patches.push((3, off as u16, 0x05));
+        patches.push((3, off as u16 + 1, 252));
+    }
+    patches.push((3, 3840, 0x05));
+    patches.push((3, 3841, 255));
+    let (_m, r) = within(LIMIT, || {
+        open_hostile(
+            NvmeConfig::default(),
+            Hostile {
+                identify_patches: patches,
+                ..Hostile::default()
+            },
+        )
+    });
+    assert!(r.unwrap().namespaces().is_empty());
 }

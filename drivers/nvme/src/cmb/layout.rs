@@ -21,7 +21,7 @@ pub const CMBSTS_CBAI: u32 = 1 << 0;
 pub const BAR0_RESERVED: u64 = 0x2000;
 
 /// A decoded, checked CMB location and size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CmbLayout {
     /// The BAR holding the CMB (CMBLOC.BIR).
     pub bir: u8,

@@ -45,6 +45,23 @@ impl std::fmt::Debug for Cmb {
     }
 }
 
+/// The CMB's location and capabilities from CMBLOC / CMBSZ, after setting CMBMSC.CRE where
+/// CAP.CMBS says the registers read zero without it; `None`: the controller has no CMB.
+pub(crate) fn read_layout(claim: &DeviceClaim, mmio: &Mmio, cap: Cap) -> Result<Option<CmbLayout>> {
+    let dev = claim.device();
+    mmio.check_access(REG_CMBSTS, 4)
+        .map_err(|_| NvmeError::DeviceInput {
+            field: "BAR0 length",
+            value: mmio.len() as u64,
+            reason: "BAR0 ends before the CMB registers (CMBLOC..CMBSTS)",
+        })?;
+    if cap.cmbs() {
+        mmio.write64(REG_CMBMSC, CMBMSC_CRE);
+    }
+    let (loc, sz) = (mmio.read32(REG_CMBLOC), mmio.read32(REG_CMBSZ));
+    CmbLayout::decode(loc, sz, |b| dev.bar_len(b).ok())
+}
+
 impl Cmb {
     /// Find, map and register the CMB of the (disabled) controller behind `mmio`: set
     /// CMBMSC.CRE, decode CMBLOC / CMBSZ ([`CmbLayout::decode`]), register the BAR window, then
@@ -55,20 +72,9 @@ impl Cmb {
         registry: &Arc<UbRegistry>,
         cap: Cap,
     ) -> Result<Arc<Cmb>> {
-        let dev = claim.device();
-        let addr = dev.address().to_string();
-        mmio.check_access(REG_CMBSTS, 4)
-            .map_err(|_| NvmeError::DeviceInput {
-                field: "BAR0 length",
-                value: mmio.len() as u64,
-                reason: "BAR0 ends before the CMB registers (CMBLOC..CMBSTS)",
-            })?;
-        if cap.cmbs() {
-            mmio.write64(REG_CMBMSC, CMBMSC_CRE);
-        }
-        let (loc, sz) = (mmio.read32(REG_CMBLOC), mmio.read32(REG_CMBSZ));
-        let layout = CmbLayout::decode(loc, sz, |b| dev.bar_len(b).ok())?
-            .ok_or(NvmeError::NoCmb { addr: addr.clone() })?;
+        let addr = claim.device().address().to_string();
+        let layout =
+            read_layout(claim, mmio, cap)?.ok_or(NvmeError::NoCmb { addr: addr.clone() })?;
         let region = registry.register_bar_window(claim, layout.bir, layout.offset, layout.size)?;
         let cba = if cap.cmbs() {
             let cba = region.iova;

@@ -166,20 +166,54 @@ impl Controller {
         let max_cmd = self.max_command_bytes();
         for nsid in ids {
             let id = self.identify_namespace(nsid)?;
-            match NamespaceInfo::from_identify(nsid, &id) {
-                Ok(ns) if ns.lba_size as usize > max_cmd => tracing::warn!(
+            let ns = match NamespaceInfo::from_identify(nsid, &id) {
+                Ok(ns) => ns,
+                Err(e) => {
+                    tracing::warn!(nsid, error = %e, "namespace skipped");
+                    continue;
+                }
+            };
+            let ns = match self.with_command_set(ns) {
+                Ok(ns) => ns,
+                Err(e @ NvmeError::DeviceInput { .. }) => {
+                    tracing::warn!(nsid, error = %e, "namespace skipped");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if ns.lba_size as usize > max_cmd {
+                tracing::warn!(
                     nsid,
                     lba_size = ns.lba_size,
                     max_cmd,
                     "namespace skipped: its block is larger than the largest command"
-                ),
-                Ok(ns) if ns.nsze > 0 => v.push(ns),
-                Ok(_) => tracing::warn!(nsid, "namespace skipped: size 0"),
-                Err(e) => tracing::warn!(nsid, error = %e, "namespace skipped"),
+                );
+            } else if ns.nsze == 0 {
+                tracing::warn!(nsid, "namespace skipped: size 0");
+            } else {
+                v.push(ns);
             }
         }
         self.namespaces = v;
         Ok(())
+    }
+
+    /// `ns` with the command set its Namespace Identification Descriptor list names (NVMe 1.3
+    /// and later; before that, or when the controller refuses the list, the NVM command set).
+    fn with_command_set(&self, mut ns: NamespaceInfo) -> Result<NamespaceInfo> {
+        if !self.version().at_least(1, 3) {
+            return Ok(ns);
+        }
+        match transport::namespace_command_set(&mut Pcie(self), ns.nsid) {
+            Ok(set) => ns.command_set = set.unwrap_or_default(),
+            Err(NvmeError::Command { status, .. }) => tracing::debug!(
+                nsid = ns.nsid,
+                %status,
+                "no Namespace Identification Descriptor list: NVM command set assumed"
+            ),
+            Err(e) => return Err(e),
+        }
+        Ok(ns)
     }
 
     pub(super) fn enable_shadow_doorbells(&mut self) -> Result<()> {

@@ -348,6 +348,15 @@ impl Controller {
     pub fn cmb(&self) -> Option<&Arc<crate::cmb::Cmb>> {
         self.cmb.as_ref()
     }
+    /// Where the Controller Memory Buffer lies and what it supports, whether or not the
+    /// controller was opened with [`ControllerOptions::cmb`]; `None`: the controller has none.
+    /// Reading it sets CMBMSC.CRE where CAP.CMBS asks for it (the CMB itself stays off).
+    pub fn cmb_layout(&self) -> Result<Option<crate::cmb::CmbLayout>> {
+        match &self.cmb {
+            Some(cmb) => Ok(Some(*cmb.layout())),
+            None => crate::cmb::read_layout(&self.claim, &self.mmio, self.cap),
+        }
+    }
     /// Options the controller was opened with.
     pub fn options(&self) -> &ControllerOptions {
         &self.opts

@@ -273,6 +273,23 @@ pub fn identify_namespace<T: ControllerTransport>(
     ))
 }
 
+/// Namespace Identification Descriptor list (CNS 03h) of `nsid`, decoded to its command set
+/// (`None`: the list names none). A controller before NVMe 1.3 has no such list: call it only
+/// for VS 1.3 and later.
+pub fn namespace_command_set<T: ControllerTransport>(
+    t: &mut T,
+    nsid: u32,
+) -> Result<Option<crate::CommandSet>, T::Error> {
+    let mut page = Box::new([0u8; IDENTIFY_LEN]);
+    t.identify(
+        cns::NS_ID_DESCRIPTORS,
+        nsid,
+        "Identify Namespace Identification Descriptor list",
+        &mut page,
+    )?;
+    Ok(crate::command_set_from_descriptors(&page)?)
+}
+
 /// PCIe: the registers are BAR0 (MMIO never fails; a gone device reads all-ones).
 impl Registers for &ubdirect_core::Mmio {
     type Error = NvmeError;

@@ -54,6 +54,8 @@ pub mod cns {
     pub const CONTROLLER: u8 = 0x01;
     /// Active Namespace ID list.
     pub const ACTIVE_NS_LIST: u8 = 0x02;
+    /// Namespace Identification Descriptor list (NVMe 1.3 and later).
+    pub const NS_ID_DESCRIPTORS: u8 = 0x03;
 }
 
 /// Feature identifiers.

@@ -202,6 +202,10 @@ impl Version {
     pub fn tertiary(self) -> u8 {
         self.0 as u8
     }
+    /// True from NVMe `major`.`minor` on.
+    pub fn at_least(self, major: u16, minor: u8) -> bool {
+        (self.major(), self.minor()) >= (major, minor)
+    }
 }
 
 impl std::fmt::Display for Version {

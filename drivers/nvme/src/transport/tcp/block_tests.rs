@@ -52,6 +52,8 @@ fn pair(depth: u16) -> (TcpBlockQueue, TcpStream) {
         flbas: 0,
         lba_size: 512,
         metadata_size: 0,
+        protection_type: 0,
+        command_set: crate::CommandSet::Nvm,
         lbaf: Vec::new(),
     };
     (TcpBlockQueue::new(q, &ns, depth as usize, 4096), t)

@@ -350,11 +350,24 @@ impl TcpController {
         let id = self.admin_authenticated(|q| {
             transport::identify_namespace(&mut Fabrics { q, timeout }, nsid)
         })?;
-        NamespaceInfo::from_identify(nsid, &id).map_err(|_| TcpError::DeviceInput {
+        let mut ns = NamespaceInfo::from_identify(nsid, &id).map_err(|_| TcpError::DeviceInput {
             field: "Identify Namespace",
             value: nsid as u64,
             reason: "the namespace's format is unusable (no LBA format in use, or zero size): check the NSID",
-        })
+        })?;
+        let set = self.admin_authenticated(|q| {
+            transport::namespace_command_set(&mut Fabrics { q, timeout }, nsid)
+        });
+        match set {
+            Ok(set) => ns.command_set = set.unwrap_or_default(),
+            Err(TcpError::Command { status, .. }) => tracing::debug!(
+                nsid,
+                %status,
+                "no Namespace Identification Descriptor list: NVM command set assumed"
+            ),
+            Err(e) => return Err(e),
+        }
+        Ok(ns)
     }
 
     /// Service the admin queue without blocking: sends the Keep Alive when due (every half
