@@ -723,3 +723,76 @@ fn the_claim_is_released_when_the_igb_is_dropped() {
     echo_one(&mut again, &pool, 5);
     assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
 }
+
+#[test]
+fn a_frame_from_an_unchanged_file_region_arrives_byte_for_byte() {
+    let path = std::env::temp_dir().join(format!("ubd-igb-file-tx-{}", std::process::id()));
+    // Two blocks; in each a 1518-byte frame to B at offset 64, other bytes 0xa5.
+    let mut bytes = vec![0xa5u8; 2 * 4096];
+    for (k, block) in bytes.chunks_mut(4096).enumerate() {
+        let f = &mut block[64..64 + 1518];
+        f[..6].copy_from_slice(&B);
+        f[6..12].copy_from_slice(&A);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        for (i, x) in f[14..].iter_mut().enumerate() {
+            *x = (i * 13 + k * 5) as u8;
+        }
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let reg = registry();
+    let pool = pool(&reg, 128);
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, bytes.len() as u64).unwrap();
+    assert!(region.is_read_only());
+    let files = ubdirect_core::UbPool::new(
+        &reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+    )
+    .unwrap();
+    let (ma, mut a, mb, mut b) = pair_of_nics(&reg, &pool, 8);
+    for round in 0..10usize {
+        let lens = [1518 - round, 60 + round];
+        let mut v: Vec<NicFrame> = lens
+            .iter()
+            .map(|&l| NicFrame::new(files.get().unwrap(), 64, l).map_err(|(_, e)| e))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Which file block each frame is in, from its address in the region.
+        let base = files.region().iova;
+        let want: Vec<Vec<u8>> = v
+            .iter()
+            .zip(lens)
+            .map(|(f, l)| {
+                let at = (f.buf().iova() - base) as usize + 64;
+                bytes[at..at + l].to_vec()
+            })
+            .collect();
+        let mut qa = a.pair(0).unwrap();
+        assert_eq!(qa.tx_burst(&mut v).unwrap(), 2, "round {round}");
+        let got = recv(&mut b.pair(0).unwrap(), 2);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(f.data(), &want[i][..], "frame {i} of round {round}");
+        }
+        drop(got);
+        let start = std::time::Instant::now();
+        while files.stats().in_use > 0 {
+            qa.reclaim_tx().unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "file blocks never came back"
+            );
+        }
+    }
+    assert_eq!((ma.stats().tx_frames, mb.stats().rx_frames), (20, 20));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the file is unchanged"
+    );
+    assert!(ma.dma_faults().is_empty(), "{:?}", ma.dma_faults());
+    let _ = std::fs::remove_file(&path);
+}

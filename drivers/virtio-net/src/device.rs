@@ -17,7 +17,7 @@ use crate::features::{self, Features};
 use crate::frame::{RxFrame, TxFrame};
 use crate::health::{IdleClock, DEFAULT_HEALTH_INTERVAL};
 use crate::net_config as ncfg;
-use crate::net_header::NET_HDR_LEN;
+use crate::net_header::{VirtioNetHdr, NET_HDR_LEN};
 use crate::queue_pair::{PairState, Queue, QueuePair};
 use crate::ring::{RingLayout, SplitRing};
 use crate::stats::NetStats;
@@ -399,8 +399,15 @@ impl VirtioNet {
         }
         let size = pick_size(want, max)?;
         let layout = RingLayout::new(size).expect("power of two <= 32768");
-        // The ring on the device's NUMA node.
-        let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
+        // The ring, then the plain header of TX chains, on the device's NUMA node.
+        let hdr_off = layout.total.next_multiple_of(16);
+        let mem = DmaMem::alloc_on(registry, hdr_off + NET_HDR_LEN, t.device().numa_node())?;
+        // SAFETY: [hdr_off, hdr_off + NET_HDR_LEN) lies inside `mem` (allocated that long),
+        // which nothing else uses yet; the ring below covers only [0, layout.total).
+        unsafe {
+            let hdr = std::slice::from_raw_parts_mut(mem.as_ptr().add(hdr_off), NET_HDR_LEN);
+            VirtioNetHdr::write_plain(hdr);
+        }
         let event_idx = self.info.features.contains(Features::EVENT_IDX);
         // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and lives in
         // the Queue beside the ring for as long as the ring does.
@@ -421,6 +428,7 @@ impl VirtioNet {
             ring,
             slots,
             doorbell,
+            hdr_iova: mem.iova() + hdr_off as u64,
             _mem: mem,
         })
     }
