@@ -796,3 +796,33 @@ fn a_frame_from_an_unchanged_file_region_arrives_byte_for_byte() {
     assert!(ma.dma_faults().is_empty(), "{:?}", ma.dma_faults());
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_read_only_rx_pool_is_refused_at_open_before_the_device_is_touched() {
+    let path = std::env::temp_dir().join(format!("ubd-igb-file-rx-{}", std::process::id()));
+    std::fs::write(&path, vec![0u8; 16 * 4096]).unwrap();
+    let reg = registry();
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, 16 * 4096).unwrap();
+    let files = ubdirect_core::UbPool::new(
+        &reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: 16,
+        },
+    )
+    .unwrap();
+    let m = IgbModel::new(&reg, cfg(A));
+    let dev = m.attach(&reg);
+    match Igb::from_device(&reg, dev.clone(), files.clone(), fast_cfg(16)) {
+        Err(IgbError::RxPoolReadOnly { region }) => assert_eq!(region, files.region().id),
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a NIC opened with RX buffers the device cannot write"),
+    }
+    assert_eq!(m.stats().resets, 0, "the device was never reset");
+    assert_eq!(m.stats().tail_writes, 0, "no ring programmed");
+    assert_eq!(dev.claimed_by(), None, "no claim left behind");
+    assert_eq!(files.stats().in_use, 0, "no buffer posted");
+    let _ = std::fs::remove_file(&path);
+}

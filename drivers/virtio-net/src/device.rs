@@ -279,8 +279,12 @@ impl VirtioNet {
         let _entered = span.enter();
         check_identity(&dev)?;
         cfg.check()?;
-        // RX buffers go to the device by IOVA: they must be mapped in its domain.
+        // RX buffers go to the device by IOVA: they must be mapped in its domain, writable.
         rx_pool.region().check_dma(registry.domain().id())?;
+        if rx_pool.region().is_read_only() {
+            let region = rx_pool.region().id;
+            return Err(VirtioNetError::RxPoolReadOnly { region });
+        }
         let t = Transport::open(dev.claim("virtio-net")?)?;
         let (offered, accepted) = negotiate(&t, addr, cfg.queue_pairs)?;
         let ncfg::NetDeviceConfig {

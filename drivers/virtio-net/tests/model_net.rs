@@ -356,3 +356,23 @@ fn file_frames_take_two_descriptors_and_a_full_ring_keeps_the_rest_in_order() {
     assert_eq!(m.stats().tx_frames, 5);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_read_only_rx_pool_is_refused_at_open_before_the_device_is_touched() {
+    let reg = registry();
+    let (path, _bytes, files) = file_pool(&reg, "file-rx", 16, A);
+    let m = VirtioNetModel::new(&reg, NetModelConfig::default());
+    let dev = m.attach(&reg);
+    match VirtioNet::from_device(&reg, dev.clone(), files.clone(), fast_cfg(8)) {
+        Err(ubdirect_virtio_net::VirtioNetError::RxPoolReadOnly { region }) => {
+            assert_eq!(region, files.region().id);
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a NIC opened with RX buffers the device cannot write"),
+    }
+    assert_eq!(m.stats().resets, 0, "the device was never reset");
+    assert_eq!(dev.claimed_by(), None, "no claim left behind");
+    assert_eq!(files.stats().in_use, 0, "no buffer posted");
+    assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+    let _ = std::fs::remove_file(&path);
+}

@@ -257,7 +257,11 @@ impl SplitRing {
     /// Frees the second descriptor of the chain `head` heads, if any.
     #[inline]
     fn unlink(&mut self, head: u16) {
-        let tail = std::mem::replace(&mut self.links[head as usize], NO_LINK);
+        let tail = self.links[head as usize];
+        if tail == NO_LINK {
+            return;
+        }
+        self.links[head as usize] = NO_LINK;
         if let Some(t) = self.links.get_mut(tail as usize) {
             *t = NO_LINK;
             self.free.give(tail);
