@@ -140,6 +140,8 @@ pub struct NetModelStats {
     pub resets: u64,
     /// Doorbells rung.
     pub notifies: u64,
+    /// TX frames whose virtio-net header was not the plain one (all zeros: no offloads).
+    pub tx_headers_not_plain: u64,
 }
 
 /// Mutable device state.
@@ -396,9 +398,11 @@ impl VirtioNetModel {
             return;
         }
         let mut out = Vec::new();
-        while let Some((id, addr, len)) = s.queues[qi].next_avail(&self.dma, VqKind::Tx) {
-            let mut b = vec![0u8; len as usize];
-            if len as usize > NET_HDR_LEN && self.dma.read(addr, &mut b).is_ok() {
+        while let Some((id, mut b)) = s.queues[qi].next_tx(&self.dma) {
+            if b.len() > NET_HDR_LEN {
+                if b[..NET_HDR_LEN].iter().any(|&x| x != 0) {
+                    s.stats.tx_headers_not_plain += 1;
+                }
                 out.push(b.split_off(NET_HDR_LEN));
                 s.stats.tx_frames += 1;
             }

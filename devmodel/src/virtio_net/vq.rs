@@ -127,6 +127,36 @@ impl Vq {
         }
     }
 
+    /// The next available device-readable buffer: (head id, the bytes of its chain in
+    /// order). A head of the wrong direction or beyond the ring is skipped as in
+    /// [`Vq::next_avail`]; a chain whose descriptors cannot be read, that names an id beyond
+    /// the ring, holds a device-writable descriptor or is longer than the ring comes back with
+    /// no bytes (completed with length 0, nothing sent).
+    pub(super) fn next_tx(&mut self, dma: &HostDma) -> Option<(u16, Vec<u8>)> {
+        let (id, _, _) = self.next_avail(dma, VqKind::Tx)?;
+        let size = self.size.unwrap_or(0);
+        let mut bytes = Vec::new();
+        let mut at = id;
+        for _ in 0..size {
+            let Some((addr, len, flags, next)) = self.desc(dma, at) else {
+                return Some((id, vec![]));
+            };
+            let start = bytes.len();
+            bytes.resize(start + len as usize, 0);
+            if flags & DESC_F_WRITE != 0 || dma.read(addr, &mut bytes[start..]).is_err() {
+                return Some((id, vec![]));
+            }
+            if flags & DESC_F_NEXT == 0 {
+                return Some((id, bytes));
+            }
+            if next >= size {
+                return Some((id, vec![]));
+            }
+            at = next;
+        }
+        Some((id, vec![]))
+    }
+
     /// The next control command (head id, command bytes); remembers where its ack goes.
     pub(super) fn next_ctrl(&mut self, dma: &HostDma) -> Option<(u16, Vec<u8>)> {
         let id = self.next_head(dma)?;

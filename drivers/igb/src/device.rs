@@ -205,8 +205,12 @@ impl Igb {
                 need: regs::BAR0_LEN,
             });
         }
-        // RX buffers go to the device by IOVA: they must be mapped in its domain.
+        // RX buffers go to the device by IOVA: they must be mapped in its domain, writable.
         rx_pool.region().check_dma(registry.domain().id())?;
+        if rx_pool.region().is_read_only() {
+            let region = rx_pool.region().id;
+            return Err(IgbError::RxPoolReadOnly { region });
+        }
         let claim = dev.claim("igb")?;
         let regs = Arc::new(claim.access().map_bar(0)?);
         claim.access().enable_bus_master()?;

@@ -147,6 +147,13 @@ pub enum IgbError {
         /// Bytes needed.
         need: usize,
     },
+    /// The RX pool's region is read-only (a registered file): the device cannot write
+    /// received frames into it.
+    #[error("the RX pool is carved from UB region {region}, which is read-only (a registered file region: its IOMMU mapping lets devices read it only), so the device could not write received frames into it: give an RX pool of writable memory (UbPool::with_hugepages, UbPool::with_anonymous)")]
+    RxPoolReadOnly {
+        /// The pool's region.
+        region: u32,
+    },
     /// The RX pool has fewer blocks than the RX rings hold.
     #[error("RX pool has {blocks} blocks but the RX ring(s) hold {need}: create the pool with block_count >= {need} or ask for a smaller rx_ring_size")]
     RxPoolTooSmall {

@@ -595,3 +595,234 @@ fn a_frame_from_a_file_changed_since_registration_is_refused_with_nothing_sent()
     assert_eq!(m.stats().tx_frames, 1, "only the first frame was sent");
     let _ = std::fs::remove_file(&path);
 }
+
+/// Sends one frame from `pool` on `nic` and receives it back (the model echoes what it sends
+/// when it has no peer): the NIC's rings still work.
+fn echo_one(nic: &mut Igb, pool: &std::sync::Arc<ubdirect_core::UbPool>, seq: u32) {
+    let mut q = nic.pair(0).unwrap();
+    let mut v = vec![frame(pool, 0, 200, A, A, seq)];
+    let sent = v[0].data().to_vec();
+    assert_eq!(q.tx_burst(&mut v).expect("tx_burst"), 1);
+    let got = recv(&mut q, 1);
+    assert_eq!(got[0].data(), &sent[..], "the echoed frame's bytes");
+}
+
+#[test]
+fn a_tx_buffer_of_another_domain_fails_the_burst_with_nothing_sent() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let other = registry();
+    let foreign = model_support::pool(&other, 8);
+    let (m, nic) = open_model(&reg, &pool, cfg(A), IgbHostile::default(), fast_cfg(16));
+    let mut nic = nic.unwrap();
+    let mut q = nic.pair(0).unwrap();
+    // An own frame first: the whole burst fails, not only the foreign frame.
+    let mut v = vec![
+        frame(&pool, 0, 100, A, A, 1),
+        frame(&foreign, 64, 100, A, A, 2),
+    ];
+    let sent: Vec<Vec<u8>> = v.iter().map(|f| f.data().to_vec()).collect();
+    let tail_writes = m.stats().tail_writes;
+    let e = q.tx_burst(&mut v).unwrap_err();
+    match &e {
+        IgbError::Core(ubdirect_core::CoreError::ForeignDomain {
+            region,
+            region_domain,
+            device_domain,
+        }) => {
+            assert_eq!(*region, foreign.region().id);
+            assert_eq!(*region_domain, other.domain().id());
+            assert_eq!(*device_domain, reg.domain().id());
+        }
+        e => panic!("refused for the wrong reason: {e}"),
+    }
+    assert_eq!(v.len(), 2, "the frames stay with the caller");
+    assert_eq!(v[0].data(), &sent[0][..]);
+    assert_eq!(v[1].data(), &sent[1][..]);
+    assert_eq!(m.stats().tx_frames, 0, "the device took no frame");
+    assert_eq!(m.stats().tail_writes, tail_writes, "no tail moved");
+    assert_eq!(q.tx_in_flight(), 0, "nothing queued");
+    assert_eq!(q.stats().tx_packets, 0);
+    // Without the foreign frame the same burst goes out.
+    v.pop();
+    assert_eq!(q.tx_burst(&mut v).unwrap(), 1);
+    assert_eq!(recv(&mut q, 1)[0].data(), &sent[0][..]);
+    assert_eq!(m.stats().tx_frames, 1);
+    assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+}
+
+#[test]
+fn an_rx_pool_of_another_domain_is_refused_at_open_before_the_device_is_touched() {
+    let reg = registry();
+    let other = registry();
+    let foreign = model_support::pool(&other, 64);
+    let m = IgbModel::new(&reg, cfg(A));
+    let dev = m.attach(&reg);
+    match Igb::from_device(&reg, dev.clone(), foreign.clone(), fast_cfg(16)) {
+        Err(IgbError::Core(ubdirect_core::CoreError::ForeignDomain {
+            region,
+            region_domain,
+            device_domain,
+        })) => {
+            assert_eq!(region, foreign.region().id);
+            assert_eq!(region_domain, other.domain().id());
+            assert_eq!(device_domain, reg.domain().id());
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a NIC opened with RX buffers the device cannot reach"),
+    }
+    assert_eq!(m.stats().resets, 0, "the device was never reset");
+    assert_eq!(m.stats().tail_writes, 0, "no ring programmed");
+    assert_eq!(dev.claimed_by(), None, "no claim left behind");
+    assert_eq!(foreign.stats().in_use, 0, "no buffer posted");
+    // The same device opens with a pool of its own domain.
+    let pool = pool(&reg, 64);
+    let mut nic = Igb::from_device(&reg, dev, pool.clone(), fast_cfg(16)).unwrap();
+    echo_one(&mut nic, &pool, 3);
+}
+
+#[test]
+fn a_second_igb_on_a_held_device_is_refused_and_the_first_keeps_working() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let m = IgbModel::new(&reg, cfg(A));
+    let dev = m.attach(&reg);
+    let mut first = Igb::from_device(&reg, dev.clone(), pool.clone(), fast_cfg(16)).unwrap();
+    let (resets, rdt) = (m.stats().resets, m.reg(0xc018));
+    let posted = first.pair(0).unwrap().rx_posted();
+    match Igb::from_device(&reg, dev.clone(), pool.clone(), fast_cfg(16)) {
+        Err(IgbError::Core(ubdirect_core::CoreError::DeviceClaimed { addr, driver })) => {
+            assert_eq!(addr, dev.address());
+            assert_eq!(driver, "igb");
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a second Igb took over the device under the first one's rings"),
+    }
+    assert_eq!(m.stats().resets, resets, "the refused driver reset nothing");
+    assert_eq!(m.reg(0xc018), rdt, "RDT untouched");
+    assert_eq!(dev.claimed_by(), Some("igb"));
+    assert_eq!(first.pair(0).unwrap().rx_posted(), posted);
+    echo_one(&mut first, &pool, 4);
+    assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+}
+
+#[test]
+fn the_claim_is_released_when_the_igb_is_dropped() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let m = IgbModel::new(&reg, cfg(A));
+    let dev = m.attach(&reg);
+    let first = Igb::from_device(&reg, dev.clone(), pool.clone(), fast_cfg(16)).unwrap();
+    assert_eq!(dev.claimed_by(), Some("igb"));
+    drop(first);
+    assert_eq!(dev.claimed_by(), None);
+    assert_eq!(pool.stats().in_use, 0, "every RX buffer back");
+    let mut again = Igb::from_device(&reg, dev.clone(), pool.clone(), fast_cfg(16))
+        .expect("the device opens again once its NIC is gone");
+    assert_eq!(dev.claimed_by(), Some("igb"));
+    echo_one(&mut again, &pool, 5);
+    assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+}
+
+#[test]
+fn a_frame_from_an_unchanged_file_region_arrives_byte_for_byte() {
+    let path = std::env::temp_dir().join(format!("ubd-igb-file-tx-{}", std::process::id()));
+    // Two blocks; in each a 1518-byte frame to B at offset 64, other bytes 0xa5.
+    let mut bytes = vec![0xa5u8; 2 * 4096];
+    for (k, block) in bytes.chunks_mut(4096).enumerate() {
+        let f = &mut block[64..64 + 1518];
+        f[..6].copy_from_slice(&B);
+        f[6..12].copy_from_slice(&A);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        for (i, x) in f[14..].iter_mut().enumerate() {
+            *x = (i * 13 + k * 5) as u8;
+        }
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let reg = registry();
+    let pool = pool(&reg, 128);
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, bytes.len() as u64).unwrap();
+    assert!(region.is_read_only());
+    let files = ubdirect_core::UbPool::new(
+        &reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: 2,
+        },
+    )
+    .unwrap();
+    let (ma, mut a, mb, mut b) = pair_of_nics(&reg, &pool, 8);
+    for round in 0..10usize {
+        let lens = [1518 - round, 60 + round];
+        let mut v: Vec<NicFrame> = lens
+            .iter()
+            .map(|&l| NicFrame::new(files.get().unwrap(), 64, l).map_err(|(_, e)| e))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Which file block each frame is in, from its address in the region.
+        let base = files.region().iova;
+        let want: Vec<Vec<u8>> = v
+            .iter()
+            .zip(lens)
+            .map(|(f, l)| {
+                let at = (f.buf().iova() - base) as usize + 64;
+                bytes[at..at + l].to_vec()
+            })
+            .collect();
+        let mut qa = a.pair(0).unwrap();
+        assert_eq!(qa.tx_burst(&mut v).unwrap(), 2, "round {round}");
+        let got = recv(&mut b.pair(0).unwrap(), 2);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(f.data(), &want[i][..], "frame {i} of round {round}");
+        }
+        drop(got);
+        let start = std::time::Instant::now();
+        while files.stats().in_use > 0 {
+            qa.reclaim_tx().unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "file blocks never came back"
+            );
+        }
+    }
+    assert_eq!((ma.stats().tx_frames, mb.stats().rx_frames), (20, 20));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the file is unchanged"
+    );
+    assert!(ma.dma_faults().is_empty(), "{:?}", ma.dma_faults());
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_read_only_rx_pool_is_refused_at_open_before_the_device_is_touched() {
+    let path = std::env::temp_dir().join(format!("ubd-igb-file-rx-{}", std::process::id()));
+    std::fs::write(&path, vec![0u8; 16 * 4096]).unwrap();
+    let reg = registry();
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, 16 * 4096).unwrap();
+    let files = ubdirect_core::UbPool::new(
+        &reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: 16,
+        },
+    )
+    .unwrap();
+    let m = IgbModel::new(&reg, cfg(A));
+    let dev = m.attach(&reg);
+    match Igb::from_device(&reg, dev.clone(), files.clone(), fast_cfg(16)) {
+        Err(IgbError::RxPoolReadOnly { region }) => assert_eq!(region, files.region().id),
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a NIC opened with RX buffers the device cannot write"),
+    }
+    assert_eq!(m.stats().resets, 0, "the device was never reset");
+    assert_eq!(m.stats().tail_writes, 0, "no ring programmed");
+    assert_eq!(dev.claimed_by(), None, "no claim left behind");
+    assert_eq!(files.stats().in_use, 0, "no buffer posted");
+    let _ = std::fs::remove_file(&path);
+}

@@ -17,7 +17,7 @@ use crate::features::{self, Features};
 use crate::frame::{RxFrame, TxFrame};
 use crate::health::{IdleClock, DEFAULT_HEALTH_INTERVAL};
 use crate::net_config as ncfg;
-use crate::net_header::NET_HDR_LEN;
+use crate::net_header::{VirtioNetHdr, NET_HDR_LEN};
 use crate::queue_pair::{PairState, Queue, QueuePair};
 use crate::ring::{RingLayout, SplitRing};
 use crate::stats::NetStats;
@@ -279,8 +279,12 @@ impl VirtioNet {
         let _entered = span.enter();
         check_identity(&dev)?;
         cfg.check()?;
-        // RX buffers go to the device by IOVA: they must be mapped in its domain.
+        // RX buffers go to the device by IOVA: they must be mapped in its domain, writable.
         rx_pool.region().check_dma(registry.domain().id())?;
+        if rx_pool.region().is_read_only() {
+            let region = rx_pool.region().id;
+            return Err(VirtioNetError::RxPoolReadOnly { region });
+        }
         let t = Transport::open(dev.claim("virtio-net")?)?;
         let (offered, accepted) = negotiate(&t, addr, cfg.queue_pairs)?;
         let ncfg::NetDeviceConfig {
@@ -399,8 +403,15 @@ impl VirtioNet {
         }
         let size = pick_size(want, max)?;
         let layout = RingLayout::new(size).expect("power of two <= 32768");
-        // The ring on the device's NUMA node.
-        let mem = DmaMem::alloc_on(registry, layout.total, t.device().numa_node())?;
+        // The ring, then the plain header of TX chains, on the device's NUMA node.
+        let hdr_off = layout.total.next_multiple_of(16);
+        let mem = DmaMem::alloc_on(registry, hdr_off + NET_HDR_LEN, t.device().numa_node())?;
+        // SAFETY: [hdr_off, hdr_off + NET_HDR_LEN) lies inside `mem` (allocated that long),
+        // which nothing else uses yet; the ring below covers only [0, layout.total).
+        unsafe {
+            let hdr = std::slice::from_raw_parts_mut(mem.as_ptr().add(hdr_off), NET_HDR_LEN);
+            VirtioNetHdr::write_plain(hdr);
+        }
         let event_idx = self.info.features.contains(Features::EVENT_IDX);
         // SAFETY: DmaMem is zeroed, page aligned, at least layout.total bytes, and lives in
         // the Queue beside the ring for as long as the ring does.
@@ -421,6 +432,7 @@ impl VirtioNet {
             ring,
             slots,
             doorbell,
+            hdr_iova: mem.iova() + hdr_off as u64,
             _mem: mem,
         })
     }

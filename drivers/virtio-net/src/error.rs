@@ -191,6 +191,13 @@ pub enum VirtioNetError {
         /// Maximum frame.
         max_frame: usize,
     },
+    /// The RX pool's region is read-only (a registered file): the device cannot write
+    /// received frames into it.
+    #[error("the RX pool is carved from UB region {region}, which is read-only (a registered file region: its IOMMU mapping lets devices read it only), so the device could not write received frames into it: give an RX pool of writable memory (UbPool::with_hugepages, UbPool::with_anonymous)")]
+    RxPoolReadOnly {
+        /// The pool's region.
+        region: u32,
+    },
     /// The RX pool has fewer blocks than the RX rings hold.
     #[error("RX pool has {blocks} blocks but the RX ring(s) need {need} ({pairs} pair(s) x {ring} entries) to stay full: create the pool with block_count >= {need} or ask for a smaller rx_queue_size")]
     RxPoolTooSmall {

@@ -1,5 +1,7 @@
 //! Frames moving through the burst API: a pool buffer plus the frame's length. The 12-byte
-//! virtio-net header sits in the same buffer in front of the frame (zero copy both ways).
+//! virtio-net header sits in the same buffer in front of the frame (zero copy both ways),
+//! except for a TX frame in a read-only buffer (a registered file region), which is never
+//! written: its header comes from the queue's own DMA memory.
 
 use ubdirect_core::ub::UbBuf;
 
@@ -54,7 +56,9 @@ impl RxFrame {
 }
 
 /// A frame to send: the Ethernet frame is at `FRAME_OFFSET..FRAME_OFFSET + len` of `buf`;
-/// the driver writes the header in front of it.
+/// the driver writes the header in front of it. A buffer of a read-only region (a registered
+/// file, [`ubdirect_core::UbRegion::is_read_only`]) is sent as it is: the driver leaves its
+/// first `FRAME_OFFSET` bytes alone and sends a header of its own before the frame.
 #[derive(Debug)]
 pub struct TxFrame {
     buf: UbBuf,

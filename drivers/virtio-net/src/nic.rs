@@ -2,7 +2,8 @@
 //! [`VirtioNet`]: a thin adapter, the driver's own API is unchanged.
 //!
 //! Frames cross as [`NicFrame`]s: a TX frame must start at [`FRAME_OFFSET`] (the driver writes
-//! the virtio-net header in front of it), an RX frame comes out at that offset. The adapter
+//! the virtio-net header in front of it, or sends a header of its own before a frame in a
+//! read-only buffer), an RX frame comes out at that offset. The adapter
 //! keeps two fixed-size staging `Vec`s made when the handle is made, so bursts allocate nothing.
 
 use ubdirect_core::seams::{Nic, NicError, NicErrorKind, NicFrame, NicQueue, NicStats};

@@ -28,6 +28,9 @@ pub(crate) struct Queue {
     pub(crate) ring: SplitRing,
     pub(crate) slots: Box<[Option<UbBuf>]>,
     pub(crate) doorbell: Doorbell,
+    /// IOVA of a plain virtio-net header in `_mem`, past the ring: the header a TX chain of a
+    /// read-only buffer starts with (the device only reads it; unused on RX queues).
+    pub(crate) hdr_iova: u64,
     // Declared last: released after the ring and buffers (and only after a device reset,
     // which VirtioNet::drop does before any queue is dropped).
     pub(crate) _mem: DmaMem,
@@ -247,6 +250,27 @@ impl PairState {
         Ok(n)
     }
 
+    /// How many frames from the front of `frames` the TX ring has descriptors for: one per
+    /// frame in a writable buffer, two per frame in a read-only one.
+    #[inline]
+    fn frames_that_fit(&self, frames: &[TxFrame]) -> usize {
+        let mut free = self.tx.ring.free_count();
+        let mut k = 0;
+        for f in frames {
+            let need = if f.buf().region().is_read_only() {
+                2
+            } else {
+                1
+            };
+            if need > free {
+                break;
+            }
+            free -= need;
+            k += 1;
+        }
+        k
+    }
+
     /// Sends frames from the front of `frames`: as many as the TX ring has room for, after
     /// reclaiming finished buffers. Sent frames are removed from `frames` (their buffers go
     /// back to their pools once the device has used them); unsent ones stay, in order, for the
@@ -254,8 +278,13 @@ impl PairState {
     ///
     /// Every frame is checked first; a frame too long or too short, in a buffer mapped in
     /// another DMA domain, or in a file region whose file changed since it was registered,
-    /// fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
-    /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
+    /// fails the whole burst with nothing sent. An empty `frames` is
+    /// [`VirtioNetError::EmptyBurst`]. A dead device fails the burst as in
+    /// [`QueuePair::rx_burst`], with nothing sent.
+    ///
+    /// A frame in a writable buffer takes one descriptor (the header is written into the
+    /// buffer in front of it); a frame in a read-only buffer (a registered file region) takes
+    /// two: the queue's own plain header, then the frame, and the buffer is never written.
     pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
             return Err(VirtioNetError::EmptyBurst(
@@ -269,7 +298,7 @@ impl PairState {
             region.check_file()?;
         }
         self.reclaim_tx()?;
-        let k = frames.len().min(self.tx.ring.free_count());
+        let k = self.frames_that_fit(frames);
         if k < frames.len() {
             self.stats.tx_ring_full += 1;
         }
@@ -278,11 +307,18 @@ impl PairState {
         }
         for mut f in frames.drain(..k) {
             let (buf, len) = f.parts_mut();
-            VirtioNetHdr::write_plain(buf.as_mut_slice());
-            let total = (FRAME_OFFSET + len) as u32;
-            let iova = buf.iova();
-            let Some(id) = self.tx.ring.push(iova, total, false) else {
-                // Unreachable: k <= free_count.
+            let pushed = if buf.region().is_read_only() {
+                let frame = (buf.iova() + FRAME_OFFSET as u64, len as u32);
+                let hdr = (self.tx.hdr_iova, NET_HDR_LEN as u32);
+                self.tx.ring.push_chain2(hdr, frame)
+            } else {
+                VirtioNetHdr::write_plain(buf.as_mut_slice());
+                self.tx
+                    .ring
+                    .push(buf.iova(), (FRAME_OFFSET + len) as u32, false)
+            };
+            let Some(id) = pushed else {
+                // Unreachable: frames_that_fit counted the descriptors.
                 break;
             };
             self.stats.tx_packets += 1;

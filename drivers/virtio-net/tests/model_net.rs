@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use model_support::*;
 use ubdirect_devmodel::virtio_net::{connect, Hostile, NetModelConfig, VirtioNetModel};
-use ubdirect_virtio_net::{NetConfig, RxFrame, VirtioNet};
+use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, FRAME_OFFSET};
 
 const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
@@ -218,4 +218,161 @@ fn swapped_pair_handles_still_drive_their_own_device() {
     assert_eq!(got[0].data()[14], 3);
     assert_eq!(mb.avail_pending(0), 16, "b's RX ring is full again");
     assert!(mb.dma_faults().is_empty(), "{:?}", mb.dma_faults());
+}
+
+/// A file of `blocks` 4 KiB blocks registered read-only in `reg`, and a pool of its blocks:
+/// each block holds 12 bytes of 0xa5 (not a plain virtio-net header) and then a 1514-byte
+/// frame to `dst`, its body depending on the block. Returns the file's path and bytes too.
+fn file_pool(
+    reg: &std::sync::Arc<ubdirect_core::UbRegistry>,
+    name: &str,
+    blocks: usize,
+    dst: [u8; 6],
+) -> (
+    std::path::PathBuf,
+    Vec<u8>,
+    std::sync::Arc<ubdirect_core::UbPool>,
+) {
+    let path = std::env::temp_dir().join(format!("ubd-vnet-{name}-{}", std::process::id()));
+    let mut bytes = vec![0u8; blocks * 4096];
+    for (k, block) in bytes.chunks_mut(4096).enumerate() {
+        block[..FRAME_OFFSET].fill(0xa5);
+        let f = &mut block[FRAME_OFFSET..FRAME_OFFSET + 1514];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&A);
+        f[12..14].copy_from_slice(&[0x88, 0xb5]);
+        for (i, x) in f[14..].iter_mut().enumerate() {
+            *x = (i * 31 + k * 7) as u8;
+        }
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, bytes.len() as u64).unwrap();
+    assert!(region.is_read_only());
+    let pool = ubdirect_core::UbPool::new(
+        reg,
+        region,
+        ubdirect_core::PoolConfig {
+            block_size: 4096,
+            block_count: blocks,
+        },
+    )
+    .unwrap();
+    (path, bytes, pool)
+}
+
+/// The frame of `len` bytes at `FRAME_OFFSET` of the file block `b`.
+fn file_frame(b: ubdirect_core::UbBuf, len: usize) -> TxFrame {
+    TxFrame::new(b, len)
+        .map_err(|(_, e)| e)
+        .expect("file frame")
+}
+
+#[test]
+fn a_frame_from_an_unchanged_file_region_is_sent_byte_for_byte() {
+    let reg = registry();
+    let pool = pool(&reg, 128);
+    let (path, bytes, files) = file_pool(&reg, "file-tx", 3, B);
+    let ma = VirtioNetModel::new(&reg, NetModelConfig::default());
+    let mb = VirtioNetModel::new(
+        &reg,
+        NetModelConfig {
+            mac: B,
+            ..NetModelConfig::default()
+        },
+    );
+    connect(&ma, &mb);
+    let mut a = VirtioNet::from_device(&reg, ma.attach(&reg), pool.clone(), fast_cfg(8)).unwrap();
+    let mut b = VirtioNet::from_device(&reg, mb.attach(&reg), pool.clone(), fast_cfg(8)).unwrap();
+    // 20 rounds of two file frames and one pool frame on an 8-entry TX ring: the chains'
+    // descriptors come back or the ring runs dry.
+    for round in 0..20usize {
+        let lens = [1514 - round, 60 + round];
+        let mut v = vec![
+            file_frame(files.get().unwrap(), lens[0]),
+            frame(&pool, 100 + round, B, A, round as u8),
+            file_frame(files.get().unwrap(), lens[1]),
+        ];
+        let sent: Vec<Vec<u8>> = v.iter().map(|f| f.data().to_vec()).collect();
+        assert_eq!(a.tx_burst(&mut v).unwrap(), 3, "round {round}");
+        let got = recv(&mut b, 3);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(f.data(), &sent[i][..], "frame {i} of round {round}");
+        }
+        // The file blocks handed out this round: 0 and 1, or 1 and 2, ... (a stack pool):
+        // check against the file itself, not only against what the CPU read before sending.
+        assert!(bytes
+            .chunks(4096)
+            .any(|blk| blk[FRAME_OFFSET..FRAME_OFFSET + lens[0]] == got[0].data()[..]));
+        a.reclaim_tx().unwrap();
+        assert_eq!(
+            files.stats().in_use,
+            0,
+            "the file blocks are back after reclaim"
+        );
+    }
+    assert_eq!(ma.stats().tx_frames, 60);
+    assert_eq!(
+        ma.stats().tx_headers_not_plain,
+        0,
+        "the file's bytes in front of the frame were never sent as the header"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the file is unchanged"
+    );
+    assert!(ma.dma_faults().is_empty(), "{:?}", ma.dma_faults());
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn file_frames_take_two_descriptors_and_a_full_ring_keeps_the_rest_in_order() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let (path, _bytes, files) = file_pool(&reg, "file-ring", 5, A);
+    let m = VirtioNetModel::new(&reg, NetModelConfig::default());
+    let mut nic = VirtioNet::from_device(&reg, m.attach(&reg), pool.clone(), fast_cfg(8)).unwrap();
+    let mut v: Vec<TxFrame> = (0..5)
+        .map(|_| file_frame(files.get().unwrap(), 1000))
+        .collect();
+    let last = v[4].data().to_vec();
+    // Eight descriptors hold four two-descriptor frames.
+    assert_eq!(nic.tx_burst(&mut v).unwrap(), 4);
+    assert_eq!(v.len(), 1, "the fifth frame stays with the caller");
+    assert_eq!(v[0].data(), &last[..]);
+    assert_eq!(nic.stats().tx_ring_full, 1);
+    assert_eq!(m.stats().tx_frames, 4);
+    let mut q = nic.pair(0).unwrap();
+    assert_eq!(q.tx_in_flight(), 4, "frames in flight, not descriptors");
+    assert_eq!(q.reclaim_tx().unwrap(), 4);
+    assert_eq!(q.tx_in_flight(), 0);
+    assert_eq!(
+        files.stats().in_use,
+        1,
+        "only the unsent frame's block is out"
+    );
+    assert_eq!(q.tx_burst(&mut v).unwrap(), 1);
+    assert_eq!(m.stats().tx_frames, 5);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn a_read_only_rx_pool_is_refused_at_open_before_the_device_is_touched() {
+    let reg = registry();
+    let (path, _bytes, files) = file_pool(&reg, "file-rx", 16, A);
+    let m = VirtioNetModel::new(&reg, NetModelConfig::default());
+    let dev = m.attach(&reg);
+    match VirtioNet::from_device(&reg, dev.clone(), files.clone(), fast_cfg(8)) {
+        Err(ubdirect_virtio_net::VirtioNetError::RxPoolReadOnly { region }) => {
+            assert_eq!(region, files.region().id);
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a NIC opened with RX buffers the device cannot write"),
+    }
+    assert_eq!(m.stats().resets, 0, "the device was never reset");
+    assert_eq!(dev.claimed_by(), None, "no claim left behind");
+    assert_eq!(files.stats().in_use, 0, "no buffer posted");
+    assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+    let _ = std::fs::remove_file(&path);
 }

@@ -1,14 +1,22 @@
 //! The driver side of one split virtqueue over raw ring memory (DMA memory shared with the
-//! device). Single-descriptor chains only: every buffer is one descriptor, so the descriptor
-//! id is the buffer's slot. Nothing here allocates or makes a syscall after `new`.
+//! device). A buffer is one descriptor, or a two-descriptor device-readable chain
+//! ([`SplitRing::push_chain2`]); either way the head descriptor id is the buffer's slot, and
+//! [`SplitRing::in_flight`] counts buffers, not descriptors. Nothing here allocates or makes a
+//! syscall after `new`.
 
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 
 use super::event_idx::vring_need_event;
 use super::free_list::FreeList;
 use super::layout::{
-    Descriptor, RingLayout, UsedElem, AVAIL_F_NO_INTERRUPT, DESC_F_WRITE, USED_F_NO_NOTIFY,
+    Descriptor, RingLayout, UsedElem, AVAIL_F_NO_INTERRUPT, DESC_F_NEXT, DESC_F_WRITE,
+    USED_F_NO_NOTIFY,
 };
+
+/// `links[id]` of a descriptor that heads no chain (or is free).
+const NO_LINK: u16 = u16::MAX;
+/// `links[id]` of the second descriptor of a chain: never a buffer's slot.
+const CHAIN_TAIL: u16 = u16::MAX - 1;
 
 /// A malformed used ring: the device reported something the driver never gave it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +67,11 @@ pub struct SplitRing {
     iova: u64,
     mask: u16,
     free: FreeList,
+    /// Per descriptor id: the id chained after it, [`CHAIN_TAIL`] for a chain's second
+    /// descriptor, [`NO_LINK`] otherwise. Ids are below 32768, so neither marker is an id.
+    links: Box<[u16]>,
+    /// Chain tails in flight: descriptors in use that are not buffers of their own.
+    tails: usize,
     /// Next avail index the driver will publish (shadow of avail->idx).
     next_avail: u16,
     /// The avail index at the last kick decision.
@@ -110,6 +123,8 @@ impl SplitRing {
             iova,
             mask: size - 1,
             free: FreeList::new(size),
+            links: vec![NO_LINK; size as usize].into_boxed_slice(),
+            tails: 0,
             next_avail: start,
             kicked_avail: start,
             last_used: start,
@@ -151,13 +166,13 @@ impl SplitRing {
     pub fn free_count(&self) -> usize {
         self.free.free()
     }
-    /// Descriptors handed to the device and not yet reaped.
+    /// Buffers (single descriptors and chains) handed to the device and not yet reaped.
     pub fn in_flight(&self) -> usize {
-        self.free.in_use()
+        self.free.in_use() - self.tails
     }
-    /// True when `id` is in flight.
+    /// True when `id` is the slot of a buffer in flight (a chain's second descriptor is not).
     pub fn is_in_flight(&self, id: u16) -> bool {
-        self.free.is_in_use(id)
+        self.free.is_in_use(id) && self.links.get(id as usize) != Some(&CHAIN_TAIL)
     }
 
     #[inline]
@@ -182,15 +197,43 @@ impl SplitRing {
     #[inline]
     pub fn push(&mut self, addr: u64, len: u32, device_writable: bool) -> Option<u16> {
         let id = self.free.take()?;
+        let flags = if device_writable { DESC_F_WRITE } else { 0 };
+        self.write_desc(id, addr, len, flags, 0);
+        self.make_avail(id);
+        Some(id)
+    }
+
+    /// Queues one device-readable buffer in two parts, `first` then `second` (IOVA and length
+    /// each), as a two-descriptor chain that one used element completes. Returns the head id
+    /// (the buffer's slot), or `None` when fewer than two descriptors are free (nothing
+    /// changed then). Not visible to the device until [`SplitRing::publish`].
+    #[inline]
+    pub fn push_chain2(&mut self, first: (u64, u32), second: (u64, u32)) -> Option<u16> {
+        if self.free.free() < 2 {
+            return None;
+        }
+        let head = self.free.take()?;
+        let tail = self.free.take()?;
+        self.write_desc(head, first.0, first.1, DESC_F_NEXT, tail);
+        self.write_desc(tail, second.0, second.1, 0, 0);
+        self.links[head as usize] = tail;
+        self.links[tail as usize] = CHAIN_TAIL;
+        self.tails += 1;
+        self.make_avail(head);
+        Some(head)
+    }
+
+    /// Writes descriptor `id`, which the caller just took from the free list.
+    #[inline]
+    fn write_desc(&mut self, id: u16, addr: u64, len: u32, flags: u16, next: u16) {
         let d = Descriptor {
             addr: addr.to_le(),
             len: len.to_le(),
-            flags: if device_writable { DESC_F_WRITE } else { 0 }.to_le(),
-            next: 0,
+            flags: flags.to_le(),
+            next: next.to_le(),
         };
-        let slot = self.next_avail & self.mask;
-        // SAFETY: id < size and slot < size, so both offsets are inside the ring block; the
-        // descriptor is free (not in flight), so the device does not read it now.
+        // SAFETY: id < size, so the descriptor lies inside the ring block; it was free (not
+        // in flight), so the device does not read it now.
         unsafe {
             core::ptr::write_volatile(
                 self.base
@@ -198,10 +241,32 @@ impl SplitRing {
                     .cast::<Descriptor>(),
                 d,
             );
-            self.w16(self.layout.avail_entry(slot), id);
         }
+    }
+
+    /// Puts head `id` in the next avail slot.
+    #[inline]
+    fn make_avail(&mut self, id: u16) {
+        let slot = self.next_avail & self.mask;
+        // SAFETY: slot < size, inside the avail ring; the slot is past the published index,
+        // so the device does not read it now.
+        unsafe { self.w16(self.layout.avail_entry(slot), id) };
         self.next_avail = self.next_avail.wrapping_add(1);
-        Some(id)
+    }
+
+    /// Frees the second descriptor of the chain `head` heads, if any.
+    #[inline]
+    fn unlink(&mut self, head: u16) {
+        let tail = self.links[head as usize];
+        if tail == NO_LINK {
+            return;
+        }
+        self.links[head as usize] = NO_LINK;
+        if let Some(t) = self.links.get_mut(tail as usize) {
+            *t = NO_LINK;
+            self.free.give(tail);
+            self.tails -= 1;
+        }
     }
 
     /// Makes everything pushed so far visible to the device (one release store).
@@ -260,11 +325,11 @@ impl SplitRing {
                     .load(Ordering::Acquire),
             );
             let ahead = idx.wrapping_sub(self.last_used) as usize;
-            if ahead > self.free.in_use() {
+            if ahead > self.in_flight() {
                 return Err(RingError::Overrun {
                     used_idx: idx,
                     last_used: self.last_used,
-                    in_flight: self.free.in_use(),
+                    in_flight: self.in_flight(),
                 });
             }
             if ahead == 0 {
@@ -291,7 +356,7 @@ impl SplitRing {
             });
         }
         let id = id as u16;
-        if !self.free.is_in_use(id) {
+        if !self.is_in_flight(id) {
             return Err(RingError::NotInFlight { id });
         }
         if len > max_len {
@@ -304,6 +369,7 @@ impl SplitRing {
         if !self.free.give(id) {
             return Err(RingError::NotInFlight { id });
         }
+        self.unlink(id);
         self.last_used = self.last_used.wrapping_add(1);
         Ok(Some((id, len)))
     }
@@ -327,6 +393,8 @@ impl SplitRing {
                 f(id);
             }
         }
+        self.links.fill(NO_LINK);
+        self.tails = 0;
     }
 }
 

@@ -151,6 +151,67 @@ fn bad_id_and_duplicate_are_errors_and_change_nothing() {
 }
 
 #[test]
+fn a_two_descriptor_chain_is_one_buffer_and_its_tail_is_never_a_completion() {
+    let (_m, mut r, mut d) = setup(4, false, 0);
+    let h = r.push_chain2((0x1000, 12), (0x2000, 100)).unwrap();
+    let single = r.push(0x3000, 60, false).unwrap();
+    assert_eq!(r.in_flight(), 2, "buffers, not descriptors");
+    assert_eq!(r.free_count(), 1);
+    assert_eq!(
+        r.push_chain2((0x1000, 12), (0x4000, 100)),
+        None,
+        "one free descriptor holds no chain"
+    );
+    assert_eq!(r.free_count(), 1, "the refused chain took nothing");
+    r.publish();
+    let got = d.take(4);
+    assert_eq!(got.len(), 2, "one avail entry per buffer");
+    let (head, hd) = got[0];
+    assert_eq!(head, h);
+    assert_eq!(
+        (hd.addr, hd.len, hd.flags),
+        (0x1000, 12, layout::DESC_F_NEXT)
+    );
+    let tail = hd.next;
+    assert!(tail != h && tail != single);
+    // SAFETY: tail < 4 (checked by the ring's free list), test memory.
+    let td = unsafe {
+        core::ptr::read_volatile(
+            d.base
+                .add(d.l.desc + 16 * tail as usize)
+                .cast::<Descriptor>(),
+        )
+    };
+    assert_eq!((td.addr, td.len, td.flags), (0x2000, 100, 0));
+    // The chain's second descriptor is no buffer: a completion naming it is refused.
+    d.complete(u32::from(tail), 0);
+    assert_eq!(r.pop_used(), Err(RingError::NotInFlight { id: tail }));
+    assert_eq!(r.in_flight(), 2, "nothing changed");
+}
+
+#[test]
+fn a_completed_chain_gives_both_descriptors_back() {
+    let (_m, mut r, mut d) = setup(4, false, 0);
+    for round in 0..10u64 {
+        let a = r.push_chain2((0x1000, 12), (0x2000 + round, 100)).unwrap();
+        let b = r.push_chain2((0x1000, 12), (0x3000 + round, 100)).unwrap();
+        assert_eq!(r.free_count(), 0, "round {round}");
+        r.publish();
+        assert_eq!(d.take(4).len(), 2);
+        d.complete(u32::from(b), 0);
+        d.complete(u32::from(a), 0);
+        assert_eq!(r.pop_used().unwrap(), Some((b, 0)));
+        assert_eq!(r.pop_used().unwrap(), Some((a, 0)));
+        assert_eq!((r.in_flight(), r.free_count()), (0, 4), "round {round}");
+    }
+    let _ = r.push_chain2((0x1000, 12), (0x2000, 100)).unwrap();
+    let mut drained = 0;
+    r.drain_after_reset(|_| drained += 1);
+    assert_eq!(drained, 2, "both descriptors of the chain");
+    assert_eq!((r.in_flight(), r.free_count()), (0, 4));
+}
+
+#[test]
 fn not_in_flight_id_is_refused() {
     let (_m, mut r, mut d) = setup(4, false, 0);
     let a = r.push(0x1000, 1, false).unwrap();
