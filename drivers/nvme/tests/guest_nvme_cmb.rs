@@ -61,6 +61,11 @@ fn cmb_region_receives_a_peer_read_from_nvme0() {
         (l.bir, l.offset, l.size, l.sqs, l.rds, l.wds),
         (2, 0, 1 << 20, true, true, true)
     );
+    assert_eq!(
+        ctrl.cmb_layout().unwrap(),
+        Some(l),
+        "identify's view of the same CMB"
+    );
     let region = cmb.region().clone();
     assert_eq!(region.len, 1 << 20);
     assert_eq!(
