@@ -323,8 +323,9 @@ fn as_slice_on_a_block_of_a_file_region_panics_naming_read_into() {
         .expect_err("as_slice on a file block panics");
     let msg = e.downcast_ref::<String>().expect("a formatted message");
     assert!(
-        msg.contains(&format!("UbBuf::as_slice on a block of read-only UB region {id}"))
-            && msg.contains("UbBuf::read_into"),
+        msg.contains(&format!(
+            "UbBuf::as_slice on a block of read-only UB region {id}"
+        )) && msg.contains("UbBuf::read_into"),
         "{msg}"
     );
 }
@@ -379,13 +380,20 @@ fn a_file_truncated_by_another_process_reads_as_an_error_not_a_sigbus() {
     assert!(matches!(e, CoreError::FileChanged { .. }), "{e}");
     let e = a.region().check_file().unwrap_err();
     assert!(
-        matches!(
-            e,
-            CoreError::FileChanged {
-                new_size: 4096,
-                ..
-            }
-        ),
+        matches!(e, CoreError::FileChanged { new_size: 4096, .. }),
         "{e}"
+    );
+}
+
+#[test]
+fn the_checksum_of_a_file_block_is_the_checksum_of_the_files_bytes() {
+    use crate::util::checksum::{checksum_at, checksum_buf};
+    let t = TmpFile::new("checksum", 4 * 4096);
+    let (_reg, pool) = file_pool(&t, 4 * 4096, 4 * 4096, 1);
+    let b = pool.get().unwrap();
+    let len = 4 * 4096 - 3;
+    assert_eq!(
+        checksum_buf(&b, len, 64).unwrap(),
+        checksum_at(&pattern(0, len), 64)
     );
 }
