@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ubdirect_core::pci::PciAddress;
 use ubdirect_core::ub::{DmaMem, UbBuf, UbPool};
+use zerocopy::IntoBytes;
 
 use crate::error::{Result, VirtioNetError};
 use crate::frame::{check_len, RxFrame, TxFrame, FRAME_OFFSET};
@@ -253,8 +254,9 @@ impl PairState {
     /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
     ///
     /// Every frame is checked first; a frame too long or too short, in a buffer mapped in
-    /// another DMA domain, or in a file region whose file changed since it was registered,
-    /// fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
+    /// another DMA domain, or in a file region (FileChanged when its file changed since it was
+    /// registered; else refused, read-only: the header cannot be written in front of the
+    /// frame), fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
     /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
     pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
@@ -267,6 +269,13 @@ impl PairState {
             let region = f.buf().region();
             region.check_dma(self.domain)?;
             region.check_file()?;
+            if region.is_read_only() {
+                return Err(ubdirect_core::CoreError::InvalidArgument(format!(
+                    "frame {i} is in a block of read-only UB region {} (a registered file): virtio-net writes its header in front of the frame, so a frame is sent from a writable buffer",
+                    region.id
+                ))
+                .into());
+            }
         }
         self.reclaim_tx()?;
         let k = frames.len().min(self.tx.ring.free_count());
@@ -278,7 +287,10 @@ impl PairState {
         }
         for mut f in frames.drain(..k) {
             let (buf, len) = f.parts_mut();
-            VirtioNetHdr::write_plain(buf.as_mut_slice());
+            // Host memory or a BAR (volatile stores); the block holds FRAME_OFFSET + len bytes
+            // (TxFrame::new) and is writable (checked above).
+            buf.write_from(0, VirtioNetHdr::PLAIN.as_bytes())
+                .expect("the header fits a writable block");
             let total = (FRAME_OFFSET + len) as u32;
             let iova = buf.iova();
             let Some(id) = self.tx.ring.push(iova, total, false) else {
