@@ -491,3 +491,44 @@ fn a_frame_from_a_file_changed_since_registration_is_refused_with_nothing_sent()
     assert_eq!(m.stats().notifies, notifies, "no doorbell");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_frame_from_an_unchanged_file_region_is_refused_with_nothing_sent() {
+    let path = std::env::temp_dir().join(format!("ubd-vnet-file-ro-{}", std::process::id()));
+    std::fs::write(&path, vec![0x5au8; 4096]).unwrap();
+    let reg = registry();
+    let pool = pool(&reg, 16);
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, 4096).unwrap();
+    let cfg = ubdirect_core::PoolConfig {
+        block_size: 4096,
+        block_count: 1,
+    };
+    let file_pool = ubdirect_core::UbPool::new(&reg, region, cfg).unwrap();
+    let (m, nic) = open_model(
+        &reg,
+        &pool,
+        NetModelConfig::default(),
+        Hostile::default(),
+        fast_cfg(8),
+    );
+    let mut nic = nic.unwrap();
+    let b = file_pool.get().unwrap();
+    let mut v = vec![ubdirect_virtio_net::TxFrame::new(b, 100)
+        .map_err(|(_, e)| e)
+        .unwrap()];
+    let notifies = m.stats().notifies;
+    let e = nic.tx_burst(&mut v).unwrap_err();
+    assert!(
+        e.to_string().contains("read-only UB region") && e.to_string().contains("header"),
+        "{e}"
+    );
+    assert_eq!(v.len(), 1, "the frame stays with the caller");
+    assert_eq!(m.stats().tx_frames, 0, "the device took no frame");
+    assert_eq!(m.stats().notifies, notifies, "no doorbell");
+    assert!(
+        std::fs::read(&path).unwrap() == vec![0x5au8; 4096],
+        "the file is untouched"
+    );
+    let _ = std::fs::remove_file(&path);
+}
