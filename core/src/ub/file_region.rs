@@ -107,9 +107,7 @@ impl FileMap {
             removed,
         })
     }
-}
 
-impl FileMap {
     /// Copy region bytes `[at, at + dst.len())` into `dst` from the file (pread at the region's
     /// file offset through its descriptor), never from the mapping: bytes at or past the
     /// file's size at registration are zeros, as the mapping's last page shows them. Then one

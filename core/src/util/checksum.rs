@@ -42,9 +42,9 @@ pub fn checksum_at(data: &[u8], offset: u64) -> u64 {
 }
 
 /// [`checksum_at`] of the first `len` bytes of a pool buffer of any region: over its slice for
-/// host memory (no copy), else copied out 8 KiB at a time with [`UbBuf::read_into`] (volatile
-/// loads from a BAR, a read of the file for a file region). Errors are read_into's (a range
-/// outside the block, a changed file).
+/// host memory (no copy), else copied out up to 1 MiB at a time into one allocation with
+/// [`UbBuf::read_into`] (volatile loads from a BAR, a read of the file for a file region).
+/// Errors are read_into's (a range outside the block, a changed file).
 pub fn checksum_buf(buf: &UbBuf, len: usize, offset: u64) -> Result<u64> {
     if buf.region().is_cpu_sliceable() {
         let data = buf.as_slice().get(..len).ok_or_else(|| {
@@ -55,7 +55,7 @@ pub fn checksum_buf(buf: &UbBuf, len: usize, offset: u64) -> Result<u64> {
         })?;
         return Ok(checksum_at(data, offset));
     }
-    let mut chunk = [0u8; 8192];
+    let mut chunk = vec![0u8; len.min(1 << 20)];
     let (mut done, mut sum) = (0usize, 0u64);
     while done < len {
         let n = (len - done).min(chunk.len());
