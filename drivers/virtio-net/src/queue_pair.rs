@@ -256,8 +256,9 @@ impl PairState {
     /// Every frame is checked first; a frame too long or too short, in a buffer mapped in
     /// another DMA domain, or in a file region (FileChanged when its file changed since it was
     /// registered; else refused, read-only: the header cannot be written in front of the
-    /// frame), fails the whole burst with nothing sent. An empty `frames` is [`VirtioNetError::EmptyBurst`]. A dead device fails
-    /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
+    /// frame), fails the whole burst with nothing sent. An empty `frames` is
+    /// [`VirtioNetError::EmptyBurst`]. A dead device fails the burst as in
+    /// [`QueuePair::rx_burst`], with nothing sent.
     pub(crate) fn tx_burst(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
         if frames.is_empty() {
             return Err(VirtioNetError::EmptyBurst(
