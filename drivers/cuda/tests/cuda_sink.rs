@@ -282,3 +282,42 @@ fn gpu_reads_a_registered_file_window_in_place_even_after_truncation() {
     assert_eq!(reg.len(), 0);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+#[ignore = "gpu: needs an NVIDIA GPU and driver (run with --ignored on a GPU machine)"]
+fn a_block_of_a_file_changed_since_registration_is_refused_before_the_copy() {
+    let path = std::env::temp_dir().join(format!("ubd-cuda-file-{}", std::process::id()));
+    let bytes: Vec<u8> = (0..2 * BS).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &bytes).unwrap();
+    let reg = UbRegistry::new(DmaDomain::host_only());
+    let file = std::fs::File::open(&path).unwrap();
+    let region = reg.register_file(&file, 0, 2 * BS as u64).unwrap();
+    let cfg_pool = PoolConfig {
+        block_size: BS,
+        block_count: 2,
+    };
+    let files = UbPool::new(&reg, region, cfg_pool).unwrap();
+    let mut sink = CudaSink::new(&cfg(true), &[]).expect("GPU sink");
+    // The file as registered: the GPU sees its bytes.
+    let b = files.get().unwrap();
+    let at = (b.index() as usize) * BS;
+    let want = checksum_at(&bytes[at..at + BS], 0);
+    sink.submit(b, BS, 0).map_err(|(_, e)| e).unwrap();
+    drain(&mut sink, 1);
+    assert_eq!(sink.checksum().unwrap(), want);
+    // Truncated: refused at submit, the buffer comes back, nothing is copied.
+    sink.reset_checksum().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(BS as u64 / 2)
+        .unwrap();
+    let (b, e) = sink.submit(files.get().unwrap(), BS, 0).unwrap_err();
+    assert_eq!(e.kind, SinkErrorKind::InvalidRequest, "{e:?}");
+    assert!(format!("{e:?}").contains("changed"), "{e:?}");
+    assert_eq!(sink.in_flight(), 0, "nothing went to the GPU");
+    assert_eq!(sink.checksum().unwrap(), 0, "no bytes were copied");
+    drop(b);
+    let _ = std::fs::remove_file(&path);
+}
