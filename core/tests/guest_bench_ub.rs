@@ -1,7 +1,8 @@
 //! Guest measurement (not a timed test: it asserts nothing about speed): the cost of taking a
 //! buffer from the UB pool against registering one per transfer with the real VFIO type1
 //! IOMMU (VFIO_IOMMU_MAP_DMA / UNMAP_DMA through the guest's vIOMMU), for 4 KiB to 64 MiB.
-//! Prints a table for BENCHMARKS.md. Run alone with
+//! Prints the table of docs/benchmarks/buffers.md, "The pool in a guest with VFIO type1".
+//! Run alone with
 //! `scripts/vm/suite.sh --skip shell --filter guest_bench_ub`.
 
 use std::hint::black_box;

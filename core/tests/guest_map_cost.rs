@@ -3,7 +3,8 @@
 //! the no-IOMMU boot gives noiommu): 4 KiB anonymous memory (not on noiommu) and one 2 MiB
 //! hugepage. Every map and unmap runs under a deadline, so a stall is a failure that names the
 //! step and the iteration instead of a run that never ends. Prints `UBD-BENCH` lines (mean,
-//! min, max per map+unmap) for BENCHMARKS.md; it asserts nothing about speed.
+//! min, max per map+unmap) for BENCHMARKS.md, "DMA back ends" (method: docs/benchmarks/dma.md,
+//! "Map and unmap cost"); it asserts nothing about speed.
 //! Run: `scripts/vm/suite.sh --kernel ubd --skip shell --filter guest_map_cost`.
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -290,7 +290,8 @@ impl UbPool {
     /// blocks keep the pool alive: call [`UbPool::flush_thread_cache`] on each thread that used
     /// the pool before dropping it (a thread's cache is also given back when the thread exits).
     /// Use it only for pools with many more blocks than threads x `per_thread`; set it before
-    /// the pool is used. See BENCHMARKS.md for what it saves.
+    /// the pool is used. See docs/benchmarks/buffers.md, "The per-thread cache", for what it
+    /// saves.
     pub fn set_thread_cache(&self, per_thread: usize) -> Result<()> {
         if per_thread != 0 && !(2..=256).contains(&per_thread) {
             return Err(CoreError::InvalidArgument(format!(

@@ -4,14 +4,15 @@
 //! against the stretch of file a run streams and fills in the defaults.
 
 /// Default bytes per GPU copy out of a registered window (chosen by measurement on an H200:
-/// BENCHMARKS.md, "H200").
+/// docs/benchmarks/gpu.md, "Mapped copies: copy size, and registration beside the copies").
 pub const DEFAULT_COPY_SIZE: usize = 64 << 20;
 /// Default window length target: windows are the largest multiple of the copy size up to this.
 pub const DEFAULT_WINDOW_TARGET: u64 = 256 << 20;
 /// Default number of threads registering windows ahead of the copies. The CUDA driver runs one
 /// registration at a time and holds copy submission meanwhile (measured on an H200,
-/// BENCHMARKS.md): two threads let one fault a window's page tables in while the other
-/// registers; more only queue on the driver.
+/// docs/benchmarks/gpu.md, "Mapped copies: copy size, and registration beside the copies"):
+/// two threads let one fault a window's page tables in while the other registers; more only
+/// queue on the driver.
 pub const DEFAULT_REGISTER_THREADS: usize = 2;
 /// Most registration threads a run may ask for.
 pub const MAX_REGISTER_THREADS: usize = 64;

@@ -8,7 +8,7 @@
 //! reset without the shadow buffer. QEMU's controller sets EventIdx to the value it has just
 //! seen: it asks to hear of every update, and the writes it lets go only race its own
 //! processing (a timing accident: 0 of 66 to 28 of 121 in different boots); there shadow
-//! doorbells cost 15-26 % of the IOPS at queue depth 32 (BENCHMARKS.md, "NVMe reads
+//! doorbells cost 15-26 % of the IOPS at queue depth 32 (docs/benchmarks/nvme.md, "NVMe reads
 //! against the floor and the kernel"), so they are turned off. The decision is logged and kept
 //! ([`Controller::shadow_decision`]).
 
