@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use ubdirect_core::UbRegistry;
-use ubdirect_nvme::{CmbLayout, Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
+use ubdirect::dma::UbRegistry;
+use ubdirect::nvme::{CmbLayout, Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
 use super::{CliResult, Outcome};
 

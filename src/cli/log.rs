@@ -2,9 +2,9 @@
 //! log pages, like nvme-cli's `smart-log` and `error-log`, through vfio.
 
 use serde::Serialize;
-use ubdirect_core::UbRegistry;
-use ubdirect_nvme::{Controller, ControllerOptions, NvmeStatus};
-use ubdirect_nvme::{ErrorLogEntry, SmartLog};
+use ubdirect::dma::UbRegistry;
+use ubdirect::nvme::{Controller, ControllerOptions, NvmeStatus};
+use ubdirect::nvme::{ErrorLogEntry, SmartLog};
 
 use super::{parse_bdf, CliResult, Outcome};
 

@@ -129,17 +129,17 @@ impl Outcome {
 }
 
 /// The sysfs root the subcommands read: `/`, or `UBD_SYSFS_ROOT` (a fake tree, for tests).
-pub fn sysfs_root() -> ubdirect_diag::topology::SysfsRoot {
+pub fn sysfs_root() -> ubdirect::diag::topology::SysfsRoot {
     match std::env::var_os("UBD_SYSFS_ROOT") {
-        Some(p) if !p.is_empty() => ubdirect_diag::topology::SysfsRoot::new(p),
-        _ => ubdirect_diag::topology::SysfsRoot::system(),
+        Some(p) if !p.is_empty() => ubdirect::diag::topology::SysfsRoot::new(p),
+        _ => ubdirect::diag::topology::SysfsRoot::system(),
     }
 }
 
 /// clap value parser for PCI addresses: accepts `00:04.0` and `0000:00:04.0`, yields the
 /// canonical form; a malformed one is a usage error (exit 2).
 pub fn parse_bdf(s: &str) -> Result<String, String> {
-    ubdirect_diag::topology::normalize_address(s).map_err(|e| e.to_string())
+    ubdirect::diag::topology::normalize_address(s).map_err(|e| e.to_string())
 }
 
 /// Print a table: a header row and rows, columns padded to the widest cell.
@@ -173,8 +173,8 @@ pub(crate) fn fake_device(
     addr: &str,
     class: u32,
     driver: Option<&str>,
-) -> ubdirect_diag::topology::PciDeviceInfo {
-    use ubdirect_diag::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
+) -> ubdirect::diag::topology::PciDeviceInfo {
+    use ubdirect::diag::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
     PciDeviceInfo {
         address: addr.into(),
         vendor: 0x1af4,

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ubdirect_core::vfio::DomainOptions;
-use ubdirect_core::{CoreError, DmaDomain};
+use ubdirect::dma::vfio::DomainOptions;
+use ubdirect::dma::{CoreError, DmaDomain};
 
 /// The no-IOMMU opt-in of one subcommand.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]

@@ -8,14 +8,14 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use ubdirect::pipeline::DmaFaultWatch;
-use ubdirect_core::util::pin_to_core;
-use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
-use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
-use ubdirect_nvme::{
+use ubdirect::dma::util::pin_to_core;
+use ubdirect::dma::util::{rdtsc, LatencyHistogram, Tsc};
+use ubdirect::dma::{PciAddress, PoolConfig, UbPool, UbRegistry};
+use ubdirect::nvme::{
     CommandSet, Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
     QueueOptions, QueueStats, Recovery, ShadowDoorbells,
 };
+use ubdirect::pipeline::DmaFaultWatch;
 
 use super::json::LatencyNs;
 use super::leaks::Leaks;

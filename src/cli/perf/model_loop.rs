@@ -5,10 +5,10 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use ubdirect_core::util::Tsc;
-use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect::dma::util::Tsc;
+use ubdirect::dma::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect::nvme::{Controller, ControllerOptions, ShadowDoorbells};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig, NvmeModel};
-use ubdirect_nvme::{Controller, ControllerOptions, ShadowDoorbells};
 
 use super::{fill_windows, worker, CoreResult, Counter, Job, Workload};
 
