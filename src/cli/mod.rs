@@ -24,6 +24,7 @@ mod namespace;
 mod noiommu_arg;
 pub mod nvmf;
 mod nvmf_perf;
+mod open;
 mod perf;
 mod pipeline;
 mod pipeline_json;
