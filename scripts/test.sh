@@ -33,6 +33,9 @@
 #      rounds, every fault kind injected: 120 s gives the two host faults room after each other),
 #      counted in the totals; a failed check fails test.sh. A guest stuck in the kernel is
 #      bounded: soak.sh stops QEMU and counts it (RELIABILITY.md, "Soak").
+#   7. after a whole run (no filter): every test RELIABILITY.md cites ran in one of this run's
+#      logs, or was skipped visibly -> "cited-tests: N ran, N skipped visibly, N never ran"
+#      (tests/reliability_citations.rs::every_cited_test_ran_in_the_suite; one never run fails)
 # Every step runs even when an earlier one failed; the exit status is 1 if any failed.
 #
 # Options (for iterating):
@@ -87,6 +90,15 @@ elapsed() { echo "$(($(date +%s) - $1))s"; }
 if ((deps == 1)); then
     step "scripts/deps.sh"
     if scripts/deps.sh; then :; else note "deps: FAILED (scripts/deps.sh; run it as root)" 1; fi
+fi
+
+# The ubd guest kernel (built from source, ~9 min of CPU) builds in the background at nice 10
+# from here on, on the CPU time the lint and host steps leave idle; the ubd suite waits for it
+# (kernel-build.sh's lock) if it is not done by then.
+kbuild_pid=''
+if ((guest == 1)) && [[ " $kernels " == *" ubd "* || -z $filter || $filter == *noiommu* ]]; then
+    scripts/vm/kernel-build.sh >"$logs/kernel-build.log" 2>&1 &
+    kbuild_pid=$!
 fi
 
 if ((lint == 1)); then
@@ -214,6 +226,23 @@ if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then
     [[ -n $line ]] || line="soak: 0 passed, 1 failed (scripts/soak.sh exited $rc without its summary; see $logs/soak.log)"
     [[ $line =~ ^soak:\ [0-9]+\ passed,\ 0\ failed ]] || rc=1
     note "$line ($(elapsed "$t"))" "$rc"
+fi
+
+# A background kernel build no suite waited for (a guest part that stopped early) ends here.
+[[ -z $kbuild_pid ]] || wait "$kbuild_pid" 2>/dev/null || true
+
+# Every test RELIABILITY.md cites ran somewhere above (or was skipped visibly, named): checked
+# over this run's logs, so only after a whole run (host and guest, no filter).
+if ((host == 1 && guest == 1)) && [[ -z $filter ]]; then
+    step "cited tests ran (tests/reliability_citations.rs, over $logs/*.log)"
+    UBD_TEST_LOGS=$logs UBD_TEST_LOGS_SINCE=$t_all cargo test -q --test reliability_citations -- \
+        --ignored --exact every_cited_test_ran_in_the_suite --nocapture 2>&1 | tee "$logs/cited-tests.txt"
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E '^cited-tests: [0-9]+ ran' "$logs/cited-tests.txt" | tail -n1)
+    if ((rc != 0)); then
+        line="cited-tests: FAILED: ${line#cited-tests: } (names in $logs/cited-tests.txt)"
+    fi
+    note "$line" "$rc"
 fi
 
 printf '\n==== summary (%s)\n' "$(elapsed "$t_all")"

@@ -3,8 +3,13 @@
 //! the file or module it names (`guest_faults.rs::nvme_reset_under_the_driver_times_out_and_reopens`,
 //! `model_hostile::cap_mqes_zero_is_a_typed_error`, `pci_cap::tests::missing_notify_is_named`),
 //! or, cited alone, a function defined somewhere in the tree. A renamed or moved test fails here.
+//!
+//! After the whole suite, `scripts/test.sh` runs the ignored test
+//! `every_cited_test_ran_in_the_suite` over the suite's logs (`UBD_TEST_LOGS`): every cited
+//! `#[test]` function must have run there (a libtest line `test ...::name ... ok`) or been
+//! skipped visibly (`... ignored`), and every cited guest script must have run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The repository's files outside `target/` and hidden directories, by path relative to the
@@ -164,6 +169,184 @@ fn check(src: &BTreeMap<String, String>, span: &str) -> Option<String> {
             .then(|| format!("no fn {last} in {m}"));
     }
     (!src.values().any(|t| defines(t, last))).then(|| format!("no fn {last} anywhere"))
+}
+
+/// The `#[test]` functions the sources define: a `fn` whose attributes (the lines right above
+/// it) include `#[test]`.
+fn test_fns(src: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for text in src.values() {
+        let mut attributed = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[test]") {
+                attributed = true;
+            } else if attributed && line.starts_with("fn ") {
+                let name: String = line[3..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.insert(name);
+                attributed = false;
+            } else if !(line.starts_with("#[") || line.starts_with("//")) {
+                attributed = false;
+            }
+        }
+    }
+    out
+}
+
+/// What the logs say of test function `name`: its libtest lines (`test a::b::name ... ok`).
+#[derive(Debug, PartialEq)]
+enum Ran {
+    /// At least one run passed or failed (a failure is the suite's own count).
+    Yes,
+    /// Only ignored: a visible skip, with the reason libtest printed.
+    Ignored(String),
+    /// No line names it.
+    Missing,
+}
+
+/// Every libtest result line of `logs`, by test function name (the last path segment).
+fn results(logs: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in logs.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("test ") else {
+            continue;
+        };
+        let Some((path, outcome)) = rest.split_once(" ... ") else {
+            continue;
+        };
+        let name = path.rsplit("::").next().unwrap_or(path).trim();
+        out.entry(name.to_string())
+            .or_default()
+            .push(outcome.trim().to_string());
+    }
+    out
+}
+
+fn ran(results: &BTreeMap<String, Vec<String>>, name: &str) -> Ran {
+    match results.get(name) {
+        None => Ran::Missing,
+        Some(v) if v.iter().any(|o| !o.starts_with("ignored")) => Ran::Yes,
+        Some(v) => Ran::Ignored(v[0].clone()),
+    }
+}
+
+/// The cited test functions and guest scripts, deduplicated: `(name, is_script)`.
+fn cited_runnables(doc: &str, tests: &BTreeSet<String>) -> BTreeSet<(String, bool)> {
+    let mut out = BTreeSet::new();
+    for (_, span) in cited(doc) {
+        let span = span.trim();
+        let names: Vec<&str> = match span.split_once("::{") {
+            Some((_, l)) => l.trim_end_matches('}').split(',').map(str::trim).collect(),
+            None if span.contains([' ', '=']) || span.starts_with('/') => continue,
+            None => vec![span.rsplit("::").next().unwrap_or(span)],
+        };
+        for n in names {
+            if n.ends_with(".sh") && (span.contains("tests/guest/") || !n.contains('/')) {
+                let base = n.rsplit('/').next().unwrap_or(n);
+                if span.contains("tests/guest/") || span == base {
+                    out.insert((base.to_string(), true));
+                }
+            } else if tests.contains(n) {
+                out.insert((n.to_string(), false));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs the suite's logs: scripts/test.sh runs it with UBD_TEST_LOGS after the guest runs"]
+fn every_cited_test_ran_in_the_suite() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir =
+        std::env::var("UBD_TEST_LOGS").expect("UBD_TEST_LOGS: the directory of the suite's logs");
+    // Only this run's logs: those written since UBD_TEST_LOGS_SINCE (seconds since the epoch).
+    let since = std::env::var("UBD_TEST_LOGS_SINCE")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|s| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+    let mut logs = String::new();
+    for e in std::fs::read_dir(&dir)
+        .expect("UBD_TEST_LOGS is a directory")
+        .flatten()
+    {
+        let fresh = match (since, e.metadata().and_then(|m| m.modified())) {
+            (Some(t), Ok(m)) => m >= t,
+            _ => true,
+        };
+        if fresh && e.path().extension().is_some_and(|x| x == "log") {
+            // The name too: a pair script's log is named after it (pair-6.12-nvmf.sh.log).
+            logs.push_str(&format!("=== log {}\n", e.file_name().to_string_lossy()));
+            logs.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    let doc = std::fs::read_to_string(root.join("RELIABILITY.md")).unwrap();
+    let src = sources(root);
+    let results = results(&logs);
+    let (mut yes, mut ignored, mut missing) = (0, Vec::new(), Vec::new());
+    for (name, script) in cited_runnables(&doc, &test_fns(&src)) {
+        if script {
+            // The guest plan names each script it runs ("# 30-pipeline.sh" / "ok ... 30-pipeline.sh").
+            if logs.contains(&name) {
+                yes += 1;
+            } else {
+                missing.push(name);
+            }
+            continue;
+        }
+        match ran(&results, &name) {
+            Ran::Yes => yes += 1,
+            Ran::Ignored(why) => ignored.push(format!("{name} ({why})")),
+            Ran::Missing => missing.push(name),
+        }
+    }
+    println!(
+        "cited-tests: {yes} ran, {} skipped visibly, {} never ran",
+        ignored.len(),
+        missing.len()
+    );
+    for i in &ignored {
+        println!("cited-tests: skipped: {i}");
+    }
+    assert!(
+        missing.is_empty(),
+        "cited in RELIABILITY.md but not run anywhere in the suite:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_run_check_reads_libtest_lines_and_finds_test_functions() {
+    let logs = "test model_hostile::a ... ok\nrunning 2 tests\ntest b ... ignored, gpu: needs a GPU\ntest tests::c ... FAILED\ntest b ... ignored\n";
+    let r = results(logs);
+    assert_eq!(ran(&r, "a"), Ran::Yes);
+    assert_eq!(
+        ran(&r, "b"),
+        Ran::Ignored("ignored, gpu: needs a GPU".into())
+    );
+    assert_eq!(
+        ran(&r, "c"),
+        Ran::Yes,
+        "a failure is counted by the suite itself"
+    );
+    assert_eq!(ran(&r, "d"), Ran::Missing);
+    let mut src = BTreeMap::new();
+    src.insert(
+        "x.rs".to_string(),
+        "#[test]\n#[ignore = \"guest\"]\nfn t1() {}\nfn helper() {}\n#[test]\n// why\nfn t2() {}\n"
+            .to_string(),
+    );
+    let t = test_fns(&src);
+    assert_eq!(t, ["t1", "t2"].iter().map(|s| s.to_string()).collect());
+    let doc = "| # | what | test |\n| --- | --- | --- |\n| 1 | x | `x.rs::t1`, `helper`, `x.rs::{t1, t2}`, `tests/guest/30-pipeline.sh` |\n";
+    let c = cited_runnables(doc, &t);
+    let want: BTreeSet<(String, bool)> = [("t1", false), ("t2", false), ("30-pipeline.sh", true)]
+        .iter()
+        .map(|(n, s)| (n.to_string(), *s))
+        .collect();
+    assert_eq!(c, want);
 }
 
 #[test]

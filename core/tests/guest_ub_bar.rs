@@ -29,11 +29,12 @@ fn cpu_writes_into_bar_pool_buffers_reach_the_backing_file() {
     let off = buf.iova() - region.iova;
     assert_eq!(off, 2 << 20);
     let len = buf.len();
-    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(7) ^ 0x5a;
-    }
-    let head = buf.as_slice()[..64].to_vec();
-    let tail = buf.as_slice()[len - 64..].to_vec();
+    // BAR memory is written and read with volatile accesses, never through a Rust slice.
+    let pattern: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ 0x5a).collect();
+    buf.write_from(0, &pattern).expect("write the BAR");
+    let (mut head, mut tail) = (vec![0u8; 64], vec![0u8; 64]);
+    buf.read_into(0, &mut head).expect("read the BAR");
+    buf.read_into(len - 64, &mut tail).expect("read the BAR");
     println!(
         "{}",
         testbed::hostcheck_file_bytes("ub-bar-pool-head", testbed::GPUBAR_FILE, off, &head)

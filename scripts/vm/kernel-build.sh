@@ -13,6 +13,8 @@
 #
 # Usage: kernel-build.sh            (env UBD_VM_KBUILD_JOBS: make -j, default nproc;
 #                                    UBD_VM_KBUILD_NICE: nice level, default 10)
+# Concurrent callers are serialised by a lock ($UBD_VM_CACHE/kernel-ubd.lock): the second one
+# waits for the first build and then uses its kernel.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -24,6 +26,14 @@ ver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) && [[ -f $tarball ]] ||
 key=$( { echo "$pkg $ver"; cat "$fragment" "${BASH_SOURCE[0]}"; } | sha256sum | cut -c1-16)
 
 kdir="$UBD_VM_CACHE/kernel-ubd"
+# One build at a time: a second caller (scripts/test.sh starts the build early, in the
+# background; the ubd suite asks for the kernel later) waits here, then finds it ready.
+mkdir -p "$UBD_VM_CACHE"
+exec 9>"$UBD_VM_CACHE/kernel-ubd.lock"
+if ! flock -n 9; then
+    vm_log "waiting for the ubd kernel build already running ($UBD_VM_CACHE/kernel-ubd.lock)"
+    flock 9
+fi
 if [[ -f $kdir/.ready && $(cat "$kdir/.ready") == "key: $key" && -f $kdir/vmlinux ]]; then
     echo "$kdir"
     exit 0

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ubdirect::dma::pci::{PciAddress, PciDevice};
-use ubdirect::dma::ub::{PoolConfig, UbPool, UbRegion, UbRegistry};
+use ubdirect::dma::ub::{PoolConfig, UbBuf, UbPool, UbRegion, UbRegistry};
 use ubdirect::virtio_net::pattern::{self, MIN_PATTERN_FRAME};
 use ubdirect::virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
@@ -29,6 +29,40 @@ use report::{RunInfo, Segments, Tally};
 /// How long a run may go without any frame moving before it stops and counts what is missing
 /// as dropped.
 pub(crate) const STALL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Bytes `[at, at + len)` of `buf` handed to `fill`: in place in host memory; for a BAR
+/// through `scratch`, then copied in with volatile stores ([`UbBuf::write_from`]).
+fn write_frame(
+    buf: &mut UbBuf,
+    at: usize,
+    len: usize,
+    scratch: &mut Vec<u8>,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<(), LoopbackError> {
+    if buf.region().is_cpu_sliceable() {
+        fill(&mut buf.as_mut_slice()[at..at + len]);
+        return Ok(());
+    }
+    scratch.resize(len, 0);
+    fill(scratch);
+    Ok(buf.write_from(at, scratch)?)
+}
+
+/// Bytes `[at, at + len)` of `buf` to read: its slice in host memory; for a BAR copied into
+/// `scratch` with volatile loads ([`UbBuf::read_into`]).
+fn frame_bytes<'a>(
+    buf: &'a UbBuf,
+    at: usize,
+    len: usize,
+    scratch: &'a mut Vec<u8>,
+) -> Result<&'a [u8], LoopbackError> {
+    if buf.region().is_cpu_sliceable() {
+        return Ok(&buf.as_slice()[at..at + len]);
+    }
+    scratch.resize(len, 0);
+    buf.read_into(at, scratch)?;
+    Ok(scratch)
+}
 
 /// Loop-back demo: a pattern written into UB buffers (in a GPU BAR with --gpu-bar) is sent on
 /// NIC A, received on NIC B into the same region and verified byte-exact; --kernel runs the
@@ -356,6 +390,8 @@ struct Pump {
     bmac: [u8; 6],
     txv: Vec<TxFrame>,
     rxv: Vec<RxFrame>,
+    /// Frame bytes on their way into or out of BAR buffers (copied, never sliced).
+    scratch: Vec<u8>,
     t: Tally,
     /// Time per segment (the source document's advice: measure the pieces before the chain):
     /// pattern writes into the buffers, the TX burst, the RX burst (reap + refill),
@@ -398,6 +434,7 @@ impl Pump {
             bmac,
             txv: Vec::with_capacity(batch),
             rxv: Vec::with_capacity(batch),
+            scratch: Vec::with_capacity(fs),
             t: Tally::new(fs),
             seg: Segments::default(),
         })
@@ -423,8 +460,9 @@ impl Pump {
             let t_rx = Instant::now();
             if n > 0 {
                 for f in self.rxv.drain(..) {
+                    let got = frame_bytes(f.buf(), f.offset(), f.len(), &mut self.scratch)?;
                     self.t
-                        .account(pattern::verify(f.data(), self.bmac, self.amac, self.fs));
+                        .account(pattern::verify(got, self.bmac, self.amac, self.fs));
                 }
                 moved = true;
             }
@@ -447,12 +485,10 @@ impl Pump {
             && self.limit.remaining(t.sent) > 0
         {
             let Ok(mut buf) = self.pool.get() else { break };
-            pattern::fill(
-                &mut buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + self.fs],
-                self.bmac,
-                self.amac,
-                t.sent,
-            );
+            let (bmac, amac, seq) = (self.bmac, self.amac, t.sent);
+            write_frame(&mut buf, FRAME_OFFSET, self.fs, &mut self.scratch, |b| {
+                pattern::fill(b, bmac, amac, seq)
+            })?;
             // The frame length was checked against the device maximum above.
             let f = TxFrame::new(buf, self.fs).map_err(|(_, e)| e)?;
             self.txv.push(f);

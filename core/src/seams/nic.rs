@@ -57,11 +57,18 @@ impl NicFrame {
     pub fn offset(&self) -> usize {
         self.offset
     }
-    /// The frame bytes.
+    /// The frame bytes, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_slice`]: copy those out with
+    /// [`UbBuf::read_into`] on [`NicFrame::buf`].
     pub fn data(&self) -> &[u8] {
         &self.buf.as_slice()[self.offset..self.offset + self.len]
     }
-    /// The frame bytes, writable.
+    /// The frame bytes, writable, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_mut_slice`].
     pub fn data_mut(&mut self) -> &mut [u8] {
         let (o, l) = (self.offset, self.len);
         &mut self.buf.as_mut_slice()[o..o + l]

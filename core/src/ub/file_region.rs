@@ -5,7 +5,10 @@
 //!
 //! - Ownership: the region owns the file mapping; the IOMMU mapping goes first (unregister, or
 //!   the last `Arc<UbRegion>`), then the process mapping. Pools over a file region hand out
-//!   blocks that are DMA sources only ([`super::UbBuf::as_mut_slice`] panics on them).
+//!   blocks that are DMA sources only: no Rust slice over them ([`super::UbBuf::as_slice`] and
+//!   [`super::UbBuf::as_mut_slice`] panic on them); the CPU copies one out with
+//!   [`super::UbBuf::read_into`], which reads the file through the region's descriptor, never
+//!   the mapping.
 //! - Registering the same range of the same, unchanged file again returns the region already
 //!   registered (one mapping, one IOVA range; also when two threads race).
 //! - Change detection: [`UbRegion::check_file`] fstat()s the file and compares size and mtime
@@ -17,12 +20,13 @@
 //!   them would get the bytes as they were (for tmpfs and the page cache alike; the part of the
 //!   last page past a new end that is not a page boundary is zeroed by the kernel); no IOMMU
 //!   fault, no device error. Only a CPU load from the mapping past the new end raises SIGBUS,
-//!   and nothing here reads it from the CPU.
+//!   and nothing here loads from the mapping: a CPU read of a block after a truncation comes
+//!   back short, [`CoreError::FileChanged`].
 //!   Registering the changed file maps a new region; the stale one stays until unregistered.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Arc;
 
 use super::file_map::{cpu_page_size, stat_file, FileStamp, ReadOnlyFileMap};
@@ -43,6 +47,8 @@ fn stat(file: &File) -> Result<(u64, u64, FileStamp)> {
 pub(crate) struct FileMap {
     map: ReadOnlyFileMap,
     file: File,
+    /// File offset of the region's first byte.
+    offset: u64,
     stamp: FileStamp,
     /// The file's path at registration (from /proc/self/fd), or its device and inode.
     name: String,
@@ -70,6 +76,7 @@ impl FileMap {
         Ok(FileMap {
             map,
             file,
+            offset,
             stamp,
             name,
             links: meta.nlink(),
@@ -100,6 +107,53 @@ impl FileMap {
             removed,
         })
     }
+
+    /// Copy region bytes `[at, at + dst.len())` into `dst` from the file (pread at the region's
+    /// file offset through its descriptor), never from the mapping: bytes at or past the
+    /// file's size at registration are zeros, as the mapping's last page shows them. Then one
+    /// fstat ([`FileMap::check`]): [`CoreError::FileChanged`] when the file changed, and also
+    /// when the read came back short (a file truncated under the region).
+    pub(crate) fn read_at(&self, id: u32, at: usize, dst: &mut [u8]) -> Result<()> {
+        let pos = self.offset + at as u64;
+        let in_file = self.stamp.size.saturating_sub(pos).min(dst.len() as u64) as usize;
+        let (head, tail) = dst.split_at_mut(in_file);
+        let got = read_full_at(&self.file, head, pos).map_err(|source| CoreError::Io {
+            op: format!(
+                "read of {} bytes at {pos} of the registered file {}",
+                head.len(),
+                self.name
+            ),
+            source,
+        })?;
+        tail.fill(0);
+        self.check(id)?;
+        if got < head.len() {
+            return Err(CoreError::FileChanged {
+                id,
+                file: self.name.clone(),
+                old_size: self.stamp.size,
+                new_size: pos + got as u64,
+                mtime_changed: false,
+                removed: false,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// pread into all of `buf` from `pos`, retried on EINTR: the bytes read (fewer only at the end
+/// of the file).
+fn read_full_at(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], pos + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 fn page_size() -> u64 {

@@ -95,6 +95,8 @@ pub struct UbPool {
     cache: AtomicUsize,
     region: Arc<UbRegion>,
     block_size: usize,
+    /// The region is host memory ([`UbRegion::is_cpu_sliceable`]): blocks give Rust slices.
+    cpu_slices: bool,
     block_count: usize,
     shift: u32,
     free: FreeStack,
@@ -204,6 +206,7 @@ impl UbPool {
             cache: AtomicUsize::new(0),
             shift: cfg.block_size.trailing_zeros(),
             block_size: cfg.block_size,
+            cpu_slices: region.is_cpu_sliceable(),
             block_count: cfg.block_count,
             free: FreeStack::full(cfg.block_count as u32),
             region,
@@ -216,6 +219,12 @@ impl UbPool {
             wait_cv: Condvar::new(),
             owner: owned.then(|| Arc::downgrade(registry)),
         }))
+    }
+
+    /// Whether the CPU may hold Rust slices over the blocks ([`UbRegion::is_cpu_sliceable`]).
+    #[inline]
+    pub(crate) fn cpu_slices(&self) -> bool {
+        self.cpu_slices
     }
 
     /// Bytes per block.

@@ -223,6 +223,17 @@ impl UbRegion {
         matches!(self.kind, RegionKind::File { .. })
     }
 
+    /// True when the CPU may hold a Rust slice over the region's memory: host memory
+    /// ([`RegionKind::Host`], [`RegionKind::External`]). False for a file region (the page
+    /// cache, which another process may rewrite under a shared borrow or truncate, making a
+    /// load SIGBUS), a BAR ([`RegionKind::DeviceBar`], [`RegionKind::BarWindow`]: device memory,
+    /// reached with volatile accesses only) and a dma-buf (no CPU mapping). Blocks of the others
+    /// are read and written with [`super::UbBuf::read_into`] and [`super::UbBuf::write_from`].
+    #[inline]
+    pub fn is_cpu_sliceable(&self) -> bool {
+        matches!(self.kind, RegionKind::Host { .. } | RegionKind::External)
+    }
+
     /// Pools and DMA allocations using the region (unregister is refused while non-zero).
     pub fn users(&self) -> usize {
         self.users.load(Ordering::Acquire)

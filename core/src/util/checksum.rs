@@ -4,6 +4,9 @@
 //! at the wrong offset. This is the CPU reference; `ubdirect-cuda`'s kernel computes the same value
 //! on the GPU (it lives here so the pipeline's CPU sinks need no CUDA crate).
 
+use crate::error::{CoreError, Result};
+use crate::ub::UbBuf;
+
 /// splitmix64 finaliser of the word xor its index.
 #[inline]
 pub fn mix(w: u64, index: u64) -> u64 {
@@ -36,6 +39,31 @@ pub fn checksum_at(data: &[u8], offset: u64) -> u64 {
         ));
     }
     sum
+}
+
+/// [`checksum_at`] of the first `len` bytes of a pool buffer of any region: over its slice for
+/// host memory (no copy), else copied out up to 1 MiB at a time into one allocation with
+/// [`UbBuf::read_into`] (volatile loads from a BAR, a read of the file for a file region).
+/// Errors are read_into's (a range outside the block, a changed file).
+pub fn checksum_buf(buf: &UbBuf, len: usize, offset: u64) -> Result<u64> {
+    if buf.region().is_cpu_sliceable() {
+        let data = buf.as_slice().get(..len).ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "checksum of {len} bytes of a {}-byte buffer",
+                buf.len()
+            ))
+        })?;
+        return Ok(checksum_at(data, offset));
+    }
+    let mut chunk = vec![0u8; len.min(1 << 20)];
+    let (mut done, mut sum) = (0usize, 0u64);
+    while done < len {
+        let n = (len - done).min(chunk.len());
+        buf.read_into(done, &mut chunk[..n])?;
+        sum = sum.wrapping_add(checksum_at(&chunk[..n], offset + done as u64));
+        done += n;
+    }
+    Ok(sum)
 }
 
 #[cfg(test)]

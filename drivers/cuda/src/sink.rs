@@ -485,6 +485,13 @@ impl Sink for CudaSink {
                 ));
             }
         }
+        // The GPU reads the block: a file region's file must be as it was registered.
+        if let Err(e) = buf.region().check_file() {
+            return Err((
+                buf,
+                SinkError::new(SinkErrorKind::InvalidRequest, e.to_string()),
+            ));
+        }
         match self.submit_inner(buf.as_ptr(), buf.len(), len, tag) {
             Ok(slot) => {
                 self.slots[slot as usize] = Some(InFlight {

@@ -129,11 +129,18 @@ impl IoBuf {
     pub fn iova(&self) -> u64 {
         self.buf.iova() + self.offset as u64
     }
-    /// The window's bytes.
+    /// The window's bytes, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_slice`]: copy those out with
+    /// [`UbBuf::read_into`] on [`IoBuf::buf`].
     pub fn as_slice(&self) -> &[u8] {
         &self.buf.as_slice()[self.offset..self.offset + self.len]
     }
-    /// The window's bytes, writable.
+    /// The window's bytes, writable, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_mut_slice`].
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.buf.as_mut_slice()[self.offset..self.offset + self.len]
     }

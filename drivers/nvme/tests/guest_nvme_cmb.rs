@@ -61,6 +61,11 @@ fn cmb_region_receives_a_peer_read_from_nvme0() {
         (l.bir, l.offset, l.size, l.sqs, l.rds, l.wds),
         (2, 0, 1 << 20, true, true, true)
     );
+    assert_eq!(
+        ctrl.cmb_layout().unwrap(),
+        Some(l),
+        "identify's view of the same CMB"
+    );
     let region = cmb.region().clone();
     assert_eq!(region.len, 1 << 20);
     assert_eq!(
@@ -95,7 +100,8 @@ fn cmb_region_receives_a_peer_read_from_nvme0() {
         let _hold: Vec<_> = (0..i).map(|_| pool.get().unwrap()).collect();
         let mut buf = pool.get().unwrap();
         assert!(region.contains_iova(buf.iova(), buf.len()));
-        buf.as_mut_slice().fill(0xee);
+        buf.write_from(0, &vec![0xee; buf.len()])
+            .expect("fill the CMB block");
         let buf = qp
             .read_blocking(
                 &qp.namespace(1).unwrap(),
@@ -105,9 +111,10 @@ fn cmb_region_receives_a_peer_read_from_nvme0() {
             )
             .expect("nvme0 reads into the CMB")
             .into_buf();
-        // The CPU reads the CMB through the BAR mapping: the image's bytes, and the bytes
-        // before the read's offset untouched.
-        let s = buf.as_slice();
+        // The CPU reads the CMB through the BAR mapping (volatile loads): the image's bytes,
+        // and the bytes before the read's offset untouched.
+        let mut s = vec![0u8; off + len];
+        buf.read_into(0, &mut s).expect("read the CMB block");
         testbed::check_pattern(NVME0_NS1.id, lba * 512, &s[off..off + len])
             .expect("pattern read back through the CMB mapping");
         assert!(s[..off].iter().all(|&b| b == 0xee));

@@ -5,7 +5,7 @@ mod common;
 
 use ubdirect_nvme::spec::command::feature;
 use ubdirect_nvme::spec::identify::OACS_DOORBELL_BUFFER_CONFIG;
-use ubdirect_nvme::NvmeError;
+use ubdirect_nvme::{CommandSet, NvmeError};
 use ubdirect_nvme::{IoBuf, Lba};
 
 #[test]
@@ -28,6 +28,10 @@ fn nvme0_identify_matches_qemu_command_line() {
     assert_eq!(ns[0].nsze, (64 << 20) / 512, "nvme0.img is 64 MiB");
     assert_eq!(ns[0].size_bytes(), 64 << 20);
     assert!(ns[0].lbaf.iter().filter(|f| f.in_use).count() == 1);
+    // QEMU (NVMe 1.4) answers the Namespace Identification Descriptor list with a CSI of NVM.
+    assert_eq!(ns[0].command_set, CommandSet::Nvm);
+    assert_eq!((ns[0].metadata_size, ns[0].protection_type), (0, 0));
+    assert_eq!(bed.ctrl.cmb_layout().unwrap(), None, "nvme0 has no CMB");
     assert_eq!(bed.ctrl.version().major(), 1);
     assert!(bed.ctrl.cap().max_queue_entries() >= 64);
     assert!(bed.ctrl.io_queues_granted() >= 2);

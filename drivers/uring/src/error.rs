@@ -111,6 +111,10 @@ pub enum UringError {
     /// No completion arrived in time.
     #[error("no completion within {0:?}: the device or filesystem is stalled")]
     Timeout(std::time::Duration),
+    /// The buffer cannot serve the request: a block of a file region read into, or written
+    /// from after its file changed since registration.
+    #[error(transparent)]
+    Buffer(ubdirect_core::CoreError),
 }
 
 /// Convert into the core seam's error, keeping the kind a caller can branch on.
@@ -122,7 +126,8 @@ pub fn to_block_error(e: &UringError) -> ubdirect_core::seams::BlockError {
         | UringError::BufferTooSmall { .. }
         | UringError::TooLarge { .. }
         | UringError::ZeroLength
-        | UringError::ReadOnly => K::InvalidRequest,
+        | UringError::ReadOnly
+        | UringError::Buffer(_) => K::InvalidRequest,
         UringError::QueueFull { .. } => K::QueueFull,
         UringError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => {
             K::InvalidRequest

@@ -251,6 +251,9 @@ impl UringQueue {
         if let Err(e) = self.check(&buf, offset, len) {
             return Err((buf, e));
         }
+        if let Err(e) = check_file_buffer(&buf, write) {
+            return Err((buf, e));
+        }
         let ptr = buf.as_ptr();
         let fd = types::Fd(self.src.file.as_raw_fd());
         let fixed = self.fixed.index_of(ptr as usize, len);
@@ -456,4 +459,23 @@ impl Drop for UringQueue {
             }
         }
     }
+}
+
+/// A block of a file region: a write from it checks its file first ([`UbRegion::check_file`]:
+/// one fstat; other regions pay nothing), and a read into it is refused (the region is
+/// read-only).
+///
+/// [`UbRegion::check_file`]: ubdirect_core::UbRegion::check_file
+fn check_file_buffer(buf: &UbBuf, write: bool) -> Result<(), UringError> {
+    let region = buf.region();
+    if write {
+        return region.check_file().map_err(UringError::Buffer);
+    }
+    if region.is_read_only() {
+        return Err(UringError::Buffer(ubdirect_core::CoreError::InvalidArgument(format!(
+            "a read into a block of read-only UB region {} (a registered file mapping): read into a host pool buffer",
+            region.id
+        ))));
+    }
+    Ok(())
 }

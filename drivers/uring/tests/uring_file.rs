@@ -429,3 +429,35 @@ fn an_o_direct_queue_sleeps_in_the_kernel_instead_of_spinning() {
     let _ = wait_all(&mut q, 1);
     assert_eq!(q.idle_waits(), 0);
 }
+
+#[test]
+fn a_file_region_block_is_checked_before_a_write_and_never_read_into() {
+    let (f, data) = temp_file("fileregion", 2 * BS);
+    let (src, _) = temp_file("fileregion-src", BS);
+    let host = pool(2);
+    let reg = UbRegistry::new(DmaDomain::host_only());
+    let region = reg
+        .register_file(&std::fs::File::open(&src.0).unwrap(), 0, BS as u64)
+        .unwrap();
+    let cfg = PoolConfig {
+        block_size: BS,
+        block_count: 1,
+    };
+    let file_pool = UbPool::new(&reg, region, cfg).unwrap();
+    let mut q = open(&f.0, &host, DirectMode::Off, true);
+    let (b, e) = q
+        .submit_read(file_pool.get().unwrap(), 0, BS, 0)
+        .unwrap_err();
+    assert_eq!(e.kind, BlockErrorKind::InvalidRequest);
+    assert!(e.message.contains("read-only UB region"), "{e:?}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&src.0)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let (_b, e) = q.submit_write(b, 0, BS, 1).unwrap_err();
+    assert_eq!(e.kind, BlockErrorKind::InvalidRequest);
+    assert!(e.message.contains("changed while registered"), "{e:?}");
+    assert!(std::fs::read(&f.0).unwrap() == data, "nothing was written");
+}

@@ -36,11 +36,19 @@ impl RxFrame {
     pub fn offset(&self) -> usize {
         FRAME_OFFSET
     }
-    /// The frame bytes.
+    /// The frame bytes, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_slice`]: copy those out with
+    /// [`UbBuf::read_into`].
     pub fn data(&self) -> &[u8] {
         &self.buf.as_slice()[FRAME_OFFSET..FRAME_OFFSET + self.len]
     }
-    /// The frame bytes, writable (e.g. to turn the frame around for TX in place).
+    /// The frame bytes, writable, for a buffer of host memory (e.g. to turn the frame around
+    /// for TX in place).
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_mut_slice`].
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + self.len]
     }
@@ -102,11 +110,18 @@ impl TxFrame {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The frame bytes.
+    /// The frame bytes, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_slice`]: copy those out with
+    /// [`UbBuf::read_into`].
     pub fn data(&self) -> &[u8] {
         &self.buf.as_slice()[FRAME_OFFSET..FRAME_OFFSET + self.len]
     }
-    /// The frame bytes, writable.
+    /// The frame bytes, writable, for a buffer of host memory.
+    ///
+    /// # Panics
+    /// On a buffer of a file region or a BAR, as [`UbBuf::as_mut_slice`].
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.buf.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + self.len]
     }
@@ -114,7 +129,8 @@ impl TxFrame {
     pub fn into_buf(self) -> UbBuf {
         self.buf
     }
-    pub(crate) fn buf(&self) -> &UbBuf {
+    /// The buffer holding the frame (at [`FRAME_OFFSET`]).
+    pub fn buf(&self) -> &UbBuf {
         &self.buf
     }
     pub(crate) fn parts_mut(&mut self) -> (&mut UbBuf, usize) {

@@ -122,8 +122,9 @@ impl<'a> QueuePair<'a> {
     /// caller to retry. One doorbell at most per burst, and only if the device asked for it.
     ///
     /// Every frame is checked first; a frame too long or too short, in a buffer of another DMA
-    /// domain, or in a file region whose file changed since it was registered fails the whole
-    /// burst with nothing sent. An empty `frames` is
+    /// domain, or in a file region (FileChanged when its file changed since it was registered;
+    /// else refused: the header is written in front of the frame) fails the whole burst with
+    /// nothing sent. An empty `frames` is
     /// [`VirtioNetError::EmptyBurst`](crate::VirtioNetError::EmptyBurst). A dead device fails
     /// the burst as in [`QueuePair::rx_burst`], with nothing sent.
     #[inline]

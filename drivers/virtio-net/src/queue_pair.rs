@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ubdirect_core::pci::PciAddress;
 use ubdirect_core::ub::{DmaMem, UbBuf, UbPool};
+use zerocopy::IntoBytes;
 
 use crate::error::{Result, VirtioNetError};
 use crate::frame::{check_len, RxFrame, TxFrame, FRAME_OFFSET};
@@ -312,7 +313,10 @@ impl PairState {
                 let hdr = (self.tx.hdr_iova, NET_HDR_LEN as u32);
                 self.tx.ring.push_chain2(hdr, frame)
             } else {
-                VirtioNetHdr::write_plain(buf.as_mut_slice());
+                // Host memory or a BAR (volatile stores); the block holds FRAME_OFFSET + len
+                // bytes (TxFrame::new).
+                buf.write_from(0, VirtioNetHdr::PLAIN.as_bytes())
+                    .expect("the header fits a writable block");
                 self.tx
                     .ring
                     .push(buf.iova(), (FRAME_OFFSET + len) as u32, false)

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
-use ubdirect_core::util::checksum::checksum_at;
+use ubdirect_core::util::checksum::checksum_buf;
 use ubdirect_core::{UbBuf, UbRegion};
 
 use super::done_queue::DoneQueue;
@@ -110,8 +110,15 @@ impl Sink for BarSink {
             });
         }
         if let Some(sum) = &mut self.checksum {
-            // The CPU reads the BAR (uncached device memory on real hardware: slow, verify only).
-            *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
+            // The CPU reads the BAR with volatile loads (uncached device memory on real
+            // hardware: slow, verify only).
+            match checksum_buf(&buf, len, tag) {
+                Ok(s) => *sum = sum.wrapping_add(s),
+                Err(e) => {
+                    let msg = format!("reading the BAR for the checksum: {e}");
+                    return Err((buf, SinkError::new(SinkErrorKind::InvalidRequest, msg)));
+                }
+            }
         }
         self.done.push(buf, tag);
         Ok(())

@@ -2,7 +2,7 @@
 //! the data on the CPU so a source can be verified without a GPU.
 
 use ubdirect_core::seams::{Sink, SinkError, SinkErrorKind};
-use ubdirect_core::util::checksum::checksum_at;
+use ubdirect_core::util::checksum::{checksum_at, checksum_buf};
 use ubdirect_core::UbBuf;
 
 use super::done_queue::DoneQueue;
@@ -43,7 +43,13 @@ impl Sink for NullSink {
             ));
         }
         if let Some(sum) = &mut self.checksum {
-            *sum = sum.wrapping_add(checksum_at(&buf.as_slice()[..len], tag));
+            match checksum_buf(&buf, len, tag) {
+                Ok(s) => *sum = sum.wrapping_add(s),
+                Err(e) => {
+                    let msg = format!("reading the buffer for the checksum: {e}");
+                    return Err((buf, SinkError::new(SinkErrorKind::InvalidRequest, msg)));
+                }
+            }
         }
         self.done.push(buf, tag);
         Ok(())

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ubdirect_core::seams::BlockQueue;
-use ubdirect_core::util::checksum::checksum_at;
+use ubdirect_core::util::checksum::{checksum_at, checksum_buf};
 use ubdirect_core::UbPool;
 
 use super::error::PipelineError;
@@ -58,9 +58,10 @@ pub fn queue_checksum<Q: BlockQueue + ?Sized>(
         while buf.is_none() {
             src.poll(1, &mut |c| {
                 match c.result {
-                    Ok(n) if n as u64 >= want => {
-                        sum = sum.wrapping_add(checksum_at(&c.buf.as_slice()[..want as usize], off))
-                    }
+                    Ok(n) if n as u64 >= want => match checksum_buf(&c.buf, want as usize, off) {
+                        Ok(s) => sum = sum.wrapping_add(s),
+                        Err(e) => err = Some(PipelineError::Verify(e.to_string())),
+                    },
                     Ok(n) => {
                         err = Some(PipelineError::Verify(format!(
                             "short read of {n} bytes at {off} in the reference pass"

@@ -11,7 +11,10 @@ use ubdirect::igb::{Igb, IgbConfig, QueuePair};
 use ubdirect::virtio_net::pattern;
 
 use super::report::{RunInfo, Segments, Tally};
-use super::{check_frame_size, Args, Limit, LoopbackError, LoopbackReport, STALL_DEADLINE};
+use super::{
+    check_frame_size, frame_bytes, write_frame, Args, Limit, LoopbackError, LoopbackReport,
+    STALL_DEADLINE,
+};
 
 /// True for an 82576 physical function: the loop-back drives it with the igb driver.
 pub(super) fn is_igb(dev: &PciDevice) -> bool {
@@ -111,6 +114,8 @@ fn drive(
     let mut seg = Segments::default();
     let mut txv: Vec<NicFrame> = Vec::with_capacity(spec.batch);
     let mut rxv: Vec<NicFrame> = Vec::with_capacity(spec.batch);
+    // Frame bytes on their way into or out of BAR buffers (copied, never sliced).
+    let mut scratch = Vec::with_capacity(fs);
     let (mut last_progress, mut now) = (Instant::now(), Instant::now());
     loop {
         let sending = limit.more(t.sent, start);
@@ -123,7 +128,10 @@ fn drive(
             && limit.remaining(t.sent) > 0
         {
             let Ok(mut buf) = pool.get() else { break };
-            pattern::fill(&mut buf.as_mut_slice()[..fs], bmac, amac, t.sent);
+            let seq = t.sent;
+            write_frame(&mut buf, 0, fs, &mut scratch, |b| {
+                pattern::fill(b, bmac, amac, seq)
+            })?;
             let f = NicFrame::new(buf, 0, fs).map_err(|(_, e)| LoopbackError::Setup(e.message))?;
             txv.push(f);
             t.sent += 1;
@@ -140,7 +148,8 @@ fn drive(
         let n = qb.rx_burst(&mut rxv)?;
         let t_rx = Instant::now();
         for f in rxv.drain(..) {
-            t.account(pattern::verify(f.data(), bmac, amac, fs));
+            let got = frame_bytes(f.buf(), f.offset(), f.len(), &mut scratch)?;
+            t.account(pattern::verify(got, bmac, amac, fs));
         }
         moved |= n > 0;
         let t_verify = Instant::now();

@@ -240,8 +240,11 @@ fn a_pool_over_a_file_region_hands_out_file_bytes_as_dma_sources() {
     let a = pool.get().unwrap();
     let b = pool.get().unwrap();
     assert_eq!(b.iova() - a.iova(), 4 * 4096);
-    assert!(a.as_slice() == pattern(0, 4 * 4096).as_slice());
-    assert!(b.as_slice() == pattern(4 * 4096, 4 * 4096).as_slice());
+    let mut seen = vec![0u8; 4 * 4096];
+    a.read_into(0, &mut seen).unwrap();
+    assert!(seen == pattern(0, 4 * 4096));
+    b.read_into(0, &mut seen).unwrap();
+    assert!(seen == pattern(4 * 4096, 4 * 4096));
 }
 
 #[test]
@@ -261,4 +264,136 @@ fn a_block_of_a_file_region_is_never_writable_from_the_cpu() {
     .unwrap();
     let mut a = pool.get().unwrap();
     a.as_mut_slice()[0] = 1;
+}
+
+/// A pool of `count` blocks of `block` bytes over the whole of `t` registered as a file region.
+fn file_pool(t: &TmpFile, len: u64, block: usize, count: usize) -> (Arc<UbRegistry>, Arc<UbPool>) {
+    let reg = UbRegistry::new(DmaDomain::host_only());
+    let r = reg.register_file(&t.open(), 0, len).unwrap();
+    let cfg = PoolConfig {
+        block_size: block,
+        block_count: count,
+    };
+    let pool = UbPool::new(&reg, r, cfg).unwrap();
+    (reg, pool)
+}
+
+#[test]
+fn read_into_a_block_of_an_unchanged_file_gives_the_files_bytes() {
+    let len = 2 * 4096 + 100;
+    let t = TmpFile::new("readinto", len);
+    let (_reg, pool) = file_pool(&t, len as u64, 4096, 3);
+    let blocks: Vec<_> = (0..3).map(|_| pool.get().unwrap()).collect();
+    let mut whole = Vec::new();
+    for b in &blocks {
+        let mut s = vec![0xffu8; 4096];
+        b.read_into(0, &mut s).unwrap();
+        whole.extend_from_slice(&s);
+    }
+    let mut want = pattern(0, len);
+    want.resize(3 * 4096, 0);
+    assert!(whole == want, "the file's bytes, zeros past its end");
+    let mut mid = [0u8; 300];
+    blocks[1].read_into(1000, &mut mid).unwrap();
+    assert!(mid[..] == pattern(4096 + 1000, 300)[..]);
+    let e = blocks[2].read_into(4000, &mut mid).unwrap_err();
+    assert!(e.to_string().contains("outside the 4096-byte block"), "{e}");
+    blocks[0].region().check_file().unwrap();
+}
+
+#[test]
+fn write_from_into_a_block_of_a_file_region_is_refused() {
+    let t = TmpFile::new("writefrom", 4096);
+    let (_reg, pool) = file_pool(&t, 4096, 4096, 1);
+    let mut b = pool.get().unwrap();
+    let e = b.write_from(0, &[1, 2, 3]).unwrap_err();
+    assert!(e.to_string().contains("write the file instead"), "{e}");
+    let mut s = [0u8; 3];
+    b.read_into(0, &mut s).unwrap();
+    assert!(s[..] == pattern(0, 3)[..], "the file is unchanged");
+}
+
+#[test]
+fn as_slice_on_a_block_of_a_file_region_panics_naming_read_into() {
+    let t = TmpFile::new("asslice", 4096);
+    let (_reg, pool) = file_pool(&t, 4096, 4096, 1);
+    let b = pool.get().unwrap();
+    let id = b.region().id;
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.as_slice()[0]))
+        .expect_err("as_slice on a file block panics");
+    let msg = e.downcast_ref::<String>().expect("a formatted message");
+    assert!(
+        msg.contains(&format!(
+            "UbBuf::as_slice on a block of read-only UB region {id}"
+        )) && msg.contains("UbBuf::read_into"),
+        "{msg}"
+    );
+}
+
+/// Fork a child that truncates `path` to `len` bytes and exits; wait for it.
+fn truncate_in_a_forked_child(path: &std::path::Path, len: i64) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: the child calls only truncate(2) and _exit(2), both async-signal-safe, on memory
+    // prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: see above; `c` is a NUL-terminated path.
+        unsafe {
+            let rc = libc::truncate(c.as_ptr(), len);
+            libc::_exit(if rc == 0 { 0 } else { 1 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; `status` is a valid out pointer.
+    let w = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(w, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child truncated the file (status {status:#x})"
+    );
+}
+
+#[test]
+fn a_file_truncated_by_another_process_reads_as_an_error_not_a_sigbus() {
+    let t = TmpFile::new("forktrunc", 8 * 4096);
+    let (_reg, pool) = file_pool(&t, 8 * 4096, 4 * 4096, 2);
+    let (a, b) = (pool.get().unwrap(), pool.get().unwrap());
+    let mut s = vec![0u8; 4 * 4096];
+    b.read_into(0, &mut s).unwrap();
+    truncate_in_a_forked_child(&t.0, 4096);
+    // The second block lies wholly past the new end: its mapping would SIGBUS on a load.
+    let e = b.read_into(0, &mut s).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CoreError::FileChanged {
+                old_size: 32768,
+                new_size: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The first one reads short.
+    let e = a.read_into(0, &mut s).unwrap_err();
+    assert!(matches!(e, CoreError::FileChanged { .. }), "{e}");
+    let e = a.region().check_file().unwrap_err();
+    assert!(
+        matches!(e, CoreError::FileChanged { new_size: 4096, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_checksum_of_a_file_block_is_the_checksum_of_the_files_bytes() {
+    use crate::util::checksum::{checksum_at, checksum_buf};
+    let t = TmpFile::new("checksum", 4 * 4096);
+    let (_reg, pool) = file_pool(&t, 4 * 4096, 4 * 4096, 1);
+    let b = pool.get().unwrap();
+    let len = 4 * 4096 - 3;
+    assert_eq!(
+        checksum_buf(&b, len, 64).unwrap(),
+        checksum_at(&pattern(0, len), 64)
+    );
 }

@@ -72,14 +72,10 @@ impl BarTarget {
             )
             .expect("read into the BAR")
             .into_buf();
-        let line = testbed::check_bar_copy(
-            name,
-            &buf.as_slice()[off..off + len],
-            bar_off,
-            NVME0_NS1,
-            lba * 512,
-        )
-        .expect("pattern via the BAR mapping");
+        let mut landed = vec![0u8; len];
+        buf.read_into(off, &mut landed).expect("read the BAR");
+        let line = testbed::check_bar_copy(name, &landed, bar_off, NVME0_NS1, lba * 512)
+            .expect("pattern via the BAR mapping");
         println!("{line}");
         buf
     }

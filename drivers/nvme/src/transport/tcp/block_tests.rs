@@ -183,3 +183,25 @@ fn an_empty_poll_spins_up_to_the_idle_spin_before_it_waits() {
     assert_eq!((q.spin_hits(), q.idle_waits()), (1, 1));
     let _t = answer.join().unwrap();
 }
+
+#[test]
+fn a_block_of_a_file_region_is_refused_for_reads_and_writes() {
+    let path = std::env::temp_dir().join(format!("ubd-tcp-file-{}", std::process::id()));
+    std::fs::write(&path, vec![0x5au8; 4096]).unwrap();
+    let registry = UbRegistry::new(DmaDomain::host_only());
+    let region = registry
+        .register_file(&std::fs::File::open(&path).unwrap(), 0, 4096)
+        .unwrap();
+    let cfg = PoolConfig {
+        block_size: 4096,
+        block_count: 1,
+    };
+    let pool = UbPool::new(&registry, region, cfg).unwrap();
+    let (mut q, _t) = pair(4);
+    let (b, e) = q.submit_write(pool.get().unwrap(), 0, 512, 0).unwrap_err();
+    assert!(e.to_string().contains("read-only UB file region"), "{e}");
+    let (_b, e) = q.submit_read(b, 0, 512, 1).unwrap_err();
+    assert!(e.to_string().contains("read-only UB file region"), "{e}");
+    assert!(std::fs::read(&path).unwrap() == vec![0x5au8; 4096]);
+    let _ = std::fs::remove_file(&path);
+}

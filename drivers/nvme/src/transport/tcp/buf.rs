@@ -17,17 +17,28 @@ pub unsafe trait DataBuf: Send {
     fn data_ptr(&mut self) -> *mut u8;
     /// Length in bytes.
     fn data_len(&self) -> usize;
+    /// Why the queue may not read and write the bytes through [`DataBuf::data_ptr`] (the
+    /// submission is refused then), or None when it may.
+    fn cpu_refusal(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 // SAFETY: a UbBuf is the only handle to its pool block (the pool hands each block to one
 // UbBuf until it is dropped); as_ptr() is the block's mapped CPU address, valid for len()
-// bytes of reads and writes, and neither changes while the UbBuf lives.
+// bytes of reads and writes (a block of a read-only file region is refused by cpu_refusal
+// before the queue touches it), and neither changes while the UbBuf lives.
 unsafe impl DataBuf for UbBuf {
     fn data_ptr(&mut self) -> *mut u8 {
         self.as_ptr()
     }
     fn data_len(&self) -> usize {
         self.len()
+    }
+    fn cpu_refusal(&self) -> Option<&'static str> {
+        self.region().is_read_only().then_some(
+            "the buffer is a block of a read-only UB file region: NVMe/TCP moves data through the CPU, which neither writes a file region nor reads its mapping (the file may be truncated under it); copy the bytes into a host pool buffer (UbBuf::read_into)",
+        )
     }
 }
 

@@ -358,6 +358,9 @@ impl<B: DataBuf> TcpQueue<B> {
         if let Some(during) = self.dead {
             return Err((TcpError::Closed { during }, buf));
         }
+        if let Some(reason) = buf.as_ref().and_then(|b| b.cpu_refusal()) {
+            return Err((TcpError::Request { reason }, buf));
+        }
         let have = if own {
             self.ctl.len()
         } else {
