@@ -298,4 +298,67 @@ mod tests {
         let e = Cli::try_parse_from(["ubdirect", "doctor", "--pool-mib", "lots"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
     }
+
+    /// The `.rs` files under `dir`, recursively.
+    fn rust_sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rust_sources(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// The command line is a user of the library: its manifest's `[dependencies]` name no
+    /// driver crate, and its sources and tests reach the drivers through `ubdirect::` paths.
+    #[test]
+    fn the_cli_reaches_the_drivers_through_the_facade_only() {
+        const DRIVERS: &[&str] = &[
+            "ubdirect-core",
+            "ubdirect-hugepages",
+            "ubdirect-diag",
+            "ubdirect-nvme",
+            "ubdirect-virtio-net",
+            "ubdirect-igb",
+            "ubdirect-cuda",
+            "ubdirect-uring",
+        ];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let deps = manifest
+            .split("\n[dependencies]\n")
+            .nth(1)
+            .expect("a [dependencies] table")
+            .split("\n[")
+            .next()
+            .unwrap();
+        let mut bad = Vec::new();
+        for d in DRIVERS {
+            let named = |l: &str| l.split(['.', ' ', '=']).next() == Some(d);
+            if deps.lines().any(named) {
+                bad.push(format!("Cargo.toml [dependencies] names {d}"));
+            }
+        }
+        let mut files = Vec::new();
+        rust_sources(&root.join("src"), &mut files);
+        rust_sources(&root.join("tests"), &mut files);
+        for f in &files {
+            let src = std::fs::read_to_string(f).unwrap();
+            for d in DRIVERS {
+                let path = format!("{}::", d.replace('-', "_"));
+                let hit = src.match_indices(&path).any(|(i, _)| {
+                    !src[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+                if hit {
+                    bad.push(format!(
+                        "{} uses {path} (use the facade's ubdirect:: path)",
+                        f.display()
+                    ));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
 }
