@@ -1,6 +1,6 @@
 //! The doctor's table of supported devices names exactly the devices the drivers accept.
 
-use ubdirect_diag::topology::drivers::{IdMatch, SUPPORTED};
+use ubdirect::diag::topology::drivers::{IdMatch, SUPPORTED};
 
 #[test]
 fn the_doctors_igb_ids_are_the_drivers() {
@@ -15,7 +15,7 @@ fn the_doctors_igb_ids_are_the_drivers() {
             _ => None,
         })
         .collect();
-    let mut driver = ubdirect_igb::regs::PF_DEVICE_IDS.to_vec();
+    let mut driver = ubdirect::igb::regs::PF_DEVICE_IDS.to_vec();
     doctor.sort_unstable();
     driver.sort_unstable();
     assert_eq!(doctor, driver);

@@ -4,9 +4,9 @@
 
 use std::process::Command;
 
-use ubdirect_core::{DmaDomain, UbRegistry};
-use ubdirect_nvme::controller::PROBE_READS;
-use ubdirect_nvme::{Controller, ControllerOptions, ShadowDoorbells};
+use ubdirect::dma::{DmaDomain, UbRegistry};
+use ubdirect::nvme::controller::PROBE_READS;
+use ubdirect::nvme::{Controller, ControllerOptions, ShadowDoorbells};
 use ubdirect_testbed as testbed;
 
 /// The controller's SMART Host Read Commands (all namespaces): opened and closed again, so an

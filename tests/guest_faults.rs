@@ -22,14 +22,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
-use ubdirect_diag::kmsg::{parse_iommu_fault, IommuFault};
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
-use ubdirect_nvme::{IoBuf, IoFlags, Lba};
+use ubdirect::diag::kmsg::{parse_iommu_fault, IommuFault};
+use ubdirect::dma::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegion, UbRegistry};
+use ubdirect::nvme::{Controller, ControllerOptions, IoQueuePair, NvmeError, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoFlags, Lba};
+use ubdirect::virtio_net::pattern;
+use ubdirect::virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 use ubdirect_testbed::cli::wait_or_kill;
 use ubdirect_testbed::{self as testbed, NVME0_NS1};
-use ubdirect_virtio_net::pattern;
-use ubdirect_virtio_net::{NetConfig, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
 const CHILD_ENV: &str = "UBD_FAULT_CHILD";
 /// PCI command register offset and its memory-space / bus-master bits.
@@ -258,14 +258,14 @@ impl CommandRegister {
     }
 }
 
-/// The kernel log reader of core ([`ubdirect_diag::kmsg`]); the tests run as root, so an
+/// The kernel log reader of core ([`ubdirect::diag::kmsg`]); the tests run as root, so an
 /// unreadable /dev/kmsg fails the test.
-struct Kmsg(ubdirect_diag::kmsg::Kmsg);
+struct Kmsg(ubdirect::diag::kmsg::Kmsg);
 
 impl Kmsg {
     /// Start reading at the end of the kernel log.
     fn from_now() -> Kmsg {
-        Kmsg(ubdirect_diag::kmsg::Kmsg::from_now().expect("open /dev/kmsg"))
+        Kmsg(ubdirect::diag::kmsg::Kmsg::from_now().expect("open /dev/kmsg"))
     }
 
     /// The message text of every record since the last call.
@@ -576,7 +576,7 @@ fn child_numbers_and_kernel_lines_are_read() {
 #[test]
 fn faults_are_counted_by_range_and_access() {
     let fault = |access: Option<&str>, addr: u64| IommuFault {
-        iommu: ubdirect_diag::kmsg::IommuKind::IntelDmar,
+        iommu: ubdirect::diag::kmsg::IommuKind::IntelDmar,
         access: access.map(str::to_string),
         device: "0000:00:04.0".parse().unwrap(),
         addr,

@@ -66,14 +66,14 @@ fn run_with_record(args: &[&str], record: &str) -> ToolRun {
 }
 
 fn nvme0() -> (String, String) {
-    let addr: ubdirect_core::PciAddress = testbed::require().nvme[0].parse().unwrap();
+    let addr: ubdirect::dma::PciAddress = testbed::require().nvme[0].parse().unwrap();
     let short = format!("{:02x}:{:02x}.{}", addr.bus, addr.device, addr.function);
     (addr.to_string(), short)
 }
 
 /// The other NVMe controller's short address: a record for it must not fail a run on nvme0.
 fn nvme1_short() -> String {
-    let addr: ubdirect_core::PciAddress = testbed::require().nvme[1].parse().unwrap();
+    let addr: ubdirect::dma::PciAddress = testbed::require().nvme[1].parse().unwrap();
     format!("{:02x}:{:02x}.{}", addr.bus, addr.device, addr.function)
 }
 

@@ -12,15 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ubdirect::cuda::checksum_at;
+use ubdirect::dma::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
+use ubdirect::dma::{DmaDomain, PciDevice, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect::nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
+use ubdirect::nvme::{IoBuf, IoFlags, Lba};
 use ubdirect::pipeline::{
     file_checksum, run_direct, BarSink, Limit, NullSink, PipelineConfig, PipelineError,
     PipelineSink,
 };
-use ubdirect_core::seams::{BlockCompletion, BlockError, BlockErrorKind, BlockQueue};
-use ubdirect_core::{DmaDomain, PciDevice, PoolConfig, UbBuf, UbPool, UbRegistry};
-use ubdirect_cuda::checksum_at;
-use ubdirect_nvme::{Controller, ControllerOptions, IoQueuePair, QueueOptions};
-use ubdirect_nvme::{IoBuf, IoFlags, Lba};
 use ubdirect_testbed::{
     self as testbed, BackingImage, GPUBAR_FILE, NVME0_NS1, NVME1_NS1, NVME1_NS2,
 };
@@ -72,7 +72,7 @@ fn open_nvme(idx: usize, nsid: u32, depth: usize) -> Nvme {
 /// Seeded bytes for stream offset `off`.
 fn seeded(seed: u64, off: u64, buf: &mut [u8]) {
     for (i, c) in buf.chunks_mut(8).enumerate() {
-        let w = ubdirect_cuda::mix(off / 8 + i as u64, seed).to_le_bytes();
+        let w = ubdirect::cuda::mix(off / 8 + i as u64, seed).to_le_bytes();
         c.copy_from_slice(&w[..c.len()]);
     }
 }
@@ -397,12 +397,12 @@ fn file_to_null_through_io_uring_in_the_guest() {
         None,
     )
     .unwrap();
-    let opts = ubdirect_uring::UringOptions {
+    let opts = ubdirect::uring::UringOptions {
         depth: 4,
         ..Default::default()
     };
-    let mut q =
-        ubdirect_uring::UringQueue::open(&path, &[pool.region().clone()], &opts).expect("io_uring");
+    let mut q = ubdirect::uring::UringQueue::open(&path, &[pool.region().clone()], &opts)
+        .expect("io_uring");
     assert!(!q.is_direct(), "tmpfs is read buffered");
     let mut sink = NullSink::new(4, true);
     let r = run_direct(

@@ -15,6 +15,7 @@
 //! | `nvme` | [`nvme`]: the NVMe poll-mode driver | yes |
 //! | `nvmf` | the NVMe/TCP host in [`nvme`] (`nvme::transport::tcp`, `nvme::qpair::TcpQueuePair`) and the pipeline's `SourceSpec::Tcp` (implies `nvme`) | yes |
 //! | `net` | [`virtio_net`]: the virtio-net poll-mode driver | yes |
+//! | `igb` | [`igb`]: the Intel 82576 (igb) poll-mode driver | no |
 //! | `cuda` | [`cuda`], and the pipeline's CUDA sinks: `pipeline::CudaSinks`, `pipeline::run_mapped` | yes |
 //! | `uring` | [`uring`]: the kernel block path (io_uring, O_DIRECT) | yes |
 //! | `progress` | the pipeline's progress bar on stderr (indicatif) | yes |
@@ -52,6 +53,10 @@ pub use ubdirect_nvme as nvme;
 /// The virtio-net poll-mode driver.
 #[cfg(feature = "net")]
 pub use ubdirect_virtio_net as virtio_net;
+
+/// The Intel 82576 (igb) poll-mode driver.
+#[cfg(feature = "igb")]
+pub use ubdirect_igb as igb;
 
 /// CUDA integration (loaded at run time; clear errors where CUDA is absent).
 #[cfg(feature = "cuda")]

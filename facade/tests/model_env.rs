@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ubdirect::dma::{DmaDomain, PciDevice, PoolConfig, UbRegistry};
+use ubdirect::dma::vfio::{BackendKind, DomainOptions};
+use ubdirect::dma::{CoreError, DmaDomain, PciDevice, PoolConfig, RegionOwner, UbRegistry};
 use ubdirect::nvme::{ControllerOptions, IoBuf, IoFlags, IoQueuePair, Lba, QueueOptions};
 use ubdirect::virtio_net::{TxFrame, FRAME_OFFSET};
 use ubdirect::{Env, EnvError, Hugepages, PoolMemory};
@@ -271,4 +272,91 @@ fn the_reserve_step_raises_nr_hugepages_and_never_lowers_it() {
         .pool(CFG)
         .open();
     assert_eq!(big.nr(), "128\n", "never lowered");
+}
+
+#[test]
+fn without_pool_opens_the_controllers_and_skips_the_hugepages_and_the_pool() {
+    // No free hugepage at all: the step is skipped, as no pool is made.
+    let sys = FakeSysfs::new("nopool", 0, 0);
+    let reg = registry();
+    let (m, dev) = nvme_model(&reg);
+    let env = Env::builder()
+        .registry(reg.clone())
+        .nvme_device(dev)
+        .controller_options(fast_opts())
+        .hugepages(Hugepages::verify().sysfs_root(sys.path()))
+        .without_pool()
+        .open()
+        .expect("the environment opens without a pool");
+    assert!(m.ready(), "the NVMe controller is enabled");
+    assert_eq!(env.controllers().len(), 1);
+    assert!(!env.controller(0).namespaces().is_empty());
+    let pools = |reg: &UbRegistry| {
+        reg.regions()
+            .iter()
+            .filter(|r| r.owner() == Some(RegionOwner::Pool))
+            .count()
+    };
+    assert_eq!(pools(&reg), 0, "no pool memory was registered");
+    let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        env.pool();
+    }));
+    assert!(
+        asked.is_err(),
+        "pool() on an environment without one panics"
+    );
+    // A pool named after without_pool wins.
+    drop(env);
+    let (_m, dev) = nvme_model(&reg);
+    let env = Env::builder()
+        .registry(reg.clone())
+        .nvme_device(dev)
+        .controller_options(fast_opts())
+        .without_pool()
+        .pool(CFG)
+        .pool_memory(PoolMemory::Anonymous)
+        .open()
+        .expect("the environment opens with its pool");
+    assert_eq!(env.pool().block_count(), CFG.block_count);
+    assert_eq!(pools(&reg), 1, "the pool's region");
+}
+
+#[test]
+fn without_pool_refuses_a_nic() {
+    let reg = registry();
+    let nic = VirtioNetModel::new(&reg, NetModelConfig::default());
+    let e = Env::builder()
+        .registry(reg.clone())
+        .nic_device(nic.attach(&reg))
+        .without_pool()
+        .open()
+        .err()
+        .unwrap();
+    assert!(matches!(e, EnvError::NoPool), "{e}");
+}
+
+#[test]
+fn domain_options_reach_the_domain_before_any_device_opens() {
+    // The no-IOMMU back end forced without the program's opt-in: refused when the domain
+    // opens, whatever the host has.
+    let e = Env::builder()
+        .domain_options(DomainOptions {
+            backend: Some(BackendKind::NoIommu),
+            allow_noiommu: false,
+        })
+        .nvme("0000:00:04.0")
+        .without_pool()
+        .open()
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            EnvError::Domain(CoreError::Backend {
+                backend: "noiommu",
+                ..
+            })
+        ),
+        "{e}"
+    );
 }

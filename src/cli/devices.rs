@@ -1,7 +1,7 @@
 //! `ubdirect devices`: the PCI devices ubdirect cares about, as a table or JSON.
 
 use serde::Serialize;
-use ubdirect_diag::topology::{self, PciDeviceInfo};
+use ubdirect::diag::topology::{self, PciDeviceInfo};
 
 use super::dma_backend::{self, DmaBackend};
 use super::{parse_bdf, print_table, sysfs_root, CliResult, Outcome};
@@ -160,7 +160,7 @@ pub fn run(args: &Args) -> CliResult {
 mod tests {
     use super::*;
     use crate::cli::fake_device;
-    use ubdirect_diag::topology::GroupPeer;
+    use ubdirect::diag::topology::GroupPeer;
 
     #[test]
     fn rows_show_driver_group_peers_and_bars() {

@@ -1,12 +1,12 @@
 //! Which DMA back end (type1, iommufd, noiommu) a device bound to vfio-pci will use and why,
-//! for `devices` and `doctor`. The rules are `ubdirect_core::vfio::choose_backend_in`.
+//! for `devices` and `doctor`. The rules are `ubdirect::dma::vfio::choose_backend_in`.
 
 use std::path::Path;
 
 use serde::Serialize;
-use ubdirect_core::vfio::{choose_backend_in, noiommu, BackendKind, BACKEND_ENV};
-use ubdirect_diag::topology::preflight::{Finding, Severity};
-use ubdirect_diag::topology::PciDeviceInfo;
+use ubdirect::diag::topology::preflight::{Finding, Severity};
+use ubdirect::diag::topology::PciDeviceInfo;
+use ubdirect::dma::vfio::{choose_backend_in, noiommu, BackendKind, BACKEND_ENV};
 
 /// The back end of one device, as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,8 +1,8 @@
-//! `ubdirect doctor`: the pre-flight check (rules in `ubdirect_diag::topology::preflight`).
+//! `ubdirect doctor`: the pre-flight check (rules in `ubdirect::diag::topology::preflight`).
 
 use serde::Serialize;
-use ubdirect_diag::topology::preflight::{preflight, worst, Finding, PreflightInput, Severity};
-use ubdirect_diag::topology::{self, DeviceRole, PciDeviceInfo};
+use ubdirect::diag::topology::preflight::{preflight, worst, Finding, PreflightInput, Severity};
+use ubdirect::diag::topology::{self, DeviceRole, PciDeviceInfo};
 
 use super::{parse_bdf, sysfs_root, CliResult, Outcome};
 

@@ -10,15 +10,15 @@
 
 use std::error::Error;
 
+use ubdirect::cuda::CudaError;
+use ubdirect::diag::topology::TopologyError;
+use ubdirect::dma::seams::{BlockError, SinkError};
+use ubdirect::dma::CoreError;
+use ubdirect::nvme::NvmeError;
 use ubdirect::pipeline::{
     MappedOptionError, PipelineError, SetupError, COPY_ALIGN, MAX_REGISTER_THREADS,
 };
-use ubdirect_core::seams::{BlockError, SinkError};
-use ubdirect_core::CoreError;
-use ubdirect_cuda::CudaError;
-use ubdirect_diag::topology::TopologyError;
-use ubdirect_nvme::NvmeError;
-use ubdirect_virtio_net::VirtioNetError;
+use ubdirect::virtio_net::VirtioNetError;
 
 use super::loopback::LoopbackError;
 
@@ -74,7 +74,7 @@ const PHRASES: &[(&str, &str)] = &[
         "the command with --allow-noiommu (e.g. `ubdirect perf --allow-noiommu`)",
     ),
     (
-        ubdirect_nvme::transport::tcp::auth::error::GIVE_SECRET,
+        ubdirect::nvme::transport::tcp::auth::error::GIVE_SECRET,
         "give the host secret in a file with --dhchap-secret-file PATH, or in $UBD_DHCHAP_SECRET (DHHC-1:..., as nvme gen-dhchap-key writes it, the one the target holds for this host NQN)",
     ),
     (
@@ -86,15 +86,15 @@ const PHRASES: &[(&str, &str)] = &[
         "is named twice on the command line: name two different devices",
     ),
     (
-        ubdirect_nvme::TIMEOUT_ABORTED,
+        ubdirect::nvme::TIMEOUT_ABORTED,
         "the controller did not answer; run the command again (opening the controller resets it); if it keeps failing, check `dmesg` and rebind it with scripts/setup.sh",
     ),
     (
-        ubdirect_nvme::TIMEOUT_ADMIN,
+        ubdirect::nvme::TIMEOUT_ADMIN,
         RERUN_CONTROLLER,
     ),
     (
-        ubdirect_nvme::TIMEOUT_WAIT,
+        ubdirect::nvme::TIMEOUT_WAIT,
         RERUN_CONTROLLER,
     ),
     (
@@ -380,8 +380,8 @@ fn net_message(e: &VirtioNetError) -> String {
 }
 
 /// igb driver errors.
-fn igb_message(e: &ubdirect_igb::IgbError) -> String {
-    use ubdirect_igb::IgbError;
+fn igb_message(e: &ubdirect::igb::IgbError) -> String {
+    use ubdirect::igb::IgbError;
     match e {
         IgbError::Core(c) => core_message(c),
         IgbError::NotIgb { .. } | IgbError::VirtualFunction { .. } => {

@@ -5,17 +5,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ubdirect::cuda::{CudaError, WindowError};
+use ubdirect::diag::topology::TopologyError;
+use ubdirect::dma::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
+use ubdirect::dma::{CoreError, PciAddress};
+use ubdirect::hugepages::{HugeError, PageSize};
+use ubdirect::nvme::prp::PrpError;
+use ubdirect::nvme::{NvmeError, NvmeStatus};
 use ubdirect::pipeline::{PipelineError, SetupError};
-use ubdirect_core::seams::{BlockError, BlockErrorKind, SinkError, SinkErrorKind};
-use ubdirect_core::{CoreError, PciAddress};
-use ubdirect_cuda::{CudaError, WindowError};
-use ubdirect_diag::topology::TopologyError;
-use ubdirect_hugepages::{HugeError, PageSize};
-use ubdirect_nvme::prp::PrpError;
-use ubdirect_nvme::{NvmeError, NvmeStatus};
-use ubdirect_uring::UringError;
-use ubdirect_virtio_net::Features;
-use ubdirect_virtio_net::VirtioNetError;
+use ubdirect::uring::UringError;
+use ubdirect::virtio_net::Features;
+use ubdirect::virtio_net::VirtioNetError;
 
 use super::*;
 use crate::cli::loopback::LoopbackError;
@@ -74,10 +74,10 @@ fn type_name_in(msg: &str) -> Option<String> {
 
 /// The no-IOMMU back end's refusals, as the library makes them.
 fn noiommu_errors() -> Vec<CoreError> {
-    use ubdirect_core::vfio::{noiommu, BackendKind, DomainOptions};
+    use ubdirect::dma::vfio::{noiommu, BackendKind, DomainOptions};
     let smaps = "7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \nKernelPageSize:        4 kB\n";
     vec![
-        ubdirect_core::DmaDomain::with_options(DomainOptions {
+        ubdirect::dma::DmaDomain::with_options(DomainOptions {
             backend: Some(BackendKind::NoIommu),
             allow_noiommu: false,
         })
@@ -207,7 +207,7 @@ fn core_errors_other() -> Vec<CoreError> {
         },
         CoreError::RegionTaken {
             id: 3,
-            owner: ubdirect_core::RegionOwner::Pool,
+            owner: ubdirect::dma::RegionOwner::Pool,
         },
         CoreError::RegionBusy { id: 3, users: 2 },
         CoreError::HugePages(HugeError::NoFreePages {
@@ -303,7 +303,7 @@ fn nvme_errors() -> Vec<NvmeError> {
             cid: 3,
             qid: 1,
             waited: Duration::from_secs(5),
-            then: ubdirect_nvme::TIMEOUT_ABORTED,
+            then: ubdirect::nvme::TIMEOUT_ABORTED,
         },
         NvmeError::Wedged {
             qid: 1,
@@ -390,21 +390,21 @@ fn nvme_errors() -> Vec<NvmeError> {
             cid: 1,
             qid: 0,
             waited: Duration::from_secs(5),
-            then: ubdirect_nvme::TIMEOUT_ADMIN,
+            then: ubdirect::nvme::TIMEOUT_ADMIN,
         },
         NvmeError::Timeout {
             command: "Read",
             cid: 1,
             qid: 1,
             waited: Duration::from_secs(5),
-            then: ubdirect_nvme::TIMEOUT_WAIT,
+            then: ubdirect::nvme::TIMEOUT_WAIT,
         },
     ]);
     v
 }
 
-fn igb_errors() -> Vec<ubdirect_igb::IgbError> {
-    use ubdirect_igb::IgbError as E;
+fn igb_errors() -> Vec<ubdirect::igb::IgbError> {
+    use ubdirect::igb::IgbError as E;
     let a = addr();
     let mut v: Vec<E> = core_errors().into_iter().map(E::Core).collect();
     v.extend([
@@ -570,7 +570,7 @@ fn net_errors() -> Vec<VirtioNetError> {
         VirtioNetError::EmptyBurst("no frames"),
         VirtioNetError::DeviceConfig {
             addr: addr(),
-            source: ubdirect_virtio_net::net_config::NetConfigError::Short {
+            source: ubdirect::virtio_net::net_config::NetConfigError::Short {
                 field: "mtu",
                 off: 10,
                 end: 12,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::PciDevice;
+use ubdirect::dma::PciDevice;
 
 /// The environment variable of the hook.
 pub(crate) const ENV: &str = "UBD_INJECT_RESET_AFTER_MS";

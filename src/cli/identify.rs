@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use ubdirect_core::UbRegistry;
-use ubdirect_nvme::{CmbLayout, Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
+use ubdirect::nvme::{CmbLayout, Controller, ControllerInfo, ControllerOptions, NamespaceInfo};
 
 use super::{CliResult, Outcome};
 
@@ -55,9 +54,8 @@ pub fn run(args: &Args) -> CliResult {
     if args.addr.starts_with("nvmf-tcp://") {
         return super::nvmf::run_identify(&args.addr, args.json);
     }
-    let registry = UbRegistry::new(args.noiommu.domain()?);
-    let ctrl: Arc<Controller> =
-        Controller::open(&registry, args.addr.parse()?, ControllerOptions::default())?;
+    let env = super::open::nvme_controller(args.noiommu, &args.addr, ControllerOptions::default())?;
+    let ctrl: &Arc<Controller> = env.controller(0);
     let cap = ctrl.cap();
     let regs = Registers {
         cap: format!("{:#018x}", cap.0),

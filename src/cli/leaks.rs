@@ -2,7 +2,7 @@
 //! (registry regions) beyond those the run set up, counted once its queues are dropped.
 
 use serde::Serialize;
-use ubdirect_core::{UbPool, UbRegistry};
+use ubdirect::dma::{UbPool, UbRegistry};
 
 /// What a run left behind; all zero when it returned everything.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl Leaks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ubdirect_core::{DmaDomain, PoolConfig};
+    use ubdirect::dma::{DmaDomain, PoolConfig};
 
     #[test]
     fn a_block_kept_and_a_region_added_are_counted_and_returned_ones_are_not() {

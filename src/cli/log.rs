@@ -2,9 +2,8 @@
 //! log pages, like nvme-cli's `smart-log` and `error-log`, through vfio.
 
 use serde::Serialize;
-use ubdirect_core::UbRegistry;
-use ubdirect_nvme::{Controller, ControllerOptions, NvmeStatus};
-use ubdirect_nvme::{ErrorLogEntry, SmartLog};
+use ubdirect::nvme::{ControllerOptions, NvmeStatus};
+use ubdirect::nvme::{ErrorLogEntry, SmartLog};
 
 use super::{parse_bdf, CliResult, Outcome};
 
@@ -76,8 +75,8 @@ pub fn run(args: &Args) -> CliResult {
         Page::Smart(p) => (p, true),
         Page::Error(p) => (p, false),
     };
-    let registry = UbRegistry::new(p.noiommu.domain()?);
-    let ctrl = Controller::open(&registry, p.addr.parse()?, ControllerOptions::default())?;
+    let env = super::open::nvme_controller(p.noiommu, &p.addr, ControllerOptions::default())?;
+    let ctrl = env.controller(0);
     if smart {
         let s = ctrl.smart_log()?;
         if p.json {

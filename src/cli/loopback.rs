@@ -18,10 +18,10 @@ mod xsk_ring;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::pci::{PciAddress, PciDevice};
-use ubdirect_core::ub::{PoolConfig, UbBuf, UbPool, UbRegion, UbRegistry};
-use ubdirect_virtio_net::pattern::{self, MIN_PATTERN_FRAME};
-use ubdirect_virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
+use ubdirect::dma::pci::{PciAddress, PciDevice};
+use ubdirect::dma::ub::{PoolConfig, UbBuf, UbPool, UbRegion, UbRegistry};
+use ubdirect::virtio_net::pattern::{self, MIN_PATTERN_FRAME};
+use ubdirect::virtio_net::{NetConfig, RxFrame, TxFrame, VirtioNet, VirtioNetError, FRAME_OFFSET};
 
 pub use report::LoopbackReport;
 use report::{RunInfo, Segments, Tally};
@@ -132,10 +132,10 @@ pub enum LoopbackError {
     Driver(#[from] VirtioNetError),
     /// The igb driver failed (82576 NICs).
     #[error(transparent)]
-    Igb(#[from] ubdirect_igb::IgbError),
+    Igb(#[from] ubdirect::igb::IgbError),
     /// The core crate failed (VFIO, pools, BAR registration).
     #[error(transparent)]
-    Core(#[from] ubdirect_core::CoreError),
+    Core(#[from] ubdirect::dma::CoreError),
     /// A bad argument or missing set-up; nothing was sent.
     #[error("{0}")]
     Setup(String),

@@ -24,6 +24,7 @@ mod namespace;
 mod noiommu_arg;
 pub mod nvmf;
 mod nvmf_perf;
+mod open;
 mod perf;
 mod pipeline;
 mod pipeline_json;
@@ -129,17 +130,17 @@ impl Outcome {
 }
 
 /// The sysfs root the subcommands read: `/`, or `UBD_SYSFS_ROOT` (a fake tree, for tests).
-pub fn sysfs_root() -> ubdirect_diag::topology::SysfsRoot {
+pub fn sysfs_root() -> ubdirect::diag::topology::SysfsRoot {
     match std::env::var_os("UBD_SYSFS_ROOT") {
-        Some(p) if !p.is_empty() => ubdirect_diag::topology::SysfsRoot::new(p),
-        _ => ubdirect_diag::topology::SysfsRoot::system(),
+        Some(p) if !p.is_empty() => ubdirect::diag::topology::SysfsRoot::new(p),
+        _ => ubdirect::diag::topology::SysfsRoot::system(),
     }
 }
 
 /// clap value parser for PCI addresses: accepts `00:04.0` and `0000:00:04.0`, yields the
 /// canonical form; a malformed one is a usage error (exit 2).
 pub fn parse_bdf(s: &str) -> Result<String, String> {
-    ubdirect_diag::topology::normalize_address(s).map_err(|e| e.to_string())
+    ubdirect::diag::topology::normalize_address(s).map_err(|e| e.to_string())
 }
 
 /// Print a table: a header row and rows, columns padded to the widest cell.
@@ -173,8 +174,8 @@ pub(crate) fn fake_device(
     addr: &str,
     class: u32,
     driver: Option<&str>,
-) -> ubdirect_diag::topology::PciDeviceInfo {
-    use ubdirect_diag::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
+) -> ubdirect::diag::topology::PciDeviceInfo {
+    use ubdirect::diag::topology::{class_name, BarInfo, DeviceRole, LinkInfo, PciDeviceInfo};
     PciDeviceInfo {
         address: addr.into(),
         vendor: 0x1af4,
@@ -296,5 +297,68 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["ubdirect", "doctor", "--pool-mib", "lots"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    /// The `.rs` files under `dir`, recursively.
+    fn rust_sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rust_sources(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// The command line is a user of the library: its manifest's `[dependencies]` name no
+    /// driver crate, and its sources and tests reach the drivers through `ubdirect::` paths.
+    #[test]
+    fn the_cli_reaches_the_drivers_through_the_facade_only() {
+        const DRIVERS: &[&str] = &[
+            "ubdirect-core",
+            "ubdirect-hugepages",
+            "ubdirect-diag",
+            "ubdirect-nvme",
+            "ubdirect-virtio-net",
+            "ubdirect-igb",
+            "ubdirect-cuda",
+            "ubdirect-uring",
+        ];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let deps = manifest
+            .split("\n[dependencies]\n")
+            .nth(1)
+            .expect("a [dependencies] table")
+            .split("\n[")
+            .next()
+            .unwrap();
+        let mut bad = Vec::new();
+        for d in DRIVERS {
+            let named = |l: &str| l.split(['.', ' ', '=']).next() == Some(d);
+            if deps.lines().any(named) {
+                bad.push(format!("Cargo.toml [dependencies] names {d}"));
+            }
+        }
+        let mut files = Vec::new();
+        rust_sources(&root.join("src"), &mut files);
+        rust_sources(&root.join("tests"), &mut files);
+        for f in &files {
+            let src = std::fs::read_to_string(f).unwrap();
+            for d in DRIVERS {
+                let path = format!("{}::", d.replace('-', "_"));
+                let hit = src.match_indices(&path).any(|(i, _)| {
+                    !src[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+                if hit {
+                    bad.push(format!(
+                        "{} uses {path} (use the facade's ubdirect:: path)",
+                        f.display()
+                    ));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 }

@@ -1,7 +1,7 @@
 //! `--ns N`: the one spelling of an NVMe namespace across the subcommands, and the error that
 //! lists the namespace ids a controller has when the one asked for is not among them.
 
-use ubdirect_nvme::{Controller, NamespaceInfo};
+use ubdirect::nvme::{Controller, NamespaceInfo};
 
 /// The namespace `nsid` of `ctrl` at `addr` (`None`: the first active one), or an error naming
 /// the active namespace ids.

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ubdirect_core::vfio::DomainOptions;
-use ubdirect_core::{CoreError, DmaDomain};
+use ubdirect::dma::vfio::DomainOptions;
+use ubdirect::dma::{CoreError, DmaDomain};
 
 /// The no-IOMMU opt-in of one subcommand.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
@@ -19,10 +19,15 @@ pub struct NoIommuArg {
 impl NoIommuArg {
     /// A DMA domain with this opt-in (the back end itself is chosen when a device opens).
     pub fn domain(&self) -> Result<Arc<DmaDomain>, CoreError> {
-        DmaDomain::with_options(DomainOptions {
+        DmaDomain::with_options(self.domain_options())
+    }
+
+    /// The domain options with this opt-in, for an [`ubdirect::Env`] to open its domain with.
+    pub fn domain_options(&self) -> DomainOptions {
+        DomainOptions {
             allow_noiommu: self.allow_noiommu,
             ..Default::default()
-        })
+        }
     }
 }
 

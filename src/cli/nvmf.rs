@@ -5,12 +5,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::Serialize;
-use ubdirect_nvme::transport::tcp::addr::{discovery_address, is_tcp_address, TcpTarget};
-use ubdirect_nvme::transport::tcp::auth::{AuthConfig, ENV_CTRL_SECRET, ENV_SECRET};
-use ubdirect_nvme::transport::tcp::ctrl::{discover, TcpController, TcpOptions};
-use ubdirect_nvme::transport::tcp::fabrics::DiscoveryRecord;
-use ubdirect_nvme::transport::tcp::host::HostIdentity;
-use ubdirect_nvme::{ControllerInfo, NamespaceInfo};
+use ubdirect::nvme::transport::tcp::addr::{discovery_address, is_tcp_address, TcpTarget};
+use ubdirect::nvme::transport::tcp::auth::{AuthConfig, ENV_CTRL_SECRET, ENV_SECRET};
+use ubdirect::nvme::transport::tcp::ctrl::{discover, TcpController, TcpOptions};
+use ubdirect::nvme::transport::tcp::fabrics::DiscoveryRecord;
+use ubdirect::nvme::transport::tcp::host::HostIdentity;
+use ubdirect::nvme::{ControllerInfo, NamespaceInfo};
 
 use super::{print_table, CliResult, Outcome};
 

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use ubdirect_core::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
-use ubdirect_nvme::transport::tcp::addr::TcpTarget;
-use ubdirect_nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
-use ubdirect_nvme::transport::tcp::fabrics;
-use ubdirect_nvme::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
+use ubdirect::dma::{DmaDomain, PoolConfig, UbBuf, UbPool, UbRegistry};
+use ubdirect::nvme::transport::tcp::addr::TcpTarget;
+use ubdirect::nvme::transport::tcp::ctrl::{TcpController, TcpOptions};
+use ubdirect::nvme::transport::tcp::fabrics;
+use ubdirect::nvme::transport::tcp::queue::{TcpCommand, TcpCompletion, TcpQueue};
 
 use super::{CliResult, Outcome};
 
@@ -155,7 +155,7 @@ impl Tuning {
             Ok(v) => Duration::from_micros(v.parse::<u64>().map_err(|_| {
                 format!("UBD_NVMF_IDLE_SPIN_US={v}: give the spin before each wait in microseconds (0: none)")
             })?),
-            Err(_) => ubdirect_nvme::transport::tcp::block::DEFAULT_IDLE_SPIN,
+            Err(_) => ubdirect::nvme::transport::tcp::block::DEFAULT_IDLE_SPIN,
         };
         let kato_ms = match std::env::var("UBD_NVMF_KATO_MS") {
             Ok(v) => v.parse::<u32>().map_err(|_| {

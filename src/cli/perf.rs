@@ -8,14 +8,14 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use ubdirect::pipeline::DmaFaultWatch;
-use ubdirect_core::util::pin_to_core;
-use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
-use ubdirect_core::{PciAddress, PoolConfig, UbPool, UbRegistry};
-use ubdirect_nvme::{
+use ubdirect::dma::util::pin_to_core;
+use ubdirect::dma::util::{rdtsc, LatencyHistogram, Tsc};
+use ubdirect::dma::{PciAddress, PoolConfig, UbPool};
+use ubdirect::nvme::{
     CommandSet, Controller, ControllerOptions, IoBuf, IoBufs, IoFlags, IoQueuePair, Lba, Namespace,
     QueueOptions, QueueStats, Recovery, ShadowDoorbells,
 };
+use ubdirect::pipeline::DmaFaultWatch;
 
 use super::json::LatencyNs;
 use super::leaks::Leaks;
@@ -468,8 +468,8 @@ fn run_perf(args: &Args) -> CliResult {
     if matches!(args.engine, Engine::UringIopoll | Engine::UringCmd) {
         return uring::run(args);
     }
-    let registry = UbRegistry::new(args.noiommu.domain()?);
-    let ctrl = Controller::open(&registry, args.addr.parse()?, controller_options(args))?;
+    let env = super::open::nvme_controller(args.noiommu, &args.addr, controller_options(args))?;
+    let (registry, ctrl) = (env.registry().clone(), env.controller(0).clone());
     let target = Target::pick(args, &ctrl)?;
     if args.cores.0.len() > ctrl.io_queues_granted() as usize {
         return Err(format!(

@@ -76,7 +76,7 @@ pub struct Args {
     #[arg(long)]
     segments: bool,
     /// CUDA copy streams.
-    #[arg(long, default_value_t = ubdirect_cuda::DEFAULT_STREAMS)]
+    #[arg(long, default_value_t = ubdirect::cuda::DEFAULT_STREAMS)]
     streams: usize,
     /// File sources: mapped (the page cache mapped read-only and registered once with CUDA;
     /// the copy engines read it in place), direct (O_DIRECT into the UB pool), buffered

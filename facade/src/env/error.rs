@@ -24,7 +24,8 @@ pub enum EnvError {
     /// No device was asked for, so the pool's memory could not be mapped for DMA.
     #[error("no device to open: add one with .nvme(\"DDDD:BB:DD.F\") or .nic(\"DDDD:BB:DD.F\") (the pool's memory is mapped for the devices' DMA, so at least one device opens first)")]
     NoDevice,
-    /// No pool was asked for.
+    /// No pool was asked for, or a NIC was named on an environment opened
+    /// [`without_pool`](super::EnvBuilder::without_pool) (its RX ring is filled from the pool).
     #[error("no buffer pool: add one with .pool(PoolConfig {{ block_size, block_count }})")]
     NoPool,
     /// The pool's settings are out of range.

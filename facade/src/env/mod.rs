@@ -35,6 +35,7 @@ mod hugepage_step;
 
 use std::sync::Arc;
 
+use ubdirect_core::vfio::DomainOptions;
 use ubdirect_core::{DmaDomain, PciAddress, PciDevice, PoolConfig, UbPool, UbRegistry};
 
 pub use error::EnvError;
@@ -74,6 +75,7 @@ struct Checked {
 #[must_use]
 pub struct EnvBuilder {
     registry: Option<Arc<UbRegistry>>,
+    domain_opts: DomainOptions,
     #[cfg(feature = "nvme")]
     nvme: Vec<Source>,
     #[cfg(feature = "nvme")]
@@ -83,6 +85,7 @@ pub struct EnvBuilder {
     #[cfg(feature = "net")]
     net_cfg: NetConfig,
     pool: Option<PoolConfig>,
+    without_pool: bool,
     memory: PoolMemory,
     hugepages: Hugepages,
     numa: Option<u32>,
@@ -132,6 +135,16 @@ impl EnvBuilder {
     /// The buffer pool: `block_count` blocks of `block_size` bytes.
     pub fn pool(mut self, cfg: PoolConfig) -> Self {
         self.pool = Some(cfg);
+        self.without_pool = false;
+        self
+    }
+    /// Open the devices and no pool: for work that needs no buffers (identify, log pages), or
+    /// whose pool's size depends on what a controller granted (create it afterwards in
+    /// [`Env::registry`]). The hugepage step is skipped; NICs need a pool, so naming one fails
+    /// with [`EnvError::NoPool`]. [`Env::pool`] panics on such an environment.
+    pub fn without_pool(mut self) -> Self {
+        self.pool = None;
+        self.without_pool = true;
         self
     }
     /// Where the pool's memory comes from (default: hugepages).
@@ -151,6 +164,13 @@ impl EnvBuilder {
         self.numa = Some(node);
         self
     }
+    /// How the domain that [`EnvBuilder::open`] opens picks its back end (default:
+    /// [`DomainOptions::default`], as [`DmaDomain::new`]), e.g. the program's no-IOMMU opt-in.
+    /// Unused with [`EnvBuilder::registry`], whose domain is already open.
+    pub fn domain_options(mut self, opts: DomainOptions) -> Self {
+        self.domain_opts = opts;
+        self
+    }
     /// Use `registry` (and its domain) instead of opening a new VFIO domain: to share it with
     /// other drivers, or with a host-only domain and device models in tests.
     pub fn registry(mut self, registry: Arc<UbRegistry>) -> Self {
@@ -159,8 +179,9 @@ impl EnvBuilder {
     }
 
     /// Check the settings and the hugepages, then open the domain, the NVMe controllers and
-    /// the NICs' devices, the pool, and bring the NICs up, in that order. Nothing opens before
-    /// every setting is checked; on a failure what was opened closes.
+    /// the NICs' devices, the pool, and bring the NICs up, in that order (no hugepages and no
+    /// pool [`without_pool`](EnvBuilder::without_pool)). Nothing opens before every setting is
+    /// checked; on a failure what was opened closes.
     pub fn open(self) -> Result<Env, EnvError> {
         #[cfg(feature = "nvme")]
         let nvme = check_sources(self.nvme)?;
@@ -172,35 +193,69 @@ impl EnvBuilder {
         #[cfg(feature = "net")]
         seen.extend(nics.iter());
         check_distinct(&seen)?;
-        let cfg = self.pool.ok_or(EnvError::NoPool)?;
-        let total = cfg.validate().map_err(EnvError::PoolConfig)?;
-        if self.memory == PoolMemory::Hugepages {
-            self.hugepages
-                .run(total, self.numa)
-                .map_err(EnvError::Hugepages)?;
+        #[cfg(feature = "net")]
+        if self.without_pool && !nics.is_empty() {
+            return Err(EnvError::NoPool);
         }
+        let cfg = match self.pool {
+            Some(cfg) => Some(check_pool(cfg, self.memory, &self.hugepages, self.numa)?),
+            None if self.without_pool => None,
+            None => return Err(EnvError::NoPool),
+        };
         let registry = match self.registry {
             Some(r) => r,
-            None => UbRegistry::new(DmaDomain::new().map_err(EnvError::Domain)?),
+            None => UbRegistry::new(
+                DmaDomain::with_options(self.domain_opts).map_err(EnvError::Domain)?,
+            ),
         };
         #[cfg(feature = "nvme")]
         let controllers = open_controllers(&registry, nvme, &self.ctrl_opts)?;
         #[cfg(feature = "net")]
         let nic_devs = open_nic_devices(&registry, nics)?;
-        let pool = match self.memory {
-            PoolMemory::Hugepages => UbPool::with_hugepages(&registry, cfg, self.numa),
-            PoolMemory::Anonymous => UbPool::with_anonymous(&registry, cfg, self.numa),
-        }
-        .map_err(EnvError::Pool)?;
+        let pool = match cfg {
+            Some(cfg) => Some(open_pool(&registry, cfg, self.memory, self.numa)?),
+            None => None,
+        };
         Ok(Env {
             #[cfg(feature = "net")]
-            nics: start_nics(&registry, nic_devs, &pool, &self.net_cfg)?,
+            nics: match &pool {
+                Some(pool) => start_nics(&registry, nic_devs, pool, &self.net_cfg)?,
+                None => Vec::new(),
+            },
             #[cfg(feature = "nvme")]
             controllers,
             pool,
             registry,
         })
     }
+}
+
+/// Check the pool's settings and run the hugepage step for it (a hugepage pool only).
+fn check_pool(
+    cfg: PoolConfig,
+    memory: PoolMemory,
+    hugepages: &Hugepages,
+    numa: Option<u32>,
+) -> Result<PoolConfig, EnvError> {
+    let total = cfg.validate().map_err(EnvError::PoolConfig)?;
+    if memory == PoolMemory::Hugepages {
+        hugepages.run(total, numa).map_err(EnvError::Hugepages)?;
+    }
+    Ok(cfg)
+}
+
+/// Create the pool in `registry`'s domain, of hugepages or anonymous memory.
+fn open_pool(
+    registry: &Arc<UbRegistry>,
+    cfg: PoolConfig,
+    memory: PoolMemory,
+    numa: Option<u32>,
+) -> Result<Arc<UbPool>, EnvError> {
+    match memory {
+        PoolMemory::Hugepages => UbPool::with_hugepages(registry, cfg, numa),
+        PoolMemory::Anonymous => UbPool::with_anonymous(registry, cfg, numa),
+    }
+    .map_err(EnvError::Pool)
 }
 
 /// At least one device, and no PCI address named twice (devices given open are distinct
@@ -303,14 +358,15 @@ fn check_sources(sources: Vec<Source>) -> Result<Vec<Checked>, EnvError> {
 }
 
 /// An open environment: the DMA domain's registry, the NVMe controllers and the NICs in the
-/// order they were named, and the buffer pool. Dropping it brings the NICs down, then closes
-/// the controllers; the pool's memory goes once the last buffer is back.
+/// order they were named, and the buffer pool (unless opened [`EnvBuilder::without_pool`]).
+/// Dropping it brings the NICs down, then closes the controllers; the pool's memory goes once
+/// the last buffer is back.
 pub struct Env {
     #[cfg(feature = "net")]
     nics: Vec<VirtioNet>,
     #[cfg(feature = "nvme")]
     controllers: Vec<Arc<Controller>>,
-    pool: Arc<UbPool>,
+    pool: Option<Arc<UbPool>>,
     registry: Arc<UbRegistry>,
 }
 
@@ -319,6 +375,7 @@ impl Env {
     pub fn builder() -> EnvBuilder {
         EnvBuilder {
             registry: None,
+            domain_opts: DomainOptions::default(),
             #[cfg(feature = "nvme")]
             nvme: Vec::new(),
             #[cfg(feature = "nvme")]
@@ -328,14 +385,18 @@ impl Env {
             #[cfg(feature = "net")]
             net_cfg: NetConfig::default(),
             pool: None,
+            without_pool: false,
             memory: PoolMemory::default(),
             hugepages: Hugepages::default(),
             numa: None,
         }
     }
-    /// The buffer pool.
+    /// The buffer pool. Panics when the environment was opened
+    /// [`EnvBuilder::without_pool`].
     pub fn pool(&self) -> &Arc<UbPool> {
-        &self.pool
+        self.pool
+            .as_ref()
+            .expect("the Env was opened without_pool: it has no buffer pool")
     }
     /// Every NVMe controller, in the order given to the builder.
     #[cfg(feature = "nvme")]

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use ubdirect_virtio_net::pattern;
+use ubdirect::virtio_net::pattern;
 
 use super::kernel::{open_link, Link, SLOT};
 use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};

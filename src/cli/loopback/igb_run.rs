@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ubdirect_core::pci::PciDevice;
-use ubdirect_core::seams::NicFrame;
-use ubdirect_core::ub::{UbPool, UbRegistry};
-use ubdirect_igb::{Igb, IgbConfig, QueuePair};
-use ubdirect_virtio_net::pattern;
+use ubdirect::dma::pci::PciDevice;
+use ubdirect::dma::seams::NicFrame;
+use ubdirect::dma::ub::{UbPool, UbRegistry};
+use ubdirect::igb::{Igb, IgbConfig, QueuePair};
+use ubdirect::virtio_net::pattern;
 
 use super::report::{RunInfo, Segments, Tally};
 use super::{
@@ -18,8 +18,8 @@ use super::{
 
 /// True for an 82576 physical function: the loop-back drives it with the igb driver.
 pub(super) fn is_igb(dev: &PciDevice) -> bool {
-    dev.vendor_id() == ubdirect_igb::regs::INTEL_VENDOR
-        && ubdirect_igb::regs::PF_DEVICE_IDS.contains(&dev.device_id())
+    dev.vendor_id() == ubdirect::igb::regs::INTEL_VENDOR
+        && ubdirect::igb::regs::PF_DEVICE_IDS.contains(&dev.device_id())
 }
 
 /// The two opened NICs and where their buffers come from.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use nix::sys::socket::{
     bind, setsockopt, socket, sockopt, AddressFamily, LinkAddr, SockFlag, SockType, SockaddrLike,
 };
-use ubdirect_core::pci::PciAddress;
-use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
+use ubdirect::dma::pci::PciAddress;
+use ubdirect::virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
 use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};
 use super::sysfs_bar::SysfsBar;

@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use ubdirect_core::pci::PciAddress;
-use ubdirect_virtio_net::pattern::{Check, Mismatch};
-use ubdirect_virtio_net::NetStats;
+use ubdirect::dma::pci::PciAddress;
+use ubdirect::virtio_net::pattern::{Check, Mismatch};
+use ubdirect::virtio_net::NetStats;
 
 /// Time spent per segment of the ubdirect loop.
 #[derive(Debug, Default, Clone, Copy)]

@@ -4,7 +4,7 @@
 
 use std::os::fd::AsRawFd;
 
-use ubdirect_core::pci::PciAddress;
+use ubdirect::dma::pci::PciAddress;
 
 use super::LoopbackError;
 

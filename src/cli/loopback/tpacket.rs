@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType};
-use ubdirect_core::pci::PciAddress;
-use ubdirect_virtio_net::pattern::{self, PATTERN_ETHERTYPE};
+use ubdirect::dma::pci::PciAddress;
+use ubdirect::virtio_net::pattern::{self, PATTERN_ETHERTYPE};
 
 use super::kernel::{link_addr, open_link, os_err, Link, SLOT};
 use super::report::{CpuClock, LoopbackReport, RunInfo, Tally};

@@ -1,13 +1,13 @@
-//! `ubdirect perf --engine floor`: the floor loop of `ubdirect_nvme::perf::floor` on one pinned
+//! `ubdirect perf --engine floor`: the floor loop of `ubdirect::nvme::perf::floor` on one pinned
 //! core, reported like the driver's runs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ubdirect_core::util::pin_to_core;
-use ubdirect_core::util::{LatencyHistogram, Tsc};
-use ubdirect_nvme::perf::floor::{FloorJob, FloorQueue};
-use ubdirect_nvme::Controller;
+use ubdirect::dma::util::pin_to_core;
+use ubdirect::dma::util::{LatencyHistogram, Tsc};
+use ubdirect::nvme::perf::floor::{FloorJob, FloorQueue};
+use ubdirect::nvme::Controller;
 
 use super::{finish, plain_core, single_core_randread, Args, PlainRun, RunEnd, ShadowInfo};
 use crate::cli::CliResult;

@@ -5,10 +5,11 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use ubdirect_core::util::Tsc;
-use ubdirect_core::{DmaDomain, PoolConfig, UbPool, UbRegistry};
+use ubdirect::dma::util::Tsc;
+use ubdirect::dma::{DmaDomain, PoolConfig, UbRegistry};
+use ubdirect::nvme::{ControllerOptions, ShadowDoorbells};
+use ubdirect::{Env, PoolMemory};
 use ubdirect_devmodel::nvme::{NsConfig, NvmeConfig, NvmeModel};
-use ubdirect_nvme::{Controller, ControllerOptions, ShadowDoorbells};
 
 use super::{fill_windows, worker, CoreResult, Counter, Job, Workload};
 
@@ -38,16 +39,18 @@ fn run_on_model(r: &ModelRun) -> CoreResult {
         shadow_doorbells: ShadowDoorbells::Off,
         ..Default::default()
     };
-    let ctrl = Controller::open_device(&reg, model.attach(&reg), opts).expect("open the model");
-    let pool = UbPool::with_anonymous(
-        &reg,
-        PoolConfig {
+    let env = Env::builder()
+        .registry(reg.clone())
+        .nvme_device(model.attach(&reg))
+        .controller_options(opts)
+        .pool(PoolConfig {
             block_size: 4096,
             block_count: r.depth,
-        },
-        None,
-    )
-    .expect("pool");
+        })
+        .pool_memory(PoolMemory::Anonymous)
+        .open()
+        .expect("open the model and the pool");
+    let (ctrl, pool) = (env.controller(0), env.pool());
     let tsc = Tsc::calibrate(Duration::from_millis(20));
     let job = Job {
         nsid: 1,
@@ -68,7 +71,7 @@ fn run_on_model(r: &ModelRun) -> CoreResult {
         tsc,
         cores: 1,
     };
-    let mut c = [worker(&ctrl, &pool, &job, 0, 0, &Barrier::new(1)).expect("worker")];
+    let mut c = [worker(ctrl, pool, &job, 0, 0, &Barrier::new(1)).expect("worker")];
     fill_windows(&mut c, &tsc);
     let [c] = c;
     c

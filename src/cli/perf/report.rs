@@ -3,7 +3,7 @@
 //! buckets) and `-LL` (every bucket), and the once-a-second status line.
 
 use serde::Serialize;
-use ubdirect_core::util::{LatencyHistogram, Tsc};
+use ubdirect::dma::util::{LatencyHistogram, Tsc};
 
 use super::super::json::LatencyNs;
 

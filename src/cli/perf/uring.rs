@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use ubdirect_core::util::pin_to_core;
-use ubdirect_core::util::{rdtsc, LatencyHistogram, Tsc};
+use ubdirect::dma::util::pin_to_core;
+use ubdirect::dma::util::{rdtsc, LatencyHistogram, Tsc};
 
 use super::{finish, plain_core, single_core_randread, Args, Engine, PlainRun, RunEnd, ShadowInfo};
 use crate::cli::CliResult;
