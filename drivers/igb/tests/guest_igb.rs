@@ -71,10 +71,21 @@ fn frame(
     seq: u64,
 ) -> NicFrame {
     let mut b = pool.get().expect("tx buffer");
-    pattern::fill(&mut b.as_mut_slice()[off..off + len], dst, src, seq);
+    // Through a copy: the pool may be a BAR region, never borrowed as a Rust slice.
+    let mut bytes = vec![0u8; len];
+    pattern::fill(&mut bytes, dst, src, seq);
+    b.write_from(off, &bytes)
+        .expect("the frame fits the buffer");
     NicFrame::new(b, off, len)
         .map_err(|(_, e)| e)
         .expect("tx frame")
+}
+
+/// A received frame's bytes, copied out of its buffer (host memory or a BAR).
+fn bytes_of(f: &NicFrame) -> Vec<u8> {
+    let mut v = vec![0u8; f.len()];
+    f.buf().read_into(f.offset(), &mut v).expect("frame bytes");
+    v
 }
 
 /// Sends `total` pattern frames of `len` bytes from `a` to `b` (at most `window` in flight)
@@ -100,7 +111,7 @@ fn stream(
         }
         b.pair(0).unwrap().rx_burst(&mut out).expect("rx_burst");
         for f in out.drain(..) {
-            match pattern::verify(f.data(), bm, am, len) {
+            match pattern::verify(&bytes_of(&f), bm, am, len) {
                 Check::Good(seq) => assert_eq!(seq, expect, "frame out of order"),
                 other => panic!(
                     "frame {expect} (len {}) is not byte-exact: {other:?}",
@@ -250,7 +261,8 @@ fn igb_frames_received_into_the_gpu_bar_reach_the_host_file() {
         assert!(start.elapsed() < DEADLINE, "nothing arrived");
     }
     let f = &out[0];
-    assert!(matches!(pattern::verify(f.data(), bm, am, len), Check::Good(s) if s == seq));
+    let data = bytes_of(f);
+    assert!(matches!(pattern::verify(&data, bm, am, len), Check::Good(s) if s == seq));
     assert_eq!(
         f.buf().region().id,
         region.id,
@@ -262,11 +274,11 @@ fn igb_frames_received_into_the_gpu_bar_reach_the_host_file() {
         "RX buffer in the 40..48 MiB window"
     );
     for (name, at, bytes) in [
-        ("igb_rx_into_gpu_bar_head", off, &f.data()[..64]),
+        ("igb_rx_into_gpu_bar_head", off, &data[..64]),
         (
             "igb_rx_into_gpu_bar_tail",
             off + len - 32,
-            &f.data()[len - 32..],
+            &data[len - 32..],
         ),
     ] {
         println!(

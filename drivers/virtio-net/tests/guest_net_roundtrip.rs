@@ -140,7 +140,7 @@ fn frame_received_into_gpu_bar_reaches_the_host_file() {
     let len = 1514.min(a.max_frame());
     let seq = 0x00c0_ffee_u64;
     let mut v = vec![frame(&pool, len, bm, am, seq)];
-    let tx_off = v[0].data().as_ptr() as usize - region.vaddr as usize;
+    let tx_off = (v[0].buf().iova() - region.iova) as usize + FRAME_OFFSET;
     send_all(&mut a, &mut v);
     let got = recv_n(&mut b, &mut a, 1);
     assert_frames(&got, len, bm, am, seq);
@@ -157,7 +157,8 @@ fn frame_received_into_gpu_bar_reaches_the_host_file() {
         "RX buffer in the top 8 MiB of the BAR"
     );
     // The host reads the backing file after the guest exits: 64 bytes from the frame start.
-    let bytes = &f.data()[..64];
+    let data = common::rx_bytes(f);
+    let bytes = &data[..64];
     println!(
         "{}",
         testbed::hostcheck_file_bytes(
@@ -175,7 +176,7 @@ fn frame_received_into_gpu_bar_reaches_the_host_file() {
             "virtio_net_rx_into_gpu_bar_tail",
             testbed::GPUBAR_FILE,
             tail_off as u64,
-            &f.data()[len - 32..]
+            &data[len - 32..]
         )
     );
 }

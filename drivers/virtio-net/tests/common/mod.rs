@@ -84,13 +84,19 @@ pub fn open(bed: &Bed, dev: &Arc<PciDevice>, pool: &Arc<UbPool>, cfg: NetConfig)
 /// Builds pattern frame `seq` of `len` bytes in a buffer of `pool`.
 pub fn frame(pool: &Arc<UbPool>, len: usize, dst: [u8; 6], src: [u8; 6], seq: u64) -> TxFrame {
     let mut b = pool.get().expect("tx buffer");
-    pattern::fill(
-        &mut b.as_mut_slice()[FRAME_OFFSET..FRAME_OFFSET + len],
-        dst,
-        src,
-        seq,
-    );
+    // Through a copy: the pool may be a BAR region, never borrowed as a Rust slice.
+    let mut bytes = vec![0u8; len];
+    pattern::fill(&mut bytes, dst, src, seq);
+    b.write_from(FRAME_OFFSET, &bytes)
+        .expect("the frame fits the buffer");
     TxFrame::new(b, len).map_err(|(_, e)| e).expect("tx frame")
+}
+
+/// A received frame's bytes, copied out of its buffer (host memory or a BAR).
+pub fn rx_bytes(f: &RxFrame) -> Vec<u8> {
+    let mut v = vec![0u8; f.len()];
+    f.buf().read_into(f.offset(), &mut v).expect("frame bytes");
+    v
 }
 
 /// Sends `frames` completely (retrying while the ring is full), with a deadline.
@@ -142,7 +148,7 @@ pub fn recv_for(rx: &mut VirtioNet, d: Duration, cap: usize) -> Vec<RxFrame> {
 pub fn assert_frames(got: &[RxFrame], len: usize, dst: [u8; 6], src: [u8; 6], first: u64) {
     for (i, f) in got.iter().enumerate() {
         assert_eq!(f.offset(), FRAME_OFFSET);
-        match pattern::verify(f.data(), dst, src, len) {
+        match pattern::verify(&rx_bytes(f), dst, src, len) {
             Check::Good(seq) => assert_eq!(seq, first + i as u64, "frame {i} out of order"),
             other => panic!("frame {i} (len {}) is not byte-exact: {other:?}", f.len()),
         }
