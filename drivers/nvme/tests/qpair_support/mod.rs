@@ -68,7 +68,8 @@ pub fn io_roundtrip<Q: QueuePair<Payload = IoBufs>>(q: &mut Q, pool: &Arc<UbPool
     q.submit(WriteZeroes::new(&ns, at, 1).tag(4))
         .expect("write zeroes queued");
     q.ring();
-    assert!(next(q).result.is_ok());
+    let c = next(q);
+    assert!(c.result.is_ok(), "write zeroes: {:?}", c.result);
     q.submit(Read::new(&ns, at, b).tag(5)).expect("read queued");
     q.ring();
     let b = window(next(q));
