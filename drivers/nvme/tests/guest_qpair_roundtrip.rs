@@ -47,16 +47,15 @@ fn on_the_kernel_driver(addr: &str) -> String {
     let dir = format!("/sys/bus/pci/devices/{addr}/nvme");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
+        // The controller (nvmeX) and its namespace's block device, /dev/nvmeXn1 (as
+        // tests/guest/50-nvmet.sh finds it).
         let ns = std::fs::read_dir(&dir).ok().and_then(|ctrls| {
             ctrls.flatten().find_map(|c| {
-                let name = c.file_name().to_string_lossy().into_owned();
-                let dev = format!("/dev/{name}n1");
-                Path::new(&format!("{dir}/{name}/{name}n1"))
-                    .exists()
-                    .then_some(dev)
+                let dev = format!("/dev/{}n1", c.file_name().to_string_lossy());
+                Path::new(&dev).exists().then_some(dev)
             })
         });
-        if let Some(dev) = ns.filter(|d| Path::new(d).exists()) {
+        if let Some(dev) = ns {
             return dev;
         }
         assert!(
