@@ -2,7 +2,8 @@
 //!
 //! Its 16 KiB register window: VTCTRL (a reset sets RSTD in the mailbox), VTSTATUS (link from
 //! the cable), interrupt masks, RX queue registers at 0x2800 and TX at 0x3800 (0x100 apart),
-//! V2PMAILBOX at 0x0C40 and the 16-word VMBMEM at 0x0800. Inside, the queue registers live in
+//! V2PMAILBOX at 0x0C40 (RSTI while the PF is in reset, i.e. no PF driver brought it up) and
+//! the 16-word VMBMEM at 0x0800. Inside, the queue registers live in
 //! a PF-shaped register file (as the VF's queues are the PF's) so the rings run on the PF
 //! model's data path: DD write-back, head pointers, frames waiting for RX descriptors.
 //!
@@ -47,8 +48,6 @@ pub struct IgbVfConfig {
     pub mac_locked: bool,
     /// The PF refuses SET_VLAN (a port VLAN set by the administrator).
     pub vlan_refused: bool,
-    /// A VF reset never signals RSTD.
-    pub reset_stuck: bool,
     /// BAR 0's length instead of 16 KiB.
     pub bar_len: Option<u64>,
 }
@@ -61,7 +60,6 @@ impl Default for IgbVfConfig {
             pf: PfDriver::Answers,
             mac_locked: false,
             vlan_refused: false,
-            reset_stuck: false,
             bar_len: None,
         }
     }
@@ -142,7 +140,9 @@ impl IgbVfModel {
         let mut s = m.st();
         m.reset(&mut s);
         s.resets = 0;
-        s.mbx.v2p = 0;
+        // A PF driver finished the PF's reset (CTRL_EXT.PFRSTD): RSTD; without one the PF
+        // stays in reset: RSTI.
+        s.mbx.v2p = if s.pf == PfDriver::Gone { RSTI } else { RSTD };
         drop(s);
         m
     }
@@ -256,8 +256,8 @@ impl IgbVfModel {
         }
     }
 
-    /// A VF reset: queues back to their defaults, the PF's receiver and transmitter on (the
-    /// PF driver keeps them on), RSTD raised unless the reset is stuck.
+    /// A VF reset: queues back to their defaults (disabled), the PF's receiver and transmitter
+    /// on (the PF driver keeps them on); the mailbox bits stay (they tell of the PF's reset).
     fn reset(&self, s: &mut State) {
         s.resets += 1;
         s.regs.0.iter_mut().for_each(|w| *w = 0);
@@ -268,10 +268,6 @@ impl IgbVfModel {
         s.regs.set(RLPML, 1522);
         s.regs.set(TCTL, 2);
         s.mbx.cts = false;
-        s.mbx.v2p &= !RSTI;
-        if !self.cfg.reset_stuck && s.pf != PfDriver::Gone {
-            s.mbx.v2p |= RSTD;
-        }
     }
 
     fn read_reg(&self, s: &mut State, off: usize) -> u32 {
@@ -309,7 +305,11 @@ impl IgbVfModel {
                 Some(o) if o & 0x3f == 0x08 => s.regs.set(o, v & 0xf_ff80),
                 Some(o) if o & 0x3f == 0x18 => {
                     s.regs.set(o, v & 0xffff);
-                    return Some(if o >= 0xe000 { (o - 0xe000) / 0x40 } else { usize::MAX });
+                    return Some(if o >= 0xe000 {
+                        (o - 0xe000) / 0x40
+                    } else {
+                        usize::MAX
+                    });
                 }
                 Some(o) => s.regs.set(o, v),
                 None => {

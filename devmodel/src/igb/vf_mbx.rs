@@ -32,8 +32,11 @@ pub enum PfDriver {
     /// else NACK; before a RESET every request is NACKed.
     #[default]
     Answers,
-    /// No driver is bound to the PF: requests are neither acknowledged nor answered.
+    /// No driver is bound to the PF: it stays in reset (V2PMAILBOX.RSTI) and requests are
+    /// neither acknowledged nor answered.
     Gone,
+    /// A PF driver brought the PF up but never answers the mailbox (hung).
+    Silent,
     /// The PF acknowledges every request (PFACK) but never writes an answer.
     AckOnly,
     /// Every request is NACKed, RESET included.
@@ -85,7 +88,7 @@ impl Mailbox {
         }
         self.requests += 1;
         let (reply, pfack, pfsts) = match policy.driver {
-            PfDriver::Gone => return,
+            PfDriver::Gone | PfDriver::Silent => return,
             PfDriver::AckOnly => (Vec::new(), true, false),
             PfDriver::Garbage {
                 reply,
