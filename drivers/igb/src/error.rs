@@ -44,7 +44,7 @@ pub enum IgbError {
         device: u16,
     },
     /// The PF stays in reset (V2PMAILBOX.RSTI): no PF driver finished bringing it up.
-    #[error("{addr}: the PF of this VF stayed in reset for {waited:?} (V2PMAILBOX.RSTI set: no driver finished the PF's reset): bind the kernel igb driver to the PF (and keep it bound while the VF is used), then open the VF again")]
+    #[error("{addr}: the PF of this VF stayed in reset for {waited:?} (V2PMAILBOX.RSTI set: no driver finished the PF's reset): bind the kernel igb driver to the PF and bring its interface up (`ip link set <pf-netdev> up`; keep both while the VF is used), then open the VF again")]
     PfNotReady {
         /// The VF.
         addr: PciAddress,
@@ -52,7 +52,7 @@ pub enum IgbError {
         waited: Duration,
     },
     /// The PF driver did not take part in a mailbox exchange in time.
-    #[error("{addr}: the PF driver did not answer the VF mailbox within {waited:?} ({request}: {stage}): is the igb kernel driver bound to the PF?")]
+    #[error("{addr}: the PF driver did not answer the VF mailbox within {waited:?} ({request}: {stage}; V2PMAILBOX last read {v2p:#x}): is the igb kernel driver bound to the PF, with its interface up?")]
     MailboxTimeout {
         /// The VF.
         addr: PciAddress,
@@ -62,6 +62,8 @@ pub enum IgbError {
         stage: &'static str,
         /// How long it waited.
         waited: Duration,
+        /// The last V2PMAILBOX value read.
+        v2p: u32,
     },
     /// The PF driver refused a request (NACK).
     #[error("{addr}: the PF driver refused {request} (NACK){}", nack_hint(request))]

@@ -31,6 +31,8 @@ pub(crate) struct Mailbox {
     timeout: Duration,
     /// Clear-on-read bits seen and not yet consumed.
     seen: u32,
+    /// The last V2PMAILBOX value read (for errors).
+    last: u32,
 }
 
 impl Mailbox {
@@ -42,6 +44,7 @@ impl Mailbox {
             addr,
             timeout,
             seen: 0,
+            last: 0,
         }
     }
 
@@ -54,6 +57,7 @@ impl Mailbox {
                 cause: "V2PMAILBOX reads all-ones (0xffffffff)",
             });
         }
+        self.last = v;
         self.seen |= v & MBX_R2C;
         Ok(v | self.seen)
     }
@@ -84,6 +88,7 @@ impl Mailbox {
                 request,
                 stage,
                 waited,
+                v2p: self.last,
             }),
         }
     }
