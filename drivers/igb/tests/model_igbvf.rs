@@ -235,7 +235,7 @@ fn a_pf_driver_that_never_answers_is_a_mailbox_timeout_naming_the_stage() {
         assert!(s.contains(stage), "{e}");
         assert!(
             e.to_string()
-                .contains("is the igb kernel driver bound to the PF?"),
+                .contains("is the igb kernel driver bound to the PF"),
             "{e}"
         );
     }
