@@ -202,6 +202,16 @@ impl IgbVfModel {
         }
     }
 
+    /// The PF's driver takes its interface down: the PF is reset (V2PMAILBOX shows RSTI) and
+    /// nothing answers the mailbox, but the VF's queue registers keep their enable bits (as
+    /// QEMU's 82576 does).
+    pub fn pf_down(&self) {
+        let mut s = self.st();
+        s.pf = PfDriver::Gone;
+        s.mbx.v2p |= RSTI;
+        s.mbx.cts = false;
+    }
+
     /// Puts `frame` on the wire towards this VF.
     pub fn inject(&self, frame: &[u8]) {
         self.receive(vec![frame.to_vec()]);

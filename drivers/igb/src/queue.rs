@@ -21,6 +21,9 @@ use crate::health::IdleClock;
 use crate::regs;
 use crate::ring::Ring;
 
+/// The cause of `DeviceGone` when a VF's mailbox shows the PF was reset.
+const PF_RESET: &str = "V2PMAILBOX.RSTI is set: the PF was reset (its igb driver went down or was unbound) and the VF's configuration with it; open the VF again once the PF driver is up";
+
 /// Why a pair stopped: kept so every later burst returns the same error.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Dead {
@@ -118,7 +121,8 @@ impl PairState {
         }
     }
 
-    /// Reads STATUS, RCTL (on a VF: RXDCTL) and the pair's head pointers once: a dead device or a malformed
+    /// Reads STATUS, RCTL (on a VF: RXDCTL, then V2PMAILBOX.RSTI) and the pair's head pointers
+    /// once: a dead device or a malformed
     /// head is sticky, a link that is down is reported on this call only.
     #[cold]
     pub(crate) fn probe(&mut self) -> Result<()> {
@@ -133,6 +137,11 @@ impl PairState {
         let (off, bit, cause) = self.alive_reg();
         if self.regs.read32(off) & bit == 0 {
             return Err(self.die(Dead::Gone(cause)));
+        }
+        if self.layout == regs::QueueRegs::VF
+            && self.regs.read32(crate::vf::regs::V2PMAILBOX) & crate::vf::regs::MBX_RSTI != 0
+        {
+            return Err(self.die(Dead::Gone(PF_RESET)));
         }
         for (reg, off, size) in [
             ("RDH", self.layout.rdh(self.queue), self.rx.size()),

@@ -5,10 +5,17 @@
 //! error, mid-run and at open.
 //!
 //! The tests change the PF's driver and VFs, so they run one at a time (a lock) and leave the
-//! PF without VFs. They run with `UBD_IGB_VF=1` only: QEMU 10.0.2 maps a VF's BARs at the low 32
-//! bits of their 64-bit addresses (`info mtree` shows `igbvf-mmio` at 0x20000000 where the guest
-//! kernel put VF BAR 0 at 0xc020000000), so in the standard test bed every VF register reads 0
-//! and the mailbox lock never comes; they need a QEMU with that fixed or VF BARs below 4 GiB.
+//! PF without VFs. They run with `UBD_IGB_VF=1` only, in a guest whose VF BARs lie below
+//! 4 GiB: QEMU 10.0.2 maps a VF's BARs at the low 32 bits of their 64-bit address (`info mtree`
+//! showed `igbvf-mmio` at 0x20000000 where the guest kernel put VF BAR 0 at 0xc020000000), so
+//! in the standard test bed every VF register reads 0. A 32-bit physical address space puts
+//! them below 4 GiB:
+//!
+//! ```text
+//! scripts/vm/run.sh --devices igb --mem 2G --hugepages hugepages=256 \
+//!   --extra-qemu "-cpu max,phys-bits=32 -global q35-pcihost.pci-hole64-size=0" \
+//!   --env UBD_IGB_VF=1 --bin <guest_igbvf test binary> -- "<its name> --ignored --test-threads=1"
+//! ```
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -94,7 +101,7 @@ fn remove_vfs(pf: &str) {
 fn pf() -> Option<String> {
     let tb = testbed::require();
     if std::env::var("UBD_IGB_VF").as_deref() != Ok("1") {
-        testbed::skip("the igb VF tests run with UBD_IGB_VF=1 only (QEMU 10.0.2 maps VF BARs at the low 32 bits of their address)");
+        testbed::skip("the igb VF tests run with UBD_IGB_VF=1 only (QEMU 10.0.2 maps VF BARs at the low 32 bits of their address: they need a guest with VF BARs below 4 GiB, see guest_igbvf.rs)");
         return None;
     }
     match tb.igb.first() {

@@ -345,6 +345,7 @@ enum VfOp {
     SetMac([u8; 6]),
     SetVlan(u16, bool),
     Unbind,
+    PfDown,
     Loop(u16),
 }
 
@@ -375,6 +376,7 @@ fn vf_plan() -> impl Strategy<Value = (IgbVfConfig, VfConfigAsk, Vec<VfOp>)> {
         2 => mac.prop_map(VfOp::SetMac),
         2 => (prop_oneof![0u16..10, 4090u16..4097], any::<bool>()).prop_map(|(v, on)| VfOp::SetVlan(v, on)),
         1 => Just(VfOp::Unbind),
+        1 => Just(VfOp::PfDown),
         3 => (14u16..1600).prop_map(VfOp::Loop),
     ];
     (model, ask, proptest::collection::vec(op, 0..6))
@@ -407,6 +409,10 @@ fn run_vf_op(
         VfOp::SetVlan(v, on) => vf.set_vlan(v, on),
         VfOp::Unbind => {
             m.unbind_pf();
+            Ok(())
+        }
+        VfOp::PfDown => {
+            m.pf_down();
             Ok(())
         }
         VfOp::Loop(len) => {

@@ -376,6 +376,31 @@ fn the_pf_driver_unbound_mid_run_stops_the_vf_with_a_clear_error() {
 }
 
 #[test]
+fn a_pf_reset_that_leaves_the_vf_queues_enabled_is_seen_in_the_mailbox() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let m = model(&reg, A, PfDriver::Answers);
+    let mut vf = open(&reg, &pool, &m, fast_vf(16)).unwrap();
+    m.pf_down();
+    let mut out = Vec::with_capacity(4);
+    let mut q = vf.pair(0).unwrap();
+    let e = q.check_health().unwrap_err();
+    assert!(matches!(e, IgbError::DeviceGone { .. }), "{e}");
+    assert!(e.to_string().contains("RSTI"), "{e}");
+    assert_eq!(
+        q.rx_burst(&mut out).unwrap_err().to_string(),
+        e.to_string(),
+        "sticky"
+    );
+    drop(vf);
+    let t = Instant::now();
+    let e = open(&reg, &pool, &m, fast_vf(16)).err().expect("PF down");
+    assert!(matches!(e, IgbError::PfNotReady { .. }), "{e}");
+    assert!(t.elapsed() < BOUND);
+    assert_eq!(pool.stats().in_use, 0);
+}
+
+#[test]
 fn each_driver_refuses_the_other_function() {
     let reg = registry();
     let pool = pool(&reg, 32);
