@@ -11,7 +11,7 @@
 //! - `fuzz_vf_mailbox`: a VF whose PF driver answers any words (of any type, with any of ACK,
 //!   NACK and CTS, with or without PFACK and PFSTS), is absent, silent, acknowledges without
 //!   answering, refuses everything or is unbound mid-run, under any MAC and VLAN requests:
-//!   `IgbVf::open`, `set_mac`, `set_vlan` and the bursts return within a bound with a result or
+//!   `IgbVf::open`, `set_mac`, `set_vlan`, the bursts and the health probe return within a bound with a result or
 //!   a typed error, a MAC taken from the mailbox is always unicast, and every buffer comes back.
 
 mod model_support;
@@ -346,6 +346,7 @@ enum VfOp {
     SetVlan(u16, bool),
     Unbind,
     PfDown,
+    Health,
     Loop(u16),
 }
 
@@ -377,6 +378,7 @@ fn vf_plan() -> impl Strategy<Value = (IgbVfConfig, VfConfigAsk, Vec<VfOp>)> {
         2 => (prop_oneof![0u16..10, 4090u16..4097], any::<bool>()).prop_map(|(v, on)| VfOp::SetVlan(v, on)),
         1 => Just(VfOp::Unbind),
         1 => Just(VfOp::PfDown),
+        1 => Just(VfOp::Health),
         3 => (14u16..1600).prop_map(VfOp::Loop),
     ];
     (model, ask, proptest::collection::vec(op, 0..6))
@@ -415,6 +417,7 @@ fn run_vf_op(
             m.pf_down();
             Ok(())
         }
+        VfOp::Health => vf.pair(0).expect("pair 0").check_health(),
         VfOp::Loop(len) => {
             let dst = vf.mac().unwrap_or([0xff; 6]);
             let mut f = vec![frame(pool, 0, len as usize, dst, dst, 1)];
