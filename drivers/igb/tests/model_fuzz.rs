@@ -10,9 +10,10 @@
 //!   all-ones: every burst returns frames within their bounds or a typed error.
 //! - `fuzz_vf_mailbox`: a VF whose PF driver answers any words (of any type, with any of ACK,
 //!   NACK and CTS, with or without PFACK and PFSTS), is absent, silent, acknowledges without
-//!   answering, refuses everything or is unbound mid-run, under any MAC and VLAN requests:
-//!   `IgbVf::open`, `set_mac`, `set_vlan`, the bursts and the health probe return within a bound with a result or
-//!   a typed error, a MAC taken from the mailbox is always unicast, and every buffer comes back.
+//!   answering, refuses everything, or is unbound or goes down mid-run, under any MAC and VLAN
+//!   requests: `IgbVf::open`, `set_mac`, `set_vlan`, the bursts and the health probe return
+//!   within a bound with a result or a typed error, a MAC taken from the mailbox is always
+//!   unicast, and every buffer comes back.
 
 mod model_support;
 
