@@ -89,10 +89,13 @@ fn make_vfs(pf: &str, driver: &str, n: usize) -> Vec<String> {
     out.lines().map(str::to_string).collect()
 }
 
-/// Removes the PF's VFs (their vfio handles must be closed first).
+/// Removes the PF's VFs (their vfio handles must be closed first) and unloads igb, so both
+/// PFs are driverless again as the test bed starts them (other guest tests bind them to
+/// vfio-pci).
 fn remove_vfs(pf: &str) {
     sh(
-        r#"d=/sys/bus/pci/devices/$1; [ -e "$d/driver" ] && echo 0 >"$d/sriov_numvfs"; true"#,
+        r#"d=/sys/bus/pci/devices/$1; [ -e "$d/driver" ] && echo 0 >"$d/sriov_numvfs"
+           echo >"$d/driver_override"; rmmod igb 2>/dev/null; true"#,
         &[pf],
     );
 }
