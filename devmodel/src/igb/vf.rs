@@ -48,6 +48,8 @@ pub struct IgbVfConfig {
     pub mac_locked: bool,
     /// The PF refuses SET_VLAN (a port VLAN set by the administrator).
     pub vlan_refused: bool,
+    /// The PF driver sends a control message (a link ping) before each answer.
+    pub ping_first: bool,
     /// BAR 0's length instead of 16 KiB.
     pub bar_len: Option<u64>,
 }
@@ -60,6 +62,7 @@ impl Default for IgbVfConfig {
             pf: PfDriver::Answers,
             mac_locked: false,
             vlan_refused: false,
+            ping_first: false,
             bar_len: None,
         }
     }
@@ -275,7 +278,8 @@ impl IgbVfModel {
         s.inbox.clear();
         s.gather.iter_mut().for_each(|g| *g = TxGather::default());
         s.regs.set(RCTL, 2 | (1 << 5));
-        s.regs.set(RLPML, 1522);
+        // The PF driver's pool limit until the VF asks for more (SET_LPE): 1514-byte frames.
+        s.regs.set(RLPML, 1518);
         s.regs.set(TCTL, 2);
         s.mbx.cts = false;
     }
@@ -302,8 +306,12 @@ impl IgbVfModel {
                     driver: &s.pf.clone(),
                     mac_locked: self.cfg.mac_locked,
                     vlan_refused: self.cfg.vlan_refused,
+                    ping_first: self.cfg.ping_first,
                 };
                 s.mbx.write_v2p(v, &policy, &mut s.mac);
+                if let Some(lpe) = s.mbx.lpe.take() {
+                    s.regs.set(RLPML, lpe);
+                }
             }
             _ if (VMBMEM..VMBMEM + 64).contains(&off) => {
                 // The buffer takes writes only from its holder.

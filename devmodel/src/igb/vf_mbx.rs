@@ -1,9 +1,12 @@
 //! The VF side of the 82576 mailbox (V2PMAILBOX and the 16-word VMBMEM) and the answers of the
-//! PF's kernel driver (Linux `igb_rcv_msg_from_vf`), written independently of the driver's
-//! table so a wrong bit on either side shows up in the tests.
+//! PF's kernel driver (Linux `igb_rcv_msg_from_vf`: RESET, SET_MAC_ADDR, SET_VLAN, SET_LPE),
+//! written independently of the driver's table so a wrong bit on either side shows up in the
+//! tests.
 
 /// V2PMAILBOX: the VF posts a request.
 pub(crate) const REQ: u32 = 1 << 0;
+/// V2PMAILBOX: the VF acknowledges the PF's message.
+pub(crate) const ACK: u32 = 1 << 1;
 /// V2PMAILBOX: the VF holds the buffer.
 pub(crate) const VFU: u32 = 1 << 2;
 /// V2PMAILBOX: the PF wrote a message (clear on read).
@@ -23,6 +26,8 @@ const MSG_CTS: u32 = 0x2000_0000;
 const VF_RESET: u32 = 0x01;
 const VF_SET_MAC_ADDR: u32 = 0x02;
 const VF_SET_VLAN: u32 = 0x04;
+const VF_SET_LPE: u32 = 0x05;
+const PF_CONTROL_MSG: u32 = 0x0100;
 
 /// How the PF's kernel driver answers the VF's mailbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,6 +67,10 @@ pub(crate) struct Mailbox {
     pub(crate) cts: bool,
     pub(crate) vlans: Vec<u16>,
     pub(crate) requests: u64,
+    /// A receive limit (bytes, FCS included) the PF driver accepted, for the pool to apply.
+    pub(crate) lpe: Option<u32>,
+    /// An answer held back behind a PF control message, written once the VF ACKs that.
+    pending: Option<Vec<u32>>,
 }
 
 /// The PF-side policy the responder applies.
@@ -69,6 +78,8 @@ pub(crate) struct Policy<'a> {
     pub(crate) driver: &'a PfDriver,
     pub(crate) mac_locked: bool,
     pub(crate) vlan_refused: bool,
+    /// A PF control message (a link ping) goes out before each answer.
+    pub(crate) ping_first: bool,
 }
 
 impl Mailbox {
@@ -79,10 +90,15 @@ impl Mailbox {
         v
     }
 
-    /// A V2PMAILBOX write: VFU follows the value (ACK, bit 1, needs nothing more here); REQ hands the buffer to the PF driver, whose
+    /// A V2PMAILBOX write: VFU follows the value; ACK releases an answer held back; REQ hands the buffer to the PF driver, whose
     /// answer lands at once. `mac` is the VF's MAC as the PF driver holds it.
     pub(crate) fn write_v2p(&mut self, v: u32, policy: &Policy<'_>, mac: &mut Option<[u8; 6]>) {
         self.v2p = (self.v2p & !VFU) | (v & VFU);
+        if v & ACK != 0 {
+            if let Some(answer) = self.pending.take() {
+                self.write_answer(&answer, PFSTS);
+            }
+        }
         if v & REQ == 0 {
             return;
         }
@@ -105,10 +121,20 @@ impl Mailbox {
                 (r, true, sts)
             }
         };
-        for (w, r) in self.mem.iter_mut().zip(&reply) {
+        let bits = if pfack { PFACK } else { 0 } | if pfsts { PFSTS } else { 0 };
+        if policy.ping_first && pfsts {
+            self.pending = Some(reply);
+            self.write_answer(&[PF_CONTROL_MSG | MSG_CTS], bits);
+        } else {
+            self.write_answer(&reply, bits);
+        }
+    }
+
+    fn write_answer(&mut self, words: &[u32], bits: u32) {
+        for (w, r) in self.mem.iter_mut().zip(words) {
             *w = *r;
         }
-        self.v2p |= if pfack { PFACK } else { 0 } | if pfsts { PFSTS } else { 0 };
+        self.v2p |= bits;
     }
 
     /// Linux igb's answer to the message in the buffer.
@@ -152,6 +178,14 @@ impl Mailbox {
                     self.vlans.push(vid);
                 }
                 vec![ok(true)]
+            }
+            VF_SET_LPE => {
+                let size = self.mem[1];
+                let fits = (64..=9728).contains(&size);
+                if fits {
+                    self.lpe = Some(size);
+                }
+                vec![ok(fits)]
             }
             _ => vec![ok(false)],
         }

@@ -227,6 +227,7 @@ fn nack_hint(request: &str) -> &'static str {
     match request {
         "SET_MAC_ADDR" => ": the address is multicast or zero, or the administrator set this VF's MAC (`ip link set <pf> vf N mac ...`) and the VF may not change it",
         "SET_VLAN" => ": the administrator set a port VLAN for this VF (`ip link set <pf> vf N vlan ...`), or the PF's VLAN filter is full",
+        "SET_LPE" => ": the PF driver does not accept 1518-byte frames for this VF",
         _ => ": the VF has not completed a RESET handshake, or the PF driver does not support the request",
     }
 }

@@ -194,7 +194,7 @@ fn igbvf_vf_to_vf_frames_are_byte_exact() {
         );
         assert!(a.link_up().unwrap());
         let mut seq = 0;
-        for len in [60, 61, 128, 1000, 1514] {
+        for len in [60, 61, 128, 1000, 1514, 1518] {
             stream(&pool, &mut a, &mut b, len, seq, 40);
             stream(&pool, &mut b, &mut a, len, seq + 40, 40);
             seq += 80;

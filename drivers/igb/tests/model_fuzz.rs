@@ -9,7 +9,7 @@
 //!   status word, reports any head pointer, never writes TX DD, stops answering or reads
 //!   all-ones: every burst returns frames within their bounds or a typed error.
 //! - `fuzz_vf_mailbox`: a VF whose PF driver answers any words (of any type, with any of ACK,
-//!   NACK and CTS, with or without PFACK and PFSTS), is absent, silent, acknowledges without
+//!   NACK and CTS, with or without PFACK and PFSTS, maybe after a control message), is absent, silent, acknowledges without
 //!   answering, refuses everything, or is unbound or goes down mid-run, under any MAC and VLAN
 //!   requests: `IgbVf::open`, `set_mac`, `set_vlan`, the bursts and the health probe return
 //!   within a bound with a result or a typed error, a MAC taken from the mailbox is always
@@ -360,16 +360,18 @@ fn vf_plan() -> impl Strategy<Value = (IgbVfConfig, VfConfigAsk, Vec<VfOp>)> {
     let model = (
         pf_driver(),
         proptest::option::of(mac.clone()),
-        any::<bool>(),
-        any::<bool>(),
+        any::<[bool; 3]>(),
     )
-        .prop_map(|(pf, mac, mac_locked, vlan_refused)| IgbVfConfig {
-            pf,
-            mac,
-            mac_locked,
-            vlan_refused,
-            ..IgbVfConfig::default()
-        });
+        .prop_map(
+            |(pf, mac, [mac_locked, vlan_refused, ping_first])| IgbVfConfig {
+                pf,
+                mac,
+                mac_locked,
+                vlan_refused,
+                ping_first,
+                ..IgbVfConfig::default()
+            },
+        );
     let ask = (
         rare(mac.clone()),
         proptest::collection::vec(prop_oneof![0u16..10, 4090u16..4097], 0..3),

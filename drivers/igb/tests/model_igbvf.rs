@@ -75,7 +75,7 @@ fn bring_up_resets_the_vf_does_the_handshake_and_takes_the_mac_from_the_pf() {
     let mut vf = open(&reg, &pool, &m, fast_vf(16)).expect("bring-up on the VF model");
     assert_eq!(vf.mac(), Some(A), "the MAC of the RESET answer");
     assert!(vf.link_up().unwrap());
-    assert_eq!((m.resets(), m.mailbox_requests()), (1, 1));
+    assert_eq!((m.resets(), m.mailbox_requests()), (1, 2), "RESET, SET_LPE");
     assert_eq!(vf.info().rx_buf_len, 4096);
     let q = vf.pair(0).unwrap();
     assert_eq!((q.rx_posted(), q.rx_ring_size()), (15, 16));
@@ -192,8 +192,8 @@ fn set_mac_and_set_vlan_reach_the_pf_driver_and_the_new_mac_receives() {
     ));
     assert_eq!(
         m.mailbox_requests(),
-        6,
-        "RESET, 2 SET_MAC, 3 SET_VLAN; nothing invalid sent"
+        7,
+        "RESET, SET_LPE, 2 SET_MAC, 3 SET_VLAN; nothing invalid sent"
     );
 }
 
@@ -288,6 +288,11 @@ fn nacks_name_the_request_refused() {
     let m = model(&reg, A, PfDriver::NackAll);
     let mut vf = open(&reg, &pool, &m, fast_vf(16)).unwrap();
     assert_eq!(vf.mac(), None);
+    assert_eq!(
+        vf.info().max_frame,
+        1514,
+        "SET_LPE refused: the pool limit stays"
+    );
     let e = vf.set_vlan(3, true).unwrap_err();
     assert!(
         matches!(
@@ -298,6 +303,27 @@ fn nacks_name_the_request_refused() {
             }
         ),
         "{e}"
+    );
+}
+
+#[test]
+fn pf_control_messages_before_an_answer_are_passed_over() {
+    let reg = registry();
+    let pool = pool(&reg, 64);
+    let cfg = IgbVfConfig {
+        mac: Some(A),
+        ping_first: true,
+        ..IgbVfConfig::default()
+    };
+    let m = IgbVfModel::new(&reg, cfg);
+    let ask = VfConfig {
+        vlans: vec![3],
+        ..fast_vf(16)
+    };
+    let vf = open(&reg, &pool, &m, ask).expect("pings are not answers");
+    assert_eq!(
+        (vf.mac(), vf.info().max_frame, m.vlans()),
+        (Some(A), 1518, vec![3])
     );
 }
 

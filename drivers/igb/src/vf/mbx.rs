@@ -15,6 +15,8 @@ use crate::error::{IgbError, Result};
 
 /// Words of an answer this driver reads (type word and up to two words of data).
 const ANSWER_WORDS: usize = 3;
+/// PF control messages skipped while waiting for one answer before giving up.
+const MAX_CONTROL_MSGS: usize = 8;
 
 /// An answer the PF driver accepted or refused; its words are checked to belong to the request.
 pub(crate) enum Answer {
@@ -148,10 +150,18 @@ impl Mailbox {
     }
 
     /// Sends `msg` (its type in the low 16 bits of word 0) and returns the PF's checked
-    /// answer: it must be of the same type and carry ACK or NACK.
+    /// answer: it must be of the same type and carry ACK or NACK. PF control messages that
+    /// arrive first are acknowledged and passed over (at most 8).
     pub(crate) fn request(&mut self, msg: &[u32], request: &'static str) -> Result<Answer> {
         self.post(msg, request)?;
-        let words = self.answer(request)?;
+        let mut words = self.answer(request)?;
+        // The PF driver's own messages (a ping when its link changes) may come first.
+        for _ in 0..MAX_CONTROL_MSGS {
+            if words[0] & 0xffff != PF_CONTROL_MSG {
+                break;
+            }
+            words = self.answer(request)?;
+        }
         let w0 = words[0];
         let garbage = |what| IgbError::MailboxGarbage {
             addr: self.addr,
@@ -206,6 +216,12 @@ impl Mailbox {
             u32::from(vid),
         ];
         self.acked(&msg, "SET_VLAN")
+    }
+
+    /// Asks the PF driver to let the VF receive frames of up to `max_frame` bytes (FCS
+    /// included); without it the PF's pool limit drops untagged frames over 1514 bytes.
+    pub(crate) fn set_lpe(&mut self, max_frame: u32) -> Result<()> {
+        self.acked(&[VF_SET_LPE, max_frame], "SET_LPE")
     }
 
     fn acked(&mut self, msg: &[u32], request: &'static str) -> Result<()> {

@@ -3,7 +3,8 @@
 //!
 //! Bring-up: a VF reset (VTCTRL.RST), every interrupt masked, a bounded wait for the PF to be
 //! out of reset (V2PMAILBOX.RSTI clear), the RESET handshake over the mailbox (the answer
-//! carries the MAC the PF driver assigned), optional SET_MAC_ADDR and SET_VLAN requests, then
+//! carries the MAC the PF driver assigned), SET_LPE for 1518-byte frames, optional SET_MAC_ADDR
+//! and SET_VLAN requests, then
 //! the VF's own RX/TX rings, programmed and driven by the same code as the PF's
 //! ([`QueueRegs::VF`] says where its queue registers are). Every mailbox wait has a deadline
 //! and every answer is checked against its request; the rings trust the device no more than
@@ -162,6 +163,20 @@ fn check_ids(dev: &PciDevice) -> Result<()> {
     Ok(())
 }
 
+/// Asks the PF driver for frames of up to [`MAX_FRAME`] bytes (SET_LPE, FCS counted) and
+/// returns the VF's largest frame: [`MAX_FRAME`], or 1514 bytes when the PF driver refuses
+/// (its pool limit for untagged frames stays).
+fn receive_limit(mbx: &mut Mailbox) -> Result<usize> {
+    match mbx.set_lpe(MAX_FRAME as u32 + 4) {
+        Ok(()) => Ok(MAX_FRAME),
+        Err(IgbError::MailboxNack { addr, .. }) => {
+            tracing::warn!(%addr, "the PF driver refused SET_LPE: frames up to 1514 bytes only");
+            Ok(MAX_FRAME - 4)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Resets the VF (VTCTRL.RST) with every interrupt masked. All-ones is `DeviceGone`.
 fn reset_vf(r: &Mmio, addr: PciAddress) -> Result<()> {
     let ctrl = r.read32(VTCTRL);
@@ -213,6 +228,7 @@ impl IgbVf {
         let mut mbx = Mailbox::new(regs.clone(), addr, cfg.mailbox_timeout);
         mbx.wait_pf_ready(cfg.reset_timeout)?;
         let mut mac = mbx.reset()?;
+        let max_frame = receive_limit(&mut mbx)?;
         if let Some(m) = cfg.mac {
             mbx.set_mac(m)?;
             mac = Some(m);
@@ -223,7 +239,7 @@ impl IgbVf {
         let info = IgbVfInfo {
             addr,
             mac,
-            max_frame: MAX_FRAME,
+            max_frame,
             rx_buf_len,
         };
         let mut vf = IgbVf {

@@ -53,3 +53,7 @@ pub const VF_RESET: u32 = 0x01;
 pub const VF_SET_MAC_ADDR: u32 = 0x02;
 /// Message type: add (info 1) or remove (info 0) a VLAN id.
 pub const VF_SET_VLAN: u32 = 0x04;
+/// Message type of the PF's own messages (e.g. its link or reset news), not an answer.
+pub const PF_CONTROL_MSG: u32 = 0x0100;
+/// Message type: the largest frame the VF receives (bytes, FCS included).
+pub const VF_SET_LPE: u32 = 0x05;
