@@ -9,13 +9,7 @@
 //! 4 GiB: QEMU 10.0.2 maps a VF's BARs at the low 32 bits of their 64-bit address (`info mtree`
 //! showed `igbvf-mmio` at 0x20000000 where the guest kernel put VF BAR 0 at 0xc020000000), so
 //! in the standard test bed every VF register reads 0. A 32-bit physical address space puts
-//! them below 4 GiB:
-//!
-//! ```text
-//! scripts/vm/run.sh --devices igb --mem 2G --hugepages hugepages=256 \
-//!   --extra-qemu "-cpu max,phys-bits=32 -global q35-pcihost.pci-hole64-size=0" \
-//!   --env UBD_IGB_VF=1 --bin <guest_igbvf test binary> -- "<its name> --ignored --test-threads=1"
-//! ```
+//! them below 4 GiB: `scripts/vm/igbvf.sh` builds this binary and runs it in such a guest.
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
