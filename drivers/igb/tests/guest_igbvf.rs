@@ -98,7 +98,7 @@ fn remove_vfs(pf: &str) {
 fn pf() -> Option<String> {
     let tb = testbed::require();
     if std::env::var("UBD_IGB_VF").as_deref() != Ok("1") {
-        testbed::skip("the igb VF tests run with UBD_IGB_VF=1 only (QEMU 10.0.2 maps VF BARs at the low 32 bits of their address: they need a guest with VF BARs below 4 GiB, see guest_igbvf.rs)");
+        testbed::skip("the igb VF tests run with UBD_IGB_VF=1 only (QEMU 10.0.2 maps VF BARs at the low 32 bits of their address: scripts/vm/igbvf.sh runs them in a guest with VF BARs below 4 GiB)");
         return None;
     }
     match tb.igb.first() {
