@@ -4,11 +4,10 @@
 //! Bring-up: a VF reset (VTCTRL.RST), every interrupt masked, a bounded wait for the PF to be
 //! out of reset (V2PMAILBOX.RSTI clear), the RESET handshake over the mailbox (the answer
 //! carries the MAC the PF driver assigned), SET_LPE for 1518-byte frames, optional SET_MAC_ADDR
-//! and SET_VLAN requests, then
-//! the VF's own RX/TX rings, programmed and driven by the same code as the PF's
-//! ([`QueueRegs::VF`] says where its queue registers are). Every mailbox wait has a deadline
-//! and every answer is checked against its request; the rings trust the device no more than
-//! the PF driver's do.
+//! and SET_VLAN requests, then the VF's own RX/TX rings, programmed and driven by the same code
+//! as the PF's ([`QueueRegs::VF`] says where its queue registers are). Every mailbox wait has
+//! a deadline and every answer is checked against its request; the rings trust the device no
+//! more than the PF driver's do.
 
 mod mbx;
 pub mod regs;
