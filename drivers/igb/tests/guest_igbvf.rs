@@ -72,7 +72,8 @@ fn make_vfs(pf: &str, driver: &str, n: usize) -> Vec<String> {
             v=$(readlink "$d/virtfn$i"); v=${v##*/}
             bind-vfio "$v" >&2
             # QEMU decodes a VF's BARs only with the memory bit of the VF's own command
-            # register set, which vfio-pci emulates for VFs (never writing it): set it here.
+            # register set (a driverless VF read all zeros until it was); vfio-pci emulates
+            # that bit for VFs, so it is set here, in the device, before the open.
             printf '\006\000' | dd of="/sys/bus/pci/devices/$v/config" bs=1 seek=4 count=2 conv=notrunc 2>/dev/null
             echo "$v"
             i=$((i + 1))
