@@ -20,3 +20,19 @@ fn the_doctors_igb_ids_are_the_drivers() {
     driver.sort_unstable();
     assert_eq!(doctor, driver);
 }
+
+#[test]
+fn the_doctors_igb_vf_id_is_the_drivers() {
+    let doctor: Vec<u16> = SUPPORTED
+        .iter()
+        .filter(|m| m.driver == "igb-vf")
+        .filter_map(|m| match m.ids {
+            IdMatch::Id {
+                vendor: 0x8086,
+                device,
+            } => Some(device),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(doctor, [ubdirect_igb::regs::VF_DEVICE_ID]);
+}

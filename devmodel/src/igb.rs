@@ -10,10 +10,15 @@
 //! frame waits on the wire until an RX descriptor is posted for it. Everything runs
 //! synchronously inside the MMIO access that causes it (each model's state behind its own lock,
 //! never two held at once). An [`IgbHostile`] plan rewrites what the device shows the driver.
+//!
+//! [`vf::IgbVfModel`] is one virtual function of the 82576: its own register window, rings on
+//! the same data path, and the mailbox to its PF with the PF driver's answers modelled.
 
 mod access;
 mod hostile;
 mod regs;
+pub mod vf;
+mod vf_mbx;
 mod wire;
 
 use std::collections::VecDeque;

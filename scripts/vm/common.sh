@@ -13,8 +13,9 @@ UBD_VM_KERNEL=${UBD_VM_KERNEL:-6.12}
 # tests/guest/10-setup-sh.sh mounts a filesystem on a namespace.
 UBD_VM_MODULES=${UBD_VM_MODULES:-vfio-pci vfio_iommu_type1 nvme virtio_pci virtio_net md_mod bridge 8021q vfat nls_cp437 nls_iso8859-1 nls_utf8 nls_ascii ahci sd_mod}
 # Modules put in the initramfs (with their dependencies, modprobe-able) but not loaded at boot:
-# the NVMe-oF target and the kernel's NVMe/TCP initiator (scripts/vm/nvmet.sh loads them).
-UBD_VM_MODULES_ONDEMAND=${UBD_VM_MODULES_ONDEMAND-nvmet nvmet-tcp nvme-tcp crc32c_generic}
+# the NVMe-oF target and the kernel's NVMe/TCP initiator (scripts/vm/nvmet.sh loads them), and
+# the kernel's igb PF driver (drivers/igb/tests/guest_igbvf.rs loads it to create VFs).
+UBD_VM_MODULES_ONDEMAND=${UBD_VM_MODULES_ONDEMAND-nvmet nvmet-tcp nvme-tcp crc32c_generic igb}
 
 vm_log() { printf 'vm: %s\n' "$*" >&2; }
 vm_die() {

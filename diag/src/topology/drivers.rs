@@ -76,6 +76,13 @@ pub const SUPPORTED: &[DriverMatch] = &[
     igb(0x150a),
     igb(0x1518),
     igb(0x150d),
+    DriverMatch {
+        driver: "igb-vf",
+        ids: IdMatch::Id {
+            vendor: 0x8086,
+            device: 0x10ca,
+        },
+    },
 ];
 
 /// An Intel 82576 physical function (`ubdirect-igb`; the same ids as its `regs::PF_DEVICE_IDS`,
@@ -186,7 +193,7 @@ mod tests {
         );
         assert_eq!(
             support(&dev(0x8086, 0x10ca, 0x020000)),
-            Support::None,
+            Support::Driver("igb-vf"),
             "82576 VF"
         );
         assert_eq!(

@@ -202,22 +202,22 @@ fn enable_queue(
 /// dropping frames when no descriptor is posted) and enables it; the tail stays 0.
 pub(crate) fn setup_rx(
     r: &Mmio,
-    (addr, q): (PciAddress, usize),
+    (addr, q, l): (PciAddress, usize, regs::QueueRegs),
     ring: &Ring,
     buf_len: usize,
     deadline: Duration,
 ) -> Result<()> {
     let iova = ring.mem.iova();
     let len = u32::from(ring.size()) * 16;
-    write_checked(r, addr, q, "RDBAL", (regs::rdbal(q), iova as u32, u32::MAX))?;
+    write_checked(r, addr, q, "RDBAL", (l.rdbal(q), iova as u32, u32::MAX))?;
     write_checked(
         r,
         addr,
         q,
         "RDBAH",
-        (regs::rdbah(q), (iova >> 32) as u32, u32::MAX),
+        (l.rdbah(q), (iova >> 32) as u32, u32::MAX),
     )?;
-    write_checked(r, addr, q, "RDLEN", (regs::rdlen(q), len, u32::MAX))?;
+    write_checked(r, addr, q, "RDLEN", (l.rdlen(q), len, u32::MAX))?;
     let kb = (buf_len / 1024) as u32 & regs::SRRCTL_BSIZEPKT_MASK;
     let srrctl = kb | regs::SRRCTL_DESCTYPE_ADV_ONEBUF | regs::SRRCTL_DROP_EN;
     write_checked(
@@ -225,35 +225,35 @@ pub(crate) fn setup_rx(
         addr,
         q,
         "SRRCTL",
-        (regs::srrctl(q), srrctl, regs::SRRCTL_BSIZEPKT_MASK),
+        (l.srrctl(q), srrctl, regs::SRRCTL_BSIZEPKT_MASK),
     )?;
-    r.write32(regs::rdh(q), 0);
-    r.write32(regs::rdt(q), 0);
-    enable_queue(r, (addr, q), "RXDCTL", regs::rxdctl(q), deadline)
+    r.write32(l.rdh(q), 0);
+    r.write32(l.rdt(q), 0);
+    enable_queue(r, (addr, q), "RXDCTL", l.rxdctl(q), deadline)
 }
 
 /// Programs TX queue `q` with `ring` (DD written back into the descriptors) and enables it.
 pub(crate) fn setup_tx(
     r: &Mmio,
-    (addr, q): (PciAddress, usize),
+    (addr, q, l): (PciAddress, usize, regs::QueueRegs),
     ring: &Ring,
     deadline: Duration,
 ) -> Result<()> {
     let iova = ring.mem.iova();
     let len = u32::from(ring.size()) * 16;
-    write_checked(r, addr, q, "TDBAL", (regs::tdbal(q), iova as u32, u32::MAX))?;
+    write_checked(r, addr, q, "TDBAL", (l.tdbal(q), iova as u32, u32::MAX))?;
     write_checked(
         r,
         addr,
         q,
         "TDBAH",
-        (regs::tdbah(q), (iova >> 32) as u32, u32::MAX),
+        (l.tdbah(q), (iova >> 32) as u32, u32::MAX),
     )?;
-    write_checked(r, addr, q, "TDLEN", (regs::tdlen(q), len, u32::MAX))?;
-    r.write32(regs::tdwbal(q), 0);
-    r.write32(regs::tdh(q), 0);
-    r.write32(regs::tdt(q), 0);
-    enable_queue(r, (addr, q), "TXDCTL", regs::txdctl(q), deadline)
+    write_checked(r, addr, q, "TDLEN", (l.tdlen(q), len, u32::MAX))?;
+    r.write32(l.tdwbal(q), 0);
+    r.write32(l.tdh(q), 0);
+    r.write32(l.tdt(q), 0);
+    enable_queue(r, (addr, q), "TXDCTL", l.txdctl(q), deadline)
 }
 
 /// Turns the receiver and transmitter on: CRC stripped, broadcast accepted, frames up to

@@ -165,6 +165,25 @@ fn rx_buf_len(pool: &UbPool) -> Result<usize> {
     Ok(bs.min(MAX_RX_BUF) / 1024 * 1024)
 }
 
+/// Checks `pool` can feed an RX ring of `ring` descriptors of a device in `registry`'s domain:
+/// blocks of 2 KiB or more, enough of them, mapped in the domain and writable. Returns the
+/// receive buffer size to program.
+pub(crate) fn check_rx_pool(registry: &UbRegistry, pool: &UbPool, ring: u16) -> Result<usize> {
+    let buf_len = rx_buf_len(pool)?;
+    let need = ring as usize - 1;
+    let blocks = pool.block_count();
+    if blocks < need {
+        return Err(IgbError::RxPoolTooSmall { blocks, need });
+    }
+    // RX buffers go to the device by IOVA: they must be mapped in its domain, writable.
+    pool.region().check_dma(registry.domain().id())?;
+    if pool.region().is_read_only() {
+        let region = pool.region().id;
+        return Err(IgbError::RxPoolReadOnly { region });
+    }
+    Ok(buf_len)
+}
+
 impl Igb {
     /// Opens the 82576 PF at `addr` (bound to vfio-pci) in the registry's DMA domain, resets
     /// it, brings the link up and fills the RX ring(s) from `rx_pool`.
@@ -191,12 +210,7 @@ impl Igb {
         let _entered = span.enter();
         cfg.validate()?;
         check_ids(&dev)?;
-        let buf_len = rx_buf_len(&rx_pool)?;
-        let need = cfg.rx_ring_size as usize - 1;
-        let blocks = rx_pool.block_count();
-        if blocks < need {
-            return Err(IgbError::RxPoolTooSmall { blocks, need });
-        }
+        let buf_len = check_rx_pool(registry, &rx_pool, cfg.rx_ring_size)?;
         let bar = dev.bar_len(0)?;
         if bar < regs::BAR0_LEN {
             return Err(IgbError::BarTooSmall {
@@ -204,12 +218,6 @@ impl Igb {
                 len: bar,
                 need: regs::BAR0_LEN,
             });
-        }
-        // RX buffers go to the device by IOVA: they must be mapped in its domain, writable.
-        rx_pool.region().check_dma(registry.domain().id())?;
-        if rx_pool.region().is_read_only() {
-            let region = rx_pool.region().id;
-            return Err(IgbError::RxPoolReadOnly { region });
         }
         let claim = dev.claim("igb")?;
         let regs = Arc::new(claim.access().map_bar(0)?);
@@ -255,6 +263,7 @@ impl Igb {
                 addr,
                 queue: q,
                 regs: r.clone(),
+                layout: regs::QueueRegs::PF,
                 rx,
                 tx,
                 rx_pool: rx_pool.clone(),
@@ -267,8 +276,14 @@ impl Igb {
                 discarding: false,
             });
             let p = self.pairs.last().expect("pushed above");
-            bringup::setup_rx(r, (addr, q), &p.rx, self.info.rx_buf_len, cfg.reset_timeout)?;
-            bringup::setup_tx(r, (addr, q), &p.tx, cfg.reset_timeout)?;
+            bringup::setup_rx(
+                r,
+                (addr, q, regs::QueueRegs::PF),
+                &p.rx,
+                self.info.rx_buf_len,
+                cfg.reset_timeout,
+            )?;
+            bringup::setup_tx(r, (addr, q, regs::QueueRegs::PF), &p.tx, cfg.reset_timeout)?;
         }
         bringup::enable_rx_tx(r, cfg.promiscuous, self.info.max_frame);
         for p in self.pairs.iter_mut() {

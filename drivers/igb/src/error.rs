@@ -33,6 +33,58 @@ pub enum IgbError {
         /// The device.
         addr: PciAddress,
     },
+    /// The device is not an 82576 virtual function (the VF driver's open).
+    #[error("{addr} is not an Intel 82576 virtual function (vendor {vendor:#06x}, device {device:#06x}; expected 0x8086:0x10ca{}): create VFs with `echo N > /sys/bus/pci/devices/<PF>/sriov_numvfs` and open one of them", if *vendor == 0x8086 && crate::regs::PF_DEVICE_IDS.contains(device) { "; this is the physical function: open it with Igb::open" } else { "" })]
+    NotIgbVf {
+        /// The device.
+        addr: PciAddress,
+        /// PCI vendor id read.
+        vendor: u16,
+        /// PCI device id read.
+        device: u16,
+    },
+    /// The PF stays in reset (V2PMAILBOX.RSTI): no PF driver finished bringing it up.
+    #[error("{addr}: the PF of this VF stayed in reset for {waited:?} (V2PMAILBOX.RSTI set: no driver finished the PF's reset): bind the kernel igb driver to the PF and bring its interface up (`ip link set <pf-netdev> up`; keep both while the VF is used), then open the VF again")]
+    PfNotReady {
+        /// The VF.
+        addr: PciAddress,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The PF driver did not take part in a mailbox exchange in time.
+    #[error("{addr}: the PF driver did not answer the VF mailbox within {waited:?} ({request}: {stage}; V2PMAILBOX last read {v2p:#x}): is the igb kernel driver bound to the PF, with its interface up?")]
+    MailboxTimeout {
+        /// The VF.
+        addr: PciAddress,
+        /// The request (RESET, SET_MAC_ADDR, SET_VLAN).
+        request: &'static str,
+        /// What did not come: the buffer lock, the acknowledgement, or the answer.
+        stage: &'static str,
+        /// How long it waited.
+        waited: Duration,
+        /// The last V2PMAILBOX value read.
+        v2p: u32,
+    },
+    /// The PF driver refused a request (NACK).
+    #[error("{addr}: the PF driver refused {request} (NACK){}", nack_hint(request))]
+    MailboxNack {
+        /// The VF.
+        addr: PciAddress,
+        /// The request refused.
+        request: &'static str,
+    },
+    /// The PF driver's answer makes no sense for the request.
+    #[error("{addr}: the PF driver answered {request} with {word:#010x}: {what}; the PF driver or the device is malformed: close the VF")]
+    MailboxGarbage {
+        /// The VF.
+        addr: PciAddress,
+        /// The request.
+        request: &'static str,
+        /// The offending word of the answer.
+        word: u32,
+        /// What is wrong with it.
+        what: &'static str,
+    },
     /// BAR 0 is smaller than the 82576 register file.
     #[error("{addr}: BAR 0 is {len:#x} bytes, smaller than the 82576's {need:#x}-byte register file: not an 82576, or a broken emulation")]
     BarTooSmall {
@@ -170,6 +222,16 @@ pub enum IgbError {
     InvalidConfig(String),
 }
 
+/// What usually makes the PF driver refuse `request`.
+fn nack_hint(request: &str) -> &'static str {
+    match request {
+        "SET_MAC_ADDR" => ": the address is multicast or zero, or the administrator set this VF's MAC (`ip link set <pf> vf N mac ...`) and the VF may not change it",
+        "SET_VLAN" => ": the administrator set a port VLAN for this VF (`ip link set <pf> vf N vlan ...`), or the PF's VLAN filter is full",
+        "SET_LPE" => ": the PF driver does not accept 1518-byte frames for this VF",
+        _ => ": the VF has not completed a RESET handshake, or the PF driver does not support the request",
+    }
+}
+
 impl IgbError {
     /// The NIC seam's kind of this error.
     pub fn nic_kind(&self) -> NicErrorKind {
@@ -178,11 +240,13 @@ impl IgbError {
             | IgbError::FrameTooShort { .. }
             | IgbError::EmptyBurst(_)
             | IgbError::InvalidConfig(_) => NicErrorKind::InvalidRequest,
-            IgbError::DeviceGone { .. } => NicErrorKind::DeviceGone,
+            IgbError::DeviceGone { .. }
+            | IgbError::PfNotReady { .. }
+            | IgbError::MailboxTimeout { .. } => NicErrorKind::DeviceGone,
             IgbError::LinkDown { .. } => NicErrorKind::LinkDown,
-            IgbError::BadRxLength { .. } | IgbError::HeadOutOfRange { .. } => {
-                NicErrorKind::Protocol
-            }
+            IgbError::BadRxLength { .. }
+            | IgbError::HeadOutOfRange { .. }
+            | IgbError::MailboxGarbage { .. } => NicErrorKind::Protocol,
             _ => NicErrorKind::Other,
         }
     }

@@ -19,6 +19,11 @@
 //! is an error, head pointers are range-checked, and all-ones reads mean the device is gone.
 //! A queue pair that moves nothing for the health interval probes the device once (see
 //! [`health`]).
+//!
+//! [`IgbVf`] drives an SR-IOV virtual function of the 82576 (0x8086:0x10ca) while the PF stays
+//! on the kernel igb driver: a VF reset, the mailbox handshake with the PF driver (which
+//! assigns the MAC), MAC and VLAN requests, and the VF's own rings on the same ring code (see
+//! [`vf`]). It implements the same NIC seam.
 
 #![deny(missing_docs)]
 
@@ -32,9 +37,11 @@ mod nic;
 pub mod queue;
 pub mod regs;
 mod ring;
+pub mod vf;
 
 pub use device::{Igb, IgbConfig, IgbInfo, MAX_FRAME};
 pub use error::{IgbError, Result};
 pub use hw_stats::HwStats;
 pub use queue::QueuePair;
 pub use ubdirect_core::seams::NicFrame;
+pub use vf::{IgbVf, IgbVfConfig, IgbVfInfo};

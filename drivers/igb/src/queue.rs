@@ -21,6 +21,9 @@ use crate::health::IdleClock;
 use crate::regs;
 use crate::ring::Ring;
 
+/// The cause of `DeviceGone` when a VF's mailbox shows the PF was reset.
+const PF_RESET: &str = "V2PMAILBOX.RSTI is set: the PF was reset (its igb driver went down or was unbound) and the VF's configuration with it; open the VF again once the PF driver is up";
+
 /// Why a pair stopped: kept so every later burst returns the same error.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Dead {
@@ -35,6 +38,8 @@ pub(crate) struct PairState {
     pub(crate) addr: PciAddress,
     pub(crate) queue: usize,
     pub(crate) regs: Arc<Mmio>,
+    /// Where this function's queue registers are (PF or VF window).
+    pub(crate) layout: regs::QueueRegs,
     pub(crate) rx: Ring,
     pub(crate) tx: Ring,
     pub(crate) rx_pool: Arc<UbPool>,
@@ -97,7 +102,27 @@ impl PairState {
         Ok(())
     }
 
-    /// Reads STATUS, RCTL and the pair's head pointers once: a dead device or a malformed
+    /// The register and bit that stay set while the function's receiver runs, and what a clear
+    /// bit means: RCTL.EN on the PF; on a VF (which has no RCTL) its RX queue's enable bit,
+    /// which a PF reset or a function-level reset clears.
+    fn alive_reg(&self) -> (usize, u32, &'static str) {
+        if self.layout == regs::QueueRegs::PF {
+            (
+                regs::RCTL,
+                regs::RCTL_EN,
+                "RCTL.EN reads 0: the device was reset behind the driver's back",
+            )
+        } else {
+            (
+                self.layout.rxdctl(self.queue),
+                regs::QUEUE_ENABLE,
+                "the VF's RXDCTL.ENABLE reads 0: its queues were reset behind the driver's back (the PF was reset, or its igb driver unbound)",
+            )
+        }
+    }
+
+    /// Reads STATUS, RCTL (on a VF: RXDCTL, then V2PMAILBOX.RSTI) and the pair's head pointers
+    /// once: a dead device or a malformed
     /// head is sticky, a link that is down is reported on this call only.
     #[cold]
     pub(crate) fn probe(&mut self) -> Result<()> {
@@ -109,14 +134,18 @@ impl PairState {
         if status == 0 {
             return Err(self.die(Dead::Gone(crate::bringup::STATUS_ZERO)));
         }
-        if self.regs.read32(regs::RCTL) & regs::RCTL_EN == 0 {
-            return Err(self.die(Dead::Gone(
-                "RCTL.EN reads 0: the device was reset behind the driver's back",
-            )));
+        let (off, bit, cause) = self.alive_reg();
+        if self.regs.read32(off) & bit == 0 {
+            return Err(self.die(Dead::Gone(cause)));
+        }
+        if self.layout == regs::QueueRegs::VF
+            && self.regs.read32(crate::vf::regs::V2PMAILBOX) & crate::vf::regs::MBX_RSTI != 0
+        {
+            return Err(self.die(Dead::Gone(PF_RESET)));
         }
         for (reg, off, size) in [
-            ("RDH", regs::rdh(self.queue), self.rx.size()),
-            ("TDH", regs::tdh(self.queue), self.tx.size()),
+            ("RDH", self.layout.rdh(self.queue), self.rx.size()),
+            ("TDH", self.layout.tdh(self.queue), self.tx.size()),
         ] {
             let head = self.regs.read32(off);
             if head >= u32::from(size) {
@@ -151,7 +180,7 @@ impl PairState {
         if n > 0 {
             wmb();
             self.regs
-                .write32(regs::rdt(self.queue), u32::from(self.rx.tail));
+                .write32(self.layout.rdt(self.queue), u32::from(self.rx.tail));
         }
         n
     }
@@ -292,7 +321,7 @@ impl PairState {
         }
         wmb();
         self.regs
-            .write32(regs::tdt(self.queue), u32::from(self.tx.tail));
+            .write32(self.layout.tdt(self.queue), u32::from(self.tx.tail));
         Ok(k)
     }
 }

@@ -183,3 +183,134 @@ pub const PF_DEVICE_IDS: [u16; 8] = [
 ];
 /// 82576 virtual function device id.
 pub const VF_DEVICE_ID: u16 = 0x10ca;
+
+/// Where one function's queue registers sit: the PF's RX block at 0xc000 and TX block at
+/// 0xe000 with queues 0x40 apart, a VF's at 0x2800 and 0x3800 with queues 0x100 apart. Within a
+/// queue's block both use the same offsets (base low/high, length, SRRCTL, head, tail, control).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueRegs {
+    rx: usize,
+    tx: usize,
+    stride: usize,
+}
+
+impl QueueRegs {
+    /// The physical function's queue registers.
+    pub const PF: QueueRegs = QueueRegs {
+        rx: 0xc000,
+        tx: 0xe000,
+        stride: 0x40,
+    };
+    /// A virtual function's queue registers (in its own BAR 0).
+    pub const VF: QueueRegs = QueueRegs {
+        rx: 0x2800,
+        tx: 0x3800,
+        stride: 0x100,
+    };
+
+    /// RX descriptor base low of queue `n`.
+    pub const fn rdbal(&self, n: usize) -> usize {
+        self.rx + self.stride * n
+    }
+    /// RX descriptor base high of queue `n`.
+    pub const fn rdbah(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x04
+    }
+    /// RX descriptor ring length of queue `n`.
+    pub const fn rdlen(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x08
+    }
+    /// Split and replication receive control of queue `n`.
+    pub const fn srrctl(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x0c
+    }
+    /// RX descriptor head of queue `n`.
+    pub const fn rdh(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x10
+    }
+    /// RX descriptor tail of queue `n`.
+    pub const fn rdt(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x18
+    }
+    /// RX descriptor control of queue `n`.
+    pub const fn rxdctl(&self, n: usize) -> usize {
+        self.rdbal(n) + 0x28
+    }
+    /// TX descriptor base low of queue `n`.
+    pub const fn tdbal(&self, n: usize) -> usize {
+        self.tx + self.stride * n
+    }
+    /// TX descriptor base high of queue `n`.
+    pub const fn tdbah(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x04
+    }
+    /// TX descriptor ring length of queue `n`.
+    pub const fn tdlen(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x08
+    }
+    /// TX descriptor head of queue `n`.
+    pub const fn tdh(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x10
+    }
+    /// TX descriptor tail of queue `n`.
+    pub const fn tdt(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x18
+    }
+    /// TX descriptor control of queue `n`.
+    pub const fn txdctl(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x28
+    }
+    /// TX descriptor completion write-back address low of queue `n`.
+    pub const fn tdwbal(&self, n: usize) -> usize {
+        self.tdbal(n) + 0x38
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pf_layout_matches_the_register_table() {
+        let p = QueueRegs::PF;
+        for n in [0, 1, 5] {
+            assert_eq!(
+                [
+                    p.rdbal(n),
+                    p.rdbah(n),
+                    p.rdlen(n),
+                    p.srrctl(n),
+                    p.rdh(n),
+                    p.rdt(n)
+                ],
+                [rdbal(n), rdbah(n), rdlen(n), srrctl(n), rdh(n), rdt(n)]
+            );
+            assert_eq!(
+                [
+                    p.rxdctl(n),
+                    p.tdbal(n),
+                    p.tdbah(n),
+                    p.tdlen(n),
+                    p.tdh(n),
+                    p.tdt(n)
+                ],
+                [rxdctl(n), tdbal(n), tdbah(n), tdlen(n), tdh(n), tdt(n)]
+            );
+            assert_eq!([p.txdctl(n), p.tdwbal(n)], [txdctl(n), tdwbal(n)]);
+        }
+    }
+
+    #[test]
+    fn the_vf_layout_is_linux_igbvf_s() {
+        let v = QueueRegs::VF;
+        assert_eq!(
+            [v.rdbal(0), v.srrctl(0), v.rdt(0), v.rxdctl(0)],
+            [0x2800, 0x280c, 0x2818, 0x2828]
+        );
+        assert_eq!(
+            [v.tdbal(1), v.tdh(1), v.tdt(1), v.txdctl(1)],
+            [0x3900, 0x3910, 0x3918, 0x3928]
+        );
+        assert_eq!(v.tdwbal(0), 0x3838);
+    }
+}

@@ -8,6 +8,12 @@
 //! - `fuzz_rx_tx_burst`: a device that brings up fine, then writes back any RX length and
 //!   status word, reports any head pointer, never writes TX DD, stops answering or reads
 //!   all-ones: every burst returns frames within their bounds or a typed error.
+//! - `fuzz_vf_mailbox`: a VF whose PF driver answers any words (of any type, with any of ACK,
+//!   NACK and CTS, with or without PFACK and PFSTS, maybe after a control message), is absent, silent, acknowledges without
+//!   answering, refuses everything, or is unbound or goes down mid-run, under any MAC and VLAN
+//!   requests: `IgbVf::open`, `set_mac`, `set_vlan`, the bursts and the health probe return
+//!   within a bound with a result or a typed error, a MAC taken from the mailbox is always
+//!   unicast, and every buffer comes back.
 
 mod model_support;
 
@@ -15,9 +21,11 @@ use std::time::Duration;
 
 use model_support::*;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
+use ubdirect_devmodel::igb::vf::{IgbVfConfig, IgbVfModel, PfDriver};
 use ubdirect_devmodel::igb::{IgbHostile, IgbModelConfig, RxTweak};
-use ubdirect_igb::{IgbConfig, IgbError};
+use ubdirect_igb::{IgbConfig, IgbError, IgbVf, IgbVfConfig as VfConfig};
 
 const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 
@@ -287,4 +295,197 @@ fn kind(e: &IgbError) -> String {
         .next()
         .unwrap_or("?")
         .to_string()
+}
+
+fn mailbox_word() -> impl Strategy<Value = u32> {
+    let ty = prop_oneof![
+        Just(1u32),
+        Just(2),
+        Just(4),
+        Just(3),
+        Just(0),
+        any::<u16>().prop_map(u32::from)
+    ];
+    let flags = prop_oneof![
+        Just(0u32),
+        Just(0x8000_0000),
+        Just(0x4000_0000),
+        Just(0xc000_0000),
+        Just(0xa000_0000),
+        Just(0x6000_0000),
+    ];
+    prop_oneof![
+        2 => any::<u32>(),
+        3 => (ty, flags, 0u32..3).prop_map(|(t, f, info)| t | f | (info << 16)),
+    ]
+}
+
+fn pf_driver() -> impl Strategy<Value = PfDriver> {
+    let garbage = (
+        proptest::collection::vec(mailbox_word(), 0..5),
+        prop_oneof![4 => Just(true), 1 => Just(false)],
+        prop_oneof![4 => Just(true), 1 => Just(false)],
+    )
+        .prop_map(|(reply, pfack, pfsts)| PfDriver::Garbage {
+            reply,
+            pfack,
+            pfsts,
+        });
+    prop_oneof![
+        4 => Just(PfDriver::Answers),
+        1 => Just(PfDriver::Gone),
+        1 => Just(PfDriver::Silent),
+        1 => Just(PfDriver::AckOnly),
+        1 => Just(PfDriver::NackAll),
+        4 => garbage,
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum VfOp {
+    SetMac([u8; 6]),
+    SetVlan(u16, bool),
+    Unbind,
+    PfDown,
+    Health,
+    Loop(u16),
+}
+
+fn vf_plan() -> impl Strategy<Value = (IgbVfConfig, VfConfigAsk, Vec<VfOp>)> {
+    let mac = prop_oneof![
+        3 => Just([2u8, 0, 0, 0, 0, 0xa]),
+        1 => any::<[u8; 6]>(),
+        1 => Just([0u8; 6]),
+    ];
+    let model = (
+        pf_driver(),
+        proptest::option::of(mac.clone()),
+        any::<[bool; 3]>(),
+    )
+        .prop_map(
+            |(pf, mac, [mac_locked, vlan_refused, ping_first])| IgbVfConfig {
+                pf,
+                mac,
+                mac_locked,
+                vlan_refused,
+                ping_first,
+                ..IgbVfConfig::default()
+            },
+        );
+    let ask = (
+        rare(mac.clone()),
+        proptest::collection::vec(prop_oneof![0u16..10, 4090u16..4097], 0..3),
+    );
+    let op = prop_oneof![
+        2 => mac.prop_map(VfOp::SetMac),
+        2 => (prop_oneof![0u16..10, 4090u16..4097], any::<bool>()).prop_map(|(v, on)| VfOp::SetVlan(v, on)),
+        1 => Just(VfOp::Unbind),
+        1 => Just(VfOp::PfDown),
+        1 => Just(VfOp::Health),
+        3 => (14u16..1600).prop_map(VfOp::Loop),
+    ];
+    (model, ask, proptest::collection::vec(op, 0..6))
+}
+
+/// What the driver is asked for at open: a MAC and VLANs.
+type VfConfigAsk = (Option<[u8; 6]>, Vec<u16>);
+
+fn vf_error_ok(e: &IgbError) -> bool {
+    matches!(
+        e,
+        IgbError::PfNotReady { .. }
+            | IgbError::MailboxTimeout { .. }
+            | IgbError::MailboxNack { .. }
+            | IgbError::MailboxGarbage { .. }
+            | IgbError::InvalidConfig(_)
+            | IgbError::DeviceGone { .. }
+            | IgbError::FrameTooLarge { .. }
+    )
+}
+
+fn run_vf_op(
+    vf: &mut IgbVf,
+    m: &IgbVfModel,
+    pool: &std::sync::Arc<ubdirect_core::UbPool>,
+    op: VfOp,
+) -> Result<(), IgbError> {
+    match op {
+        VfOp::SetMac(mac) => vf.set_mac(mac),
+        VfOp::SetVlan(v, on) => vf.set_vlan(v, on),
+        VfOp::Unbind => {
+            m.unbind_pf();
+            Ok(())
+        }
+        VfOp::PfDown => {
+            m.pf_down();
+            Ok(())
+        }
+        VfOp::Health => vf.pair(0).expect("pair 0").check_health(),
+        VfOp::Loop(len) => {
+            let dst = vf.mac().unwrap_or([0xff; 6]);
+            let mut f = vec![frame(pool, 0, len as usize, dst, dst, 1)];
+            let mut q = vf.pair(0).expect("pair 0");
+            q.tx_burst(&mut f)?;
+            let mut out = Vec::with_capacity(4);
+            q.rx_burst(&mut out)?;
+            for f in &out {
+                assert!(f.len() >= 14 && f.len() <= 4096, "frame of {}", f.len());
+            }
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn fuzz_vf_mailbox() {
+    let reg = registry();
+    let tally = Tally::default();
+    let vf_cfg = |(mac, vlans): VfConfigAsk| VfConfig {
+        mac,
+        vlans,
+        rx_ring_size: 16,
+        tx_ring_size: 16,
+        reset_timeout: Duration::from_millis(1),
+        mailbox_timeout: Duration::from_millis(1),
+        link_timeout: Duration::from_millis(1),
+        health_interval: Duration::from_millis(1),
+    };
+    runner()
+        .run(&vf_plan(), |(model, ask, ops)| {
+            let pool = pool(&reg, 40);
+            let m = IgbVfModel::new(&reg, model);
+            let t = std::time::Instant::now();
+            let r = IgbVf::from_device(&reg, m.attach(&reg), pool.clone(), vf_cfg(ask));
+            prop_assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "open took {:?}",
+                t.elapsed()
+            );
+            let mut vf = match r {
+                Ok(vf) => vf,
+                Err(e) => {
+                    tally.add(&kind(&e));
+                    prop_assert!(vf_error_ok(&e), "unexpected error: {}", e);
+                    prop_assert_eq!(pool.stats().in_use, 0, "{}", e);
+                    return Ok(());
+                }
+            };
+            tally.add("Ok");
+            prop_assert!(vf.mac().is_none_or(|m| m != [0; 6] && m[0] & 1 == 0));
+            for op in ops {
+                let t = std::time::Instant::now();
+                if let Err(e) = run_vf_op(&mut vf, &m, &pool, op) {
+                    tally.add(&kind(&e));
+                    prop_assert!(vf_error_ok(&e), "unexpected error: {}", e);
+                }
+                prop_assert!(t.elapsed() < Duration::from_secs(2));
+            }
+            prop_assert!(m.dma_faults().is_empty(), "{:?}", m.dma_faults());
+            vf.shutdown()
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(pool.stats().in_use, 0);
+            Ok(())
+        })
+        .unwrap();
+    tally.print("fuzz_vf_mailbox");
 }
