@@ -27,6 +27,8 @@
 #      scripts/vm/pair.sh per tests/guest/pair/*.sh       two guests (NVMe-oF target + initiator)
 #      -> "guest-pair[K]: N passed, N failed, N skipped" (TAP + target-side checks, counted; a
 #      skip not allowed in boot pair-K, or a requested target check that never ran, fails)
+#      scripts/vm/igbvf.sh                           the igb VF tests in a guest of their own
+#      shape (32-bit physical addresses) -> "guest[igbvf]: N passed, N failed, N skipped" (counted)
 #   6. scripts/soak.sh --duration 120s --seed 2026      guest soak with faults -> "soak: N passed, N failed"
 #      (its own boot; a fixed seed, so a failure can be run again as it was; its checks:
 #      mismatches, hangs, leaks, job failures, faults survived and verified, status, minimum
@@ -215,6 +217,17 @@ if ((guest == 1)); then
             note "guest-pair[$k]: $pp passed, $pf failed, $ps skipped" "$pf"
         fi
     done
+fi
+
+# The igb VF tests need a guest of another shape (32-bit physical addresses, so that QEMU maps
+# the VFs' BARs where the guest put them): scripts/vm/igbvf.sh boots it, on the 6.12 kernel.
+if ((guest == 1)) && [[ -z $filter || $filter == *igbvf* ]]; then
+    step "scripts/vm/igbvf.sh"
+    t=$(date +%s)
+    scripts/vm/igbvf.sh 2>&1 | tee "$logs/guest-igbvf.log"
+    rc=${PIPESTATUS[0]}
+    read -r vp vf vs < <(awk -v rc="$rc" -f scripts/vm/guest/libtest-count.awk "$logs/guest-igbvf.log")
+    note "guest[igbvf]: $vp passed, $vf failed, $vs skipped ($(elapsed "$t"))" "$vf"
 fi
 
 if ((guest == 1 && soak == 1)) && [[ -z $filter ]]; then

@@ -34,5 +34,5 @@ fn the_doctors_igb_vf_id_is_the_drivers() {
             _ => None,
         })
         .collect();
-    assert_eq!(doctor, [ubdirect_igb::regs::VF_DEVICE_ID]);
+    assert_eq!(doctor, [ubdirect::igb::regs::VF_DEVICE_ID]);
 }
