@@ -176,8 +176,11 @@ fn igbvf_vf_to_vf_frames_are_byte_exact() {
             block_count: 2048,
         };
         let pool = UbPool::with_hugepages(&registry, cfg, None).expect("hugepage pool");
+        // The PF's kernel driver answers the mailbox from its interrupt work: in a TCG guest on
+        // a loaded host that took over the 1 s default once (no answer at all, V2PMAILBOX 0).
         let vf_cfg = |mac| IgbVfConfig {
             mac: Some(mac),
+            mailbox_timeout: Duration::from_secs(10),
             ..IgbVfConfig::default()
         };
         let mut a = IgbVf::from_device(&registry, da, pool.clone(), vf_cfg(MAC_A)).expect("VF A");
