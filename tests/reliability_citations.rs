@@ -216,6 +216,8 @@ fn results(logs: &str) -> BTreeMap<String, Vec<String>> {
         let Some((path, outcome)) = rest.split_once(" ... ") else {
             continue;
         };
+        // `test a::b ... ok`, or `test a::b - should panic ... ok` for a #[should_panic] test.
+        let path = path.split(" - ").next().unwrap_or(path);
         let name = path.rsplit("::").next().unwrap_or(path).trim();
         out.entry(name.to_string())
             .or_default()
@@ -319,7 +321,7 @@ fn every_cited_test_ran_in_the_suite() {
 
 #[test]
 fn the_run_check_reads_libtest_lines_and_finds_test_functions() {
-    let logs = "test model_hostile::a ... ok\nrunning 2 tests\ntest b ... ignored, gpu: needs a GPU\ntest tests::c ... FAILED\ntest b ... ignored\n";
+    let logs = "test model_hostile::a ... ok\ntest x::e - should panic ... ok\nrunning 2 tests\ntest b ... ignored, gpu: needs a GPU\ntest tests::c ... FAILED\ntest b ... ignored\n";
     let r = results(logs);
     assert_eq!(ran(&r, "a"), Ran::Yes);
     assert_eq!(
@@ -332,6 +334,11 @@ fn the_run_check_reads_libtest_lines_and_finds_test_functions() {
         "a failure is counted by the suite itself"
     );
     assert_eq!(ran(&r, "d"), Ran::Missing);
+    assert_eq!(
+        ran(&r, "e"),
+        Ran::Yes,
+        "a should_panic test's line names it too"
+    );
     let mut src = BTreeMap::new();
     src.insert(
         "x.rs".to_string(),
