@@ -55,7 +55,7 @@ if [[ -n $old && ! -x $old ]]; then fail "--old $old: not an executable build of
 bin=${BIN:-}
 if [[ -z $bin ]]; then
     cargo build --release -q -p ubdirect-nvme --example insn_per_io || fail "cargo build --release --example insn_per_io failed"
-    bin=target/release/examples/insn_per_io
+    bin=${CARGO_TARGET_DIR:-target}/release/examples/insn_per_io
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
