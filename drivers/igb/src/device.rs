@@ -347,11 +347,7 @@ impl Igb {
 
     /// Driver counters summed over all pairs.
     pub fn stats(&self) -> NicStats {
-        let mut s = NicStats::default();
-        for p in &self.pairs {
-            s += p.stats;
-        }
-        s
+        crate::queue::summed_stats(&self.pairs)
     }
 
     /// Resets the device and returns every buffer to its pool once the reset is confirmed.
@@ -359,11 +355,7 @@ impl Igb {
     /// are leaked on purpose (the device may still write them).
     pub fn shutdown(mut self) -> Result<()> {
         let r = self.quiesce();
-        let pairs = std::mem::take(&mut self.pairs);
-        if r.is_err() {
-            std::mem::forget(pairs);
-        }
-        r
+        crate::queue::release_after(r, std::mem::take(&mut self.pairs))
     }
 
     fn quiesce(&mut self) -> Result<()> {

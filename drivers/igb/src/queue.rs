@@ -326,6 +326,24 @@ impl PairState {
     }
 }
 
+/// Driver counters summed over `pairs` (the PF's and the VF's `stats`).
+pub(crate) fn summed_stats(pairs: &[PairState]) -> NicStats {
+    let mut s = NicStats::default();
+    for p in pairs {
+        s += p.stats;
+    }
+    s
+}
+
+/// The end of a shutdown: `pairs` (rings and posted buffers) go back when `quiet` says the
+/// device stopped; on an error they are leaked on purpose, as the device may still write them.
+pub(crate) fn release_after(quiet: Result<()>, pairs: Vec<PairState>) -> Result<()> {
+    if quiet.is_err() {
+        std::mem::forget(pairs);
+    }
+    quiet
+}
+
 /// One RX queue and one TX queue of an [`Igb`](crate::Igb), borrowed from it
 /// ([`Igb::pair`](crate::Igb::pair)). `Send`: hand one to a thread. Nothing here allocates.
 /// Frames are [`NicFrame`]s: a TX frame may start at any offset of its buffer, an RX frame

@@ -353,11 +353,7 @@ impl IgbVf {
 
     /// Driver counters summed over all pairs.
     pub fn stats(&self) -> NicStats {
-        let mut s = NicStats::default();
-        for p in &self.pairs {
-            s += p.stats;
-        }
-        s
+        crate::queue::summed_stats(&self.pairs)
     }
 
     /// Resets the VF and returns every buffer to its pool once its queues read stopped. Also
@@ -365,11 +361,7 @@ impl IgbVf {
     /// leaked on purpose (the device may still write them).
     pub fn shutdown(mut self) -> Result<()> {
         let r = self.quiesce();
-        let pairs = std::mem::take(&mut self.pairs);
-        if r.is_err() {
-            std::mem::forget(pairs);
-        }
-        r
+        crate::queue::release_after(r, std::mem::take(&mut self.pairs))
     }
 
     /// VF reset, then a bounded wait for every queue's enable bit to read 0.
